@@ -1,0 +1,423 @@
+//! What the user wrote: a spanned syntax tree, before any name is resolved.
+//!
+//! Every node that a diagnostic may point at carries its [`Span`] (byte offsets into the source).
+//! The checker turns this tree into a [`crate::plan::RulePlan`]; nothing downstream of it looks
+//! at the AST.
+
+use std::fmt;
+
+/// Byte range `start..end` in the source text of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Self {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+/// A name as written, with where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+/// A duration in milliseconds, as written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Duration {
+    pub millis: u64,
+    pub span: Span,
+}
+
+/// One source file: its rules in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct File {
+    pub rules: Vec<RuleDecl>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleDecl {
+    pub name: Ident,
+    pub span: Span,
+    pub description: Option<(String, Span)>,
+    pub patterns: Vec<Pattern>,
+    pub with: Option<WithClause>,
+    pub state: Option<StateClause>,
+    pub invariant: Option<InvariantClause>,
+    pub cluster: Option<ClusterClause>,
+    pub alert: Option<AlertClause>,
+    pub labels: Vec<TemplateField>,
+    pub annotations: Vec<TemplateField>,
+    pub returns: Option<Vec<ReturnItem>>,
+    /// Clauses that may appear once but appeared again: (clause keyword, span of the repeat).
+    pub repeated: Vec<(&'static str, Span)>,
+}
+
+/// `task t evict machine m as e where ... #time(5 min)`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pattern {
+    pub span: Span,
+    pub subject_kind: Ident,
+    pub subject: Ident,
+    pub operation: Ident,
+    pub object: Option<(Ident, Ident)>,
+    pub event: Ident,
+    pub filter: Option<Expr>,
+    pub window: Option<WindowSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowSpec {
+    pub span: Span,
+    pub size: Duration,
+    pub slide: Option<Duration>,
+}
+
+/// `with e1 -> e2 within 10 min group by t.job_id, m1 != m2`
+#[derive(Debug, Clone, PartialEq)]
+pub struct WithClause {
+    pub span: Span,
+    pub steps: Vec<SeqStep>,
+    pub within: Option<Duration>,
+    pub group_by: Vec<Expr>,
+    pub conditions: Vec<Expr>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqStep {
+    pub span: Span,
+    pub event: Ident,
+    pub kind: StepKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepKind {
+    /// The event occurs once.
+    Once,
+    /// The event occurs at least `min` and at most `max` times (`e{5,}`, `e{2,4}`, `e{3}`).
+    Count { min: u64, max: Option<u64> },
+    /// The event does not occur for this long after the previous step.
+    Absent(Duration),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateClause {
+    pub span: Span,
+    pub name: Ident,
+    /// `state[k]`: how many windows are kept (the current one included).
+    pub history: Option<(u64, Span)>,
+    pub fields: Vec<StateField>,
+    pub group_by: Vec<Expr>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateField {
+    pub name: Ident,
+    pub value: Expr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvariantMode {
+    Offline,
+    Online,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvariantClause {
+    pub span: Span,
+    pub windows: (u64, Span),
+    pub mode: Ident,
+    pub statements: Vec<InvariantStmt>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvariantStmt {
+    pub span: Span,
+    pub target: Ident,
+    /// `:=` declares and initialises; `=` updates after each training window.
+    pub is_init: bool,
+    pub value: Expr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterClause {
+    pub span: Span,
+    pub args: Vec<ClusterArg>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterArg {
+    pub name: Ident,
+    pub value: ClusterValue,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterValue {
+    /// `all(ss.cpu, ss.mem) per t.job_id`
+    Points { span: Span, dims: Vec<Expr>, per: Vec<Expr> },
+    Expr(Expr),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertClause {
+    pub span: Span,
+    /// `None` when the rule alerts on every match.
+    pub condition: Option<Expr>,
+    pub severity: Option<Ident>,
+    pub for_: Option<Duration>,
+    pub keep_firing_for: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateField {
+    pub name: Ident,
+    pub template: Template,
+}
+
+/// A string with `{expr}` holes; `{{` and `}}` are literal braces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    pub span: Span,
+    pub parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TemplatePart {
+    Text(String),
+    Hole(Expr),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReturnItem {
+    pub value: Expr,
+    pub alias: Option<Ident>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub span: Span,
+    pub kind: ExprKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    Number(f64),
+    Str(String),
+    Bool(bool),
+    Duration(u64),
+    EmptySet,
+    List(Vec<Expr>),
+    /// A bare name: a variable, a state, an invariant baseline.
+    Name(String),
+    /// `cluster`, the result of the rule's clustering step.
+    ClusterRef,
+    /// `x.field`
+    Member(Box<Expr>, Ident),
+    /// `x[i]`: history of a state, or a label lookup.
+    Index(Box<Expr>, Box<Expr>),
+    /// `ss[1..3]`: a range of past windows, inclusive.
+    Range(Box<Expr>, u64, u64),
+    Call(Ident, Vec<CallArg>),
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `|s|`
+    Cardinality(Box<Expr>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallArg {
+    pub name: Option<Ident>,
+    pub value: Expr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryOp {
+    Not,
+    Neg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Or,
+    And,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Match,
+    Like,
+    In,
+    NotIn,
+    Union,
+    Diff,
+    Intersect,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Or => "or",
+            BinOp::And => "and",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Match => "=~",
+            BinOp::Like => "like",
+            BinOp::In => "in",
+            BinOp::NotIn => "not in",
+            BinOp::Union => "union",
+            BinOp::Diff => "diff",
+            BinOp::Intersect => "intersect",
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+        }
+    }
+
+    /// Binding strength, higher binds tighter; used to print with only the needed parentheses.
+    pub fn precedence(self) -> u8 {
+        match self {
+            BinOp::Or => 1,
+            BinOp::And => 2,
+            BinOp::Eq
+            | BinOp::Ne
+            | BinOp::Lt
+            | BinOp::Le
+            | BinOp::Gt
+            | BinOp::Ge
+            | BinOp::Match
+            | BinOp::Like
+            | BinOp::In
+            | BinOp::NotIn => 4,
+            BinOp::Union | BinOp::Diff | BinOp::Intersect => 5,
+            BinOp::Add | BinOp::Sub => 6,
+            BinOp::Mul | BinOp::Div | BinOp::Rem => 7,
+        }
+    }
+}
+
+/// Formats a duration in the largest unit that divides it: `90000` ms prints as `90 s`.
+pub fn format_duration(millis: u64) -> String {
+    const UNITS: [(u64, &str); 5] =
+        [(604_800_000, "w"), (86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s")];
+    if millis == 0 {
+        return "0 s".to_string();
+    }
+    for (size, unit) in UNITS {
+        if millis % size == 0 {
+            return format!("{} {unit}", millis / size);
+        }
+    }
+    format!("{millis} ms")
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_expr(f, self, 0)
+    }
+}
+
+fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, parent_prec: u8) -> fmt::Result {
+    match &e.kind {
+        ExprKind::Number(n) => write!(f, "{n}"),
+        ExprKind::Str(s) => write!(f, "{s:?}"),
+        ExprKind::Bool(b) => write!(f, "{b}"),
+        ExprKind::Duration(ms) => f.write_str(&format_duration(*ms)),
+        ExprKind::EmptySet => f.write_str("empty_set"),
+        ExprKind::List(items) => {
+            f.write_str("[")?;
+            write_list(f, items)?;
+            f.write_str("]")
+        }
+        ExprKind::Name(n) => f.write_str(n),
+        ExprKind::ClusterRef => f.write_str("cluster"),
+        ExprKind::Member(base, field) => {
+            write_expr(f, base, 9)?;
+            write!(f, ".{}", field.name)
+        }
+        ExprKind::Index(base, idx) => {
+            write_expr(f, base, 9)?;
+            write!(f, "[{idx}]")
+        }
+        ExprKind::Range(base, lo, hi) => {
+            write_expr(f, base, 9)?;
+            write!(f, "[{lo}..{hi}]")
+        }
+        ExprKind::Call(name, args) => {
+            write!(f, "{}(", name.name)?;
+            for (i, arg) in args.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                if let Some(n) = &arg.name {
+                    write!(f, "{} = ", n.name)?;
+                }
+                write!(f, "{}", arg.value)?;
+            }
+            f.write_str(")")
+        }
+        ExprKind::Unary(UnaryOp::Not, inner) => {
+            let paren = parent_prec > 3;
+            if paren {
+                f.write_str("(")?;
+            }
+            f.write_str("not ")?;
+            write_expr(f, inner, 3)?;
+            if paren {
+                f.write_str(")")?;
+            }
+            Ok(())
+        }
+        ExprKind::Unary(UnaryOp::Neg, inner) => {
+            f.write_str("-")?;
+            write_expr(f, inner, 8)
+        }
+        ExprKind::Binary(op, l, r) => {
+            let prec = op.precedence();
+            let paren = prec < parent_prec;
+            if paren {
+                f.write_str("(")?;
+            }
+            write_expr(f, l, prec)?;
+            write!(f, " {} ", op.symbol())?;
+            // Left-associative: a right operand of equal strength needs parentheses.
+            write_expr(f, r, prec + 1)?;
+            if paren {
+                f.write_str(")")?;
+            }
+            Ok(())
+        }
+        ExprKind::Cardinality(inner) => write!(f, "|{inner}|"),
+    }
+}
+
+fn write_list(f: &mut fmt::Formatter<'_>, items: &[Expr]) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{item}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! The catalogue of built-in streams, entity kinds and operations the rule language knows.
+//!
+//! Field names here are the JSON field names of events (see `docs/language.md#streams`); the
+//! checker resolves every `e.field` and `t.field` against this table.
+
+use std::fmt;
+
+/// The type of a value in the rule language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    Number,
+    Str,
+    Bool,
+    Duration,
+    /// An event's timestamp.
+    Time,
+    /// A set of strings or numbers.
+    Set,
+    /// Values of one state field over a range of windows, `ss[1..3].cpu`.
+    List,
+    /// A list literal `[a, b]`, the right side of `in`.
+    Literals,
+    /// `labels` of a metric: string keys to string values.
+    Map,
+    Entity(EntityKind),
+    Event(Stream),
+    /// A state name (`ss`), which must be indexed or have a field taken.
+    State,
+    /// `cluster`, which must have a field taken.
+    Cluster,
+    /// The type of an expression that already has a reported error; it matches everything so
+    /// one mistake does not cascade into more.
+    Error,
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Number => f.write_str("number"),
+            Type::Str => f.write_str("string"),
+            Type::Bool => f.write_str("bool"),
+            Type::Duration => f.write_str("duration"),
+            Type::Time => f.write_str("time"),
+            Type::Set => f.write_str("set"),
+            Type::List => f.write_str("list of numbers"),
+            Type::Literals => f.write_str("list"),
+            Type::Map => f.write_str("map"),
+            Type::Entity(k) => write!(f, "{} entity", k.name()),
+            Type::Event(s) => write!(f, "{} event", s.name()),
+            Type::State => f.write_str("state"),
+            Type::Cluster => f.write_str("cluster result"),
+            Type::Error => f.write_str("unknown"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stream {
+    TaskEvent,
+    TaskUsage,
+    MachineEvent,
+    Metric,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 4] = [Stream::TaskEvent, Stream::TaskUsage, Stream::MachineEvent, Stream::Metric];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::TaskEvent => "task_event",
+            Stream::TaskUsage => "task_usage",
+            Stream::MachineEvent => "machine_event",
+            Stream::Metric => "metric",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Stream> {
+        Stream::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The fields an event of this stream carries, besides `ts`.
+    pub fn fields(self) -> &'static [(&'static str, Type)] {
+        use Type::*;
+        match self {
+            Stream::TaskEvent => &[
+                ("job_id", Str),
+                ("task_index", Number),
+                ("machine_id", Str),
+                ("type", Str),
+                ("user", Str),
+                ("priority", Number),
+                ("sched_class", Number),
+                ("cpu_request", Number),
+                ("mem_request", Number),
+            ],
+            Stream::TaskUsage => &[
+                ("job_id", Str),
+                ("task_index", Number),
+                ("machine_id", Str),
+                ("cpu", Number),
+                ("mem", Number),
+                ("max_cpu", Number),
+                ("max_mem", Number),
+                ("disk_io", Number),
+                ("cpi", Number),
+            ],
+            Stream::MachineEvent => {
+                &[("machine_id", Str), ("type", Str), ("cpus", Number), ("memory", Number), ("detail", Str)]
+            }
+            Stream::Metric => &[("host", Str), ("name", Str), ("value", Number), ("labels", Map)],
+        }
+    }
+
+    /// The type of `field` on an event of this stream; `ts` is on every stream.
+    pub fn field(self, field: &str) -> Option<Type> {
+        if field == "ts" {
+            return Some(Type::Time);
+        }
+        self.fields().iter().find(|(n, _)| *n == field).map(|(_, t)| *t)
+    }
+
+    pub fn field_names(self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.fields().iter().map(|(n, _)| *n).collect();
+        names.push("ts");
+        names
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntityKind {
+    Task,
+    Machine,
+    Host,
+    Metric,
+}
+
+impl EntityKind {
+    pub const ALL: [EntityKind; 4] = [EntityKind::Task, EntityKind::Machine, EntityKind::Host, EntityKind::Metric];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EntityKind::Task => "task",
+            EntityKind::Machine => "machine",
+            EntityKind::Host => "host",
+            EntityKind::Metric => "metric",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EntityKind> {
+        EntityKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The fields that identify one entity: two variables of this kind are the same entity when
+    /// these are equal, and grouping by the entity groups by these.
+    pub fn key_fields(self) -> &'static [&'static str] {
+        match self {
+            EntityKind::Task => &["job_id", "task_index"],
+            EntityKind::Machine => &["machine_id"],
+            EntityKind::Host => &["host"],
+            EntityKind::Metric => &["host", "name"],
+        }
+    }
+}
+
+/// Whether an entity takes the subject or the object place of a pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Subject,
+    Object,
+}
+
+/// One way to write a pattern: `<subject> <op> [<object>]` read from `stream`.
+pub struct Operation {
+    pub subject: EntityKind,
+    pub name: &'static str,
+    pub stream: Stream,
+    /// The value of the event's `type` field this operation selects; `None` selects all.
+    pub event_type: Option<&'static str>,
+    pub object: Option<EntityKind>,
+    /// Whether the object may be left out (`task t submit as e` has no machine yet).
+    pub object_optional: bool,
+}
+
+const fn op(
+    subject: EntityKind,
+    name: &'static str,
+    stream: Stream,
+    event_type: Option<&'static str>,
+    object: Option<EntityKind>,
+    object_optional: bool,
+) -> Operation {
+    Operation { subject, name, stream, event_type, object, object_optional }
+}
+
+use EntityKind as K;
+use Stream as S;
+
+pub const OPERATIONS: &[Operation] = &[
+    op(K::Task, "submit", S::TaskEvent, Some("SUBMIT"), Some(K::Machine), true),
+    op(K::Task, "schedule", S::TaskEvent, Some("SCHEDULE"), Some(K::Machine), true),
+    op(K::Task, "evict", S::TaskEvent, Some("EVICT"), Some(K::Machine), true),
+    op(K::Task, "fail", S::TaskEvent, Some("FAIL"), Some(K::Machine), true),
+    op(K::Task, "finish", S::TaskEvent, Some("FINISH"), Some(K::Machine), true),
+    op(K::Task, "kill", S::TaskEvent, Some("KILL"), Some(K::Machine), true),
+    op(K::Task, "lost", S::TaskEvent, Some("LOST"), Some(K::Machine), true),
+    op(K::Task, "update_pending", S::TaskEvent, Some("UPDATE_PENDING"), Some(K::Machine), true),
+    op(K::Task, "update_running", S::TaskEvent, Some("UPDATE_RUNNING"), Some(K::Machine), true),
+    op(K::Task, "event", S::TaskEvent, None, Some(K::Machine), true),
+    op(K::Task, "use", S::TaskUsage, None, Some(K::Machine), true),
+    op(K::Machine, "add", S::MachineEvent, Some("ADD"), None, true),
+    op(K::Machine, "remove", S::MachineEvent, Some("REMOVE"), None, true),
+    op(K::Machine, "update", S::MachineEvent, Some("UPDATE"), None, true),
+    op(K::Machine, "softerror", S::MachineEvent, Some("SOFTERROR"), None, true),
+    op(K::Machine, "harderror", S::MachineEvent, Some("HARDERROR"), None, true),
+    op(K::Machine, "event", S::MachineEvent, None, None, true),
+    op(K::Host, "report", S::Metric, None, Some(K::Metric), true),
+    op(K::Metric, "sample", S::Metric, None, None, true),
+];
+
+/// The operations a subject kind can perform, by name.
+pub fn operations_of(kind: EntityKind) -> impl Iterator<Item = &'static Operation> {
+    OPERATIONS.iter().filter(move |o| o.subject == kind)
+}
+
+/// The fields of an entity in a given place of a stream's events. The task in a `task_event` is
+/// described by the user and its requests; the machine a task runs on is known only by its id.
+pub fn entity_fields(kind: EntityKind, stream: Stream, role: Role) -> &'static [&'static str] {
+    match (kind, stream, role) {
+        (K::Task, S::TaskEvent, Role::Subject) => {
+            &["job_id", "task_index", "user", "priority", "sched_class", "cpu_request", "mem_request"]
+        }
+        (K::Task, _, _) => &["job_id", "task_index"],
+        (K::Machine, S::MachineEvent, Role::Subject) => &["machine_id", "cpus", "memory"],
+        (K::Machine, _, _) => &["machine_id"],
+        (K::Host, _, _) => &["host"],
+        (K::Metric, _, _) => &["host", "name", "labels"],
+    }
+}
+
+/// Severities an alert may carry, mildest first.
+pub const SEVERITIES: &[&str] = &["info", "warning", "critical"];
