@@ -147,8 +147,9 @@ impl<'a> RuleChecker<'a> {
 
         let window = self.window();
         let sequence = self.sequence();
-        self.mixing_checks(window.is_some(), sequence.is_some());
-        let state = self.state_clause(window.is_some());
+        let windowed = r.patterns.iter().any(|p| p.window.is_some());
+        self.mixing_checks(windowed, sequence.is_some());
+        let state = self.state_clause();
         let invariant = self.invariant();
         let cluster = self.cluster();
 
@@ -394,10 +395,14 @@ impl<'a> RuleChecker<'a> {
                 );
             }
             match step.kind {
-                StepKind::Absent(d) if i == 0 => self.error(
-                    Diagnostic::new(codes::SEQUENCE_SHAPE, "a sequence cannot start with an absence", step.span, "nothing before it")
-                        .with_help(format!("put the event that starts the wait first: `with e1 -> not {} for {}`", step.event.name, format_duration(d.millis))),
-                ),
+                StepKind::Absent(d) if i == 0 => {
+                    let start = w.steps.iter().find(|s| !matches!(s.kind, StepKind::Absent(_))).map_or("e0", |s| s.event.name.as_str());
+                    self.error(
+                        Diagnostic::new(codes::SEQUENCE_SHAPE, "a sequence cannot start with an absence", step.span, "nothing before it")
+                            .with_note("an absence is measured from the step before it")
+                            .with_help(format!("put the event that starts the wait first: `with {start} -> not {} for {}`", step.event.name, format_duration(d.millis))),
+                    )
+                }
                 StepKind::Absent(d) if d.millis == 0 => {
                     self.error(Diagnostic::new(codes::DURATION_RANGE, "an absence must last longer than zero", d.span, "zero length"))
                 }
@@ -501,11 +506,10 @@ impl<'a> RuleChecker<'a> {
         }
     }
 
-    fn state_clause(&mut self, windowed: bool) -> Option<StatePlan> {
+    fn state_clause(&mut self) -> Option<StatePlan> {
         let s = self.rule.state.as_ref()?;
-        if !windowed || self.sources.len() != 1 {
-            return None;
-        }
+        // Without a window (already reported) the state is still bound, so that its uses do not
+        // cascade into "unknown name" errors.
         let name = s.name.name.clone();
         if self.events.contains_key(&name) || self.entities.contains_key(&name) {
             self.error(Diagnostic::new(codes::DUPLICATE_NAME, format!("`{name}` already names a variable"), s.name.span, "state needs its own name"));
@@ -1355,17 +1359,22 @@ impl<'a> RuleChecker<'a> {
         }
         const FUNCS: [&str; 14] =
             ["abs", "sqrt", "ln", "round", "floor", "ceil", "lower", "upper", "min", "max", "avg", "sum", "stddev", "count"];
-        if FUNCS.contains(&n) {
-            let shown: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
-            let mut d = Diagnostic::new(codes::ARGUMENTS, format!("`{n}` cannot take ({})", shown.join(", ")), e.span, "wrong arguments");
-            d = match n {
-                "avg" | "sum" | "min" | "max" | "stddev" | "count" if self.state.is_none() || !scope.state => d
-                    .with_note(format!("`{n}(...)` over events is an aggregate: it belongs in a `state` block"))
-                    .with_help(format!("aggregate in the state, e.g. `state ss {{ x := {n}(e.cpu) }}`, then use `ss.x`")),
-                "avg" | "sum" | "min" | "max" | "stddev" | "count" => d.with_help(format!("over past windows, take a range: `{n}({}[1..3].field)`", self.state.as_ref().map_or("ss", |s| s.name.as_str()))),
-                _ => d.with_note(signature(n).to_string()),
+        const REDUCTIONS: [&str; 6] = ["avg", "sum", "min", "max", "stddev", "count"];
+        if REDUCTIONS.contains(&n) {
+            let state = self.state.as_ref().map(|s| s.name.clone());
+            let d = match state.filter(|_| scope.state) {
+                Some(ss) => Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("`{n}` here takes a range of past windows"), e.span, "not a range of windows")
+                    .with_help(format!("write e.g. `{n}({ss}[1..3].field)`; to aggregate events, add a field to state `{ss}`")),
+                None => Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("aggregate `{n}` used outside a state block"), e.span, "aggregates events")
+                    .with_note("aggregates over events need a window and a `state` block")
+                    .with_help(format!("add a window and a state, e.g. `#time(5 min)` and `state ss {{ x := {n}(...) }}`, then use `ss.x`")),
             };
             self.error(d);
+            return error_expr();
+        }
+        if FUNCS.contains(&n) {
+            let shown: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
+            self.error(Diagnostic::new(codes::ARGUMENTS, format!("`{n}` cannot take ({})", shown.join(", ")), e.span, "wrong arguments").with_note(signature(n).to_string()));
             return error_expr();
         }
         let mut all: Vec<&str> = FUNCS.to_vec();
@@ -1455,9 +1464,7 @@ impl<'a> RuleChecker<'a> {
             BinOp::Rem => (a == Number && b == Number).then_some(Number),
         };
         let Some(ty) = ty else {
-            let mut d = Diagnostic::new(codes::TYPE_MISMATCH, format!("`{}` cannot combine a {a} and a {b}", op.symbol()), e.span, "types do not fit")
-                .with_secondary(l.span, format!("{a}"))
-                .with_secondary(r.span, format!("{b}"));
+            let mut d = Diagnostic::new(codes::TYPE_MISMATCH, format!("`{}` cannot combine a {a} and a {b}", op.symbol()), e.span, format!("{a} {} {b}", op.symbol()));
             if (a == Number && b == Duration) || (a == Duration && b == Number) {
                 d = d.with_help("give the number a unit, e.g. `5 min`");
             } else if a == Set || b == Set {

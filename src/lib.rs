@@ -46,8 +46,24 @@ impl Compiled {
     }
 }
 
+/// Stack for parsing and checking. pest descends recursively, one deep frame chain per bracket
+/// level; [`parser::MAX_NESTING`] bounds the levels and this bounds the frames, whatever thread
+/// (a test harness's, an async runtime's) the caller happens to be on.
+const COMPILE_STACK: usize = 64 << 20;
+
 /// Parses and checks one file given as raw bytes.
 pub fn compile(name: &str, bytes: &[u8]) -> Compiled {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("vigil-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn_scoped(scope, || compile_here(name, bytes))
+            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .unwrap_or_else(|_| compile_here(name, bytes))
+    })
+}
+
+fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
     match std::str::from_utf8(bytes) {
         Ok(text) => {
             let (file, mut diagnostics) = parser::parse(text);

@@ -198,6 +198,17 @@ fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>) -> (Diagno
             }
         }
     }
+    if src[at..].starts_with("/*") {
+        let d = Diagnostic::new(codes::SYNTAX, "unclosed block comment", Span::new(at, at + 2), "opened here, never closed")
+            .with_help("close it with `*/`");
+        return (d, at);
+    }
+    // Alert options are listed one by one as keywords and once as a group; keep the group.
+    if expected.contains(ALERT_OPTIONS) {
+        for kw in ["`for`", "`severity`", "`keep_firing_for`"] {
+            expected.remove(kw);
+        }
+    }
     let found = found_at(src, at);
     let mut list: Vec<String> = expected.into_iter().collect();
     // Clause and operator are the longest lists; say them last so the specific ones lead.
@@ -211,8 +222,22 @@ fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>) -> (Diagno
         }
     };
     let end = (at + found.1).min(src.len());
-    (Diagnostic::new(codes::SYNTAX, format!("unexpected {}", found.0), Span::new(at, end), label), at)
+    let mut d = Diagnostic::new(codes::SYNTAX, format!("unexpected {}", found.0), Span::new(at, end), label);
+    if found.1 == 0 {
+        d = d.with_secondary(Span::new(base, base + 4), "this rule is never closed");
+    }
+    let word = &src[at..end];
+    if let Some(kw) = crate::diagnostic::nearest(word, CLAUSE_KEYWORDS.iter().copied()).filter(|kw| *kw != word) {
+        d = d.with_help(format!("did you mean `{kw}`?"));
+    }
+    (d, at)
 }
+
+const ALERT_OPTIONS: &str = "an alert option (severity, for, keep_firing_for)";
+const CLAUSE_KEYWORDS: &[&str] = &[
+    "rule", "description", "with", "within", "state", "invariant", "cluster", "alert", "labels", "annotations", "return",
+    "where", "severity", "keep_firing_for",
+];
 
 /// How to name what stands at `at`, and its length in bytes.
 fn found_at(src: &str, at: usize) -> (String, usize) {
@@ -257,7 +282,7 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
         Rule::inv_mode => "`offline` or `online`",
         Rule::cluster_arg => "a cluster argument `name = value`",
         Rule::template_field => "a field `name = \"text\"`",
-        Rule::severity_opt | Rule::for_opt | Rule::keep_firing_opt => "an alert option (severity, for, keep_firing_for)",
+        Rule::severity_opt | Rule::for_opt | Rule::keep_firing_opt => ALERT_OPTIONS,
         Rule::or_op | Rule::and_op | Rule::cmp_op | Rule::set_op | Rule::add_op | Rule::mul_op | Rule::member
         | Rule::index | Rule::in_op | Rule::not_in | Rule::like_op => "an operator",
         Rule::EOI => "end of file",
@@ -284,6 +309,8 @@ fn describe_literal(token: &str) -> Option<String> {
         Some("an operator".to_string())
     } else if CLAUSES.contains(&token) {
         Some("a clause".to_string())
+    } else if token == "#time" {
+        Some("a window `#time(...)`".to_string())
     } else {
         Some(format!("`{token}`"))
     }
@@ -296,9 +323,12 @@ struct Builder<'d> {
 }
 
 impl Builder<'_> {
+    /// A pair's span without the whitespace pest may have consumed after it, so that carets
+    /// stop at the last character the user wrote.
     fn span(&self, p: &Pair<Rule>) -> Span {
         let s = p.as_span();
-        Span::new(self.offset + s.start(), self.offset + s.end())
+        let len = p.as_str().trim_end().len();
+        Span::new(self.offset + s.start(), self.offset + s.start() + len)
     }
 
     fn ident(&self, p: Pair<Rule>) -> Ident {

@@ -1,0 +1,69 @@
+//! The `vigil` binary as a user runs it: exit codes, rendered output, JSON.
+
+use std::process::Command;
+
+fn vigil(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil")).args(args).env("NO_COLOR", "1").output().expect("vigil runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn check_passes_on_the_shipped_rules() {
+    let (code, stdout, _) = vigil(&["check", "rules"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.starts_with("ok: "), "{stdout}");
+}
+
+#[test]
+fn check_reports_three_mistakes_with_line_column_and_caret() {
+    let (code, stdout, _) = vigil(&["check", "tests/diagnostics/11_three_mistakes.saql"]);
+    assert_eq!(code, 1);
+    for location in ["11_three_mistakes.saql:3:37", "11_three_mistakes.saql:5:12", "11_three_mistakes.saql:5:27"] {
+        assert!(stdout.contains(location), "missing {location} in:\n{stdout}");
+    }
+    let caret_lines = stdout.lines().filter(|l| l.contains('│') && l.trim_end().ends_with(|c| c == '^') || l.contains("^ ")).count();
+    assert_eq!(caret_lines, 3, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("error[")).count(), 3, "{stdout}");
+    assert!(stdout.ends_with("3 problems in 1 of 1 file\n"), "{stdout}");
+}
+
+#[test]
+fn check_json_lists_file_line_column_code_message() {
+    let (code, stdout, _) = vigil(&["check", "--format", "json", "tests/diagnostics/01_unknown_field.saql"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    assert_eq!(v[0]["file"], "tests/diagnostics/01_unknown_field.saql");
+    assert_eq!(v[0]["line"], 2);
+    assert_eq!(v[0]["column"], 42);
+    assert_eq!(v[0]["code"], "E0103");
+    assert_eq!(v[0]["message"], "unknown field `cpu_reqest` on event `e` (task_event)");
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    assert_eq!(vigil(&["check", "no/such/path.saql"]).0, 2);
+    assert_eq!(vigil(&["check", "--format", "yaml"]).0, 2);
+    assert_eq!(vigil(&["frobnicate"]).0, 2);
+    assert_eq!(vigil(&["explain", "rules"]).0, 2);
+}
+
+#[test]
+fn explain_prints_each_rule_plan() {
+    let (code, stdout, _) = vigil(&["explain", "rules/job_failure_burst.saql"]);
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("rule job_failure_burst (rule-based, event sequence)\n"), "{stdout}");
+    assert!(stdout.contains("    then e at least 5 times\n    within 15 min\n    partition by t.job_id\n"), "{stdout}");
+}
+
+#[test]
+fn a_rule_name_in_two_files_is_reported() {
+    let dir = std::env::temp_dir().join(format!("vigil-dup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rule = "rule same { task t fail as e }\n";
+    std::fs::write(dir.join("a.saql"), rule).expect("write");
+    std::fs::write(dir.join("b.saql"), rule).expect("write");
+    let (code, stdout, _) = vigil(&["check", dir.to_str().expect("utf-8")]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 1);
+    assert!(stdout.contains("rule `same` is also defined in"), "{stdout}");
+}
