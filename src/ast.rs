@@ -163,7 +163,11 @@ pub struct ClusterArg {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterValue {
     /// `all(ss.cpu, ss.mem) per t.job_id`
-    Points { span: Span, dims: Vec<Expr>, per: Vec<Expr> },
+    Points {
+        span: Span,
+        dims: Vec<Expr>,
+        per: Vec<Expr>,
+    },
     Expr(Expr),
 }
 

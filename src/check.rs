@@ -22,8 +22,13 @@ pub fn check(file: &ast::File) -> (Vec<RulePlan>, Vec<Diagnostic>) {
     for rule in &file.rules {
         if let Some(first) = seen.get(rule.name.name.as_str()) {
             diags.push(
-                Diagnostic::new(codes::DUPLICATE_RULE, format!("rule `{}` is defined twice", rule.name.name), rule.name.span, "defined again here")
-                    .with_secondary(*first, "first defined here"),
+                Diagnostic::new(
+                    codes::DUPLICATE_RULE,
+                    format!("rule `{}` is defined twice", rule.name.name),
+                    rule.name.span,
+                    "defined again here",
+                )
+                .with_secondary(*first, "first defined here"),
             );
         } else {
             seen.insert(&rule.name.name, rule.name.span);
@@ -123,8 +128,13 @@ impl<'a> RuleChecker<'a> {
         }
         if r.patterns.is_empty() {
             self.error(
-                Diagnostic::new(codes::NO_PATTERN, format!("rule `{}` matches no events", r.name.name), r.name.span, "no event pattern")
-                    .with_help("start the rule with a pattern such as `task t fail machine m as e`"),
+                Diagnostic::new(
+                    codes::NO_PATTERN,
+                    format!("rule `{}` matches no events", r.name.name),
+                    r.name.span,
+                    "no event pattern",
+                )
+                .with_help("start the rule with a pattern such as `task t fail machine m as e`"),
             );
             return None;
         }
@@ -137,7 +147,13 @@ impl<'a> RuleChecker<'a> {
             .enumerate()
             .map(|(i, p)| {
                 let only = [i];
-                let scope = Scope { place: "a pattern filter", vars: Vars::Sources(&only), state: false, baselines: false, cluster: false };
+                let scope = Scope {
+                    place: "a pattern filter",
+                    vars: Vars::Sources(&only),
+                    state: false,
+                    baselines: false,
+                    cluster: false,
+                };
                 p.filter.as_ref().map(|f| self.condition(f, &scope))
             })
             .collect();
@@ -154,7 +170,9 @@ impl<'a> RuleChecker<'a> {
         let cluster = self.cluster();
 
         let positive: Vec<usize> = match &sequence {
-            Some(seq) => seq.steps.iter().filter(|s| !matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect(),
+            Some(seq) => {
+                seq.steps.iter().filter(|s| !matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect()
+            }
             None => (0..self.sources.len()).collect(),
         };
         let scope = self.output_scope(&positive);
@@ -232,7 +250,13 @@ impl<'a> RuleChecker<'a> {
                 } else {
                     self.error(Diagnostic::new(
                         codes::UNKNOWN_ENTITY,
-                        format!("`{} {}` takes a {} as its object, not a {}", subject_kind.name(), op.name, expected.name(), kind.name),
+                        format!(
+                            "`{} {}` takes a {} as its object, not a {}",
+                            subject_kind.name(),
+                            op.name,
+                            expected.name(),
+                            kind.name
+                        ),
                         kind.span,
                         format!("expected `{}`", expected.name()),
                     ));
@@ -245,7 +269,11 @@ impl<'a> RuleChecker<'a> {
                     kind.span,
                     "unexpected object",
                 )
-                .with_note(format!("{} events describe the {} alone", op.stream.name(), subject_kind.name())),
+                .with_note(format!(
+                    "{} events describe the {} alone",
+                    op.stream.name(),
+                    subject_kind.name()
+                )),
             ),
             (None, Some(expected)) if !op.object_optional => self.error(Diagnostic::new(
                 codes::UNKNOWN_ENTITY,
@@ -311,7 +339,8 @@ impl<'a> RuleChecker<'a> {
             }
             Some(info) => info.bindings.push((source, role)),
             None => {
-                self.entities.insert(var.name.clone(), EntityInfo { kind, span: var.span, bindings: vec![(source, role)] });
+                self.entities
+                    .insert(var.name.clone(), EntityInfo { kind, span: var.span, bindings: vec![(source, role)] });
                 self.entity_order.push(var.name.clone());
             }
         }
@@ -322,36 +351,61 @@ impl<'a> RuleChecker<'a> {
         let w = *windows.first()?;
         for extra in &windows[1..] {
             self.error(
-                Diagnostic::new(codes::MODEL_MIX, "only one pattern of a rule may have a window", extra.span, "second window")
-                    .with_secondary(w.span, "first window"),
+                Diagnostic::new(
+                    codes::MODEL_MIX,
+                    "only one pattern of a rule may have a window",
+                    extra.span,
+                    "second window",
+                )
+                .with_secondary(w.span, "first window"),
             );
         }
         if w.size.millis == 0 {
-            self.error(Diagnostic::new(codes::DURATION_RANGE, "a window must be longer than zero", w.size.span, "zero length"));
+            self.error(Diagnostic::new(
+                codes::DURATION_RANGE,
+                "a window must be longer than zero",
+                w.size.span,
+                "zero length",
+            ));
             return None;
         }
         let slide = w.slide.map_or(w.size.millis, |s| s.millis);
         if let Some(s) = w.slide {
             if s.millis == 0 {
-                self.error(Diagnostic::new(codes::DURATION_RANGE, "a window must slide by more than zero", s.span, "zero slide"));
+                self.error(Diagnostic::new(
+                    codes::DURATION_RANGE,
+                    "a window must slide by more than zero",
+                    s.span,
+                    "zero slide",
+                ));
                 return None;
             }
             if s.millis > w.size.millis {
                 self.error(
-                    Diagnostic::new(codes::WINDOW, "a window cannot slide further than its length", s.span, "longer than the window")
-                        .with_note("events between two windows would belong to none"),
+                    Diagnostic::new(
+                        codes::WINDOW,
+                        "a window cannot slide further than its length",
+                        s.span,
+                        "longer than the window",
+                    )
+                    .with_note("events between two windows would belong to none"),
                 );
                 return None;
             }
             if w.size.millis % s.millis != 0 {
                 self.error(
-                    Diagnostic::new(codes::WINDOW, "a window's length must be a whole number of slides", w.span, "length is not a multiple of the slide")
-                        .with_help(format!(
-                            "use a slide that divides {}, e.g. `#time({}, {})`",
-                            format_duration(w.size.millis),
-                            format_duration(w.size.millis),
-                            format_duration(gcd(w.size.millis, s.millis))
-                        )),
+                    Diagnostic::new(
+                        codes::WINDOW,
+                        "a window's length must be a whole number of slides",
+                        w.span,
+                        "length is not a multiple of the slide",
+                    )
+                    .with_help(format!(
+                        "use a slide that divides {}, e.g. `#time({}, {})`",
+                        format_duration(w.size.millis),
+                        format_duration(w.size.millis),
+                        format_duration(gcd(w.size.millis, s.millis))
+                    )),
                 );
                 return None;
             }
@@ -370,7 +424,10 @@ impl<'a> RuleChecker<'a> {
                         r.patterns[1].span,
                         "second pattern",
                     )
-                    .with_help(format!("say how the events follow each other, e.g. `with {} -> {} within 10 min`", r.patterns[0].event.name, r.patterns[1].event.name)),
+                    .with_help(format!(
+                        "say how the events follow each other, e.g. `with {} -> {} within 10 min`",
+                        r.patterns[0].event.name, r.patterns[1].event.name
+                    )),
                 );
             }
             return None;
@@ -381,38 +438,72 @@ impl<'a> RuleChecker<'a> {
             let Some(info) = self.events.get(&step.event.name) else {
                 let names: Vec<&str> = r.patterns.iter().map(|p| p.event.name.as_str()).collect();
                 self.error(
-                    Diagnostic::new(codes::UNKNOWN_NAME, format!("no pattern binds an event `{}`", step.event.name), step.event.span, "unknown event")
-                        .with_help(suggestion(&step.event.name, &names)),
+                    Diagnostic::new(
+                        codes::UNKNOWN_NAME,
+                        format!("no pattern binds an event `{}`", step.event.name),
+                        step.event.span,
+                        "unknown event",
+                    )
+                    .with_help(suggestion(&step.event.name, &names)),
                 );
                 continue;
             };
             let source = info.source;
             if let Some(first) = used.insert(&step.event.name, step.event.span) {
                 self.error(
-                    Diagnostic::new(codes::DUPLICATE_NAME, format!("`{}` appears twice in the sequence", step.event.name), step.event.span, "again here")
-                        .with_secondary(first, "first here")
-                        .with_help("to match the same kind of event twice, write two patterns with different names"),
+                    Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("`{}` appears twice in the sequence", step.event.name),
+                        step.event.span,
+                        "again here",
+                    )
+                    .with_secondary(first, "first here")
+                    .with_help("to match the same kind of event twice, write two patterns with different names"),
                 );
             }
             match step.kind {
                 StepKind::Absent(d) if i == 0 => {
-                    let start = w.steps.iter().find(|s| !matches!(s.kind, StepKind::Absent(_))).map_or("e0", |s| s.event.name.as_str());
+                    let start = w
+                        .steps
+                        .iter()
+                        .find(|s| !matches!(s.kind, StepKind::Absent(_)))
+                        .map_or("e0", |s| s.event.name.as_str());
                     self.error(
-                        Diagnostic::new(codes::SEQUENCE_SHAPE, "a sequence cannot start with an absence", step.span, "nothing before it")
-                            .with_note("an absence is measured from the step before it")
-                            .with_help(format!("put the event that starts the wait first: `with {start} -> not {} for {}`", step.event.name, format_duration(d.millis))),
+                        Diagnostic::new(
+                            codes::SEQUENCE_SHAPE,
+                            "a sequence cannot start with an absence",
+                            step.span,
+                            "nothing before it",
+                        )
+                        .with_note("an absence is measured from the step before it")
+                        .with_help(format!(
+                            "put the event that starts the wait first: `with {start} -> not {} for {}`",
+                            step.event.name,
+                            format_duration(d.millis)
+                        )),
                     )
                 }
-                StepKind::Absent(d) if d.millis == 0 => {
-                    self.error(Diagnostic::new(codes::DURATION_RANGE, "an absence must last longer than zero", d.span, "zero length"))
-                }
-                StepKind::Count { min, max } => {
-                    if min == 0 || max.is_some_and(|m| m < min) || min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
-                        self.error(
-                            Diagnostic::new(codes::SEQUENCE_SHAPE, "invalid repetition count", step.span, "count out of range")
-                                .with_help(format!("write `e{{n,}}`, `e{{n}}` or `e{{n,m}}` with 1 <= n <= m <= {MAX_COUNT}")),
+                StepKind::Absent(d) if d.millis == 0 => self.error(Diagnostic::new(
+                    codes::DURATION_RANGE,
+                    "an absence must last longer than zero",
+                    d.span,
+                    "zero length",
+                )),
+                StepKind::Count { min, max }
+                    if (min == 0
+                        || max.is_some_and(|m| m < min)
+                        || min > MAX_COUNT
+                        || max.is_some_and(|m| m > MAX_COUNT)) =>
+                {
+                    self.error(
+                        Diagnostic::new(
+                            codes::SEQUENCE_SHAPE,
+                            "invalid repetition count",
+                            step.span,
+                            "count out of range",
                         )
-                    }
+                        .with_help(format!("write `e{{n,}}`, `e{{n}}` or `e{{n,m}}` with 1 <= n <= m <= {MAX_COUNT}")),
+                    )
                 }
                 _ => {}
             }
@@ -421,8 +512,13 @@ impl<'a> RuleChecker<'a> {
         for p in &r.patterns {
             if !used.contains_key(p.event.name.as_str()) && self.events.contains_key(&p.event.name) {
                 self.error(
-                    Diagnostic::new(codes::SEQUENCE_SHAPE, format!("event `{}` is not in the `with` sequence", p.event.name), p.event.span, "bound here but never sequenced")
-                        .with_help("add it to the sequence or remove the pattern"),
+                    Diagnostic::new(
+                        codes::SEQUENCE_SHAPE,
+                        format!("event `{}` is not in the `with` sequence", p.event.name),
+                        p.event.span,
+                        "bound here but never sequenced",
+                    )
+                    .with_help("add it to the sequence or remove the pattern"),
                 );
             }
         }
@@ -430,14 +526,24 @@ impl<'a> RuleChecker<'a> {
         let counted = steps.iter().any(|s| matches!(s.kind, StepKind::Count { .. }));
         if (positive > 1 || counted) && w.within.is_none() {
             self.error(
-                Diagnostic::new(codes::UNBOUNDED_SEQUENCE, "this sequence has no time bound", w.span, "add `within` here")
-                    .with_note("without a bound, partial matches would be kept forever")
-                    .with_help("bound the whole match, e.g. `with e1 -> e2 within 10 min`"),
+                Diagnostic::new(
+                    codes::UNBOUNDED_SEQUENCE,
+                    "this sequence has no time bound",
+                    w.span,
+                    "add `within` here",
+                )
+                .with_note("without a bound, partial matches would be kept forever")
+                .with_help("bound the whole match, e.g. `with e1 -> e2 within 10 min`"),
             );
         }
         if let Some(d) = w.within {
             if d.millis == 0 {
-                self.error(Diagnostic::new(codes::DURATION_RANGE, "`within` must be longer than zero", d.span, "zero length"));
+                self.error(Diagnostic::new(
+                    codes::DURATION_RANGE,
+                    "`within` must be longer than zero",
+                    d.span,
+                    "zero length",
+                ));
             }
         }
         if steps.len() == 1 && matches!(steps[0].kind, StepKind::Once) {
@@ -447,7 +553,13 @@ impl<'a> RuleChecker<'a> {
             );
         }
         let all: Vec<usize> = (0..self.sources.len()).collect();
-        let scope = Scope { place: "the `with` clause", vars: Vars::Sources(&all), state: false, baselines: false, cluster: false };
+        let scope = Scope {
+            place: "the `with` clause",
+            vars: Vars::Sources(&all),
+            state: false,
+            baselines: false,
+            cluster: false,
+        };
         let group_by = w.group_by.iter().map(|e| self.scalar(e, &scope)).collect();
         let conditions = w.conditions.iter().map(|c| self.condition(c, &scope)).collect();
         let mut joins: Vec<(String, EntityKind, Vec<usize>)> = self
@@ -470,38 +582,73 @@ impl<'a> RuleChecker<'a> {
         if windowed && r.patterns.len() > 1 {
             let span = r.patterns.iter().find_map(|p| p.window.as_ref()).map(|w| w.span).unwrap_or(r.name.span);
             self.error(
-                Diagnostic::new(codes::MODEL_MIX, "a window aggregates a single pattern", span, "window in a multi-pattern rule")
-                    .with_help("bound sequences with `within`; count repeated events with `e{n,}`"),
+                Diagnostic::new(
+                    codes::MODEL_MIX,
+                    "a window aggregates a single pattern",
+                    span,
+                    "window in a multi-pattern rule",
+                )
+                .with_help("bound sequences with `within`; count repeated events with `e{n,}`"),
             );
         }
         if let (Some(state), false) = (&r.state, windowed) {
             self.error(
-                Diagnostic::new(codes::STATE_NEEDS_WINDOW, "state needs a window to aggregate over", state.span, "no window")
-                    .with_help("add a window to the pattern, e.g. `... as e #time(5 min)`"),
+                Diagnostic::new(
+                    codes::STATE_NEEDS_WINDOW,
+                    "state needs a window to aggregate over",
+                    state.span,
+                    "no window",
+                )
+                .with_help("add a window to the pattern, e.g. `... as e #time(5 min)`"),
             );
         }
         if windowed && r.state.is_none() {
             let span = r.patterns.iter().find_map(|p| p.window.as_ref()).map(|w| w.span).unwrap_or(r.name.span);
             self.error(
-                Diagnostic::new(codes::STATE_NEEDS_WINDOW, "a window needs a `state` block to aggregate into", span, "window without state")
-                    .with_help("add e.g. `state ss { n := count() } group by m`"),
+                Diagnostic::new(
+                    codes::STATE_NEEDS_WINDOW,
+                    "a window needs a `state` block to aggregate into",
+                    span,
+                    "window without state",
+                )
+                .with_help("add e.g. `state ss { n := count() } group by m`"),
             );
         }
         if sequenced && r.state.is_some() {
             if let Some(s) = &r.state {
-                self.error(Diagnostic::new(codes::MODEL_MIX, "a rule is either a sequence or a windowed state, not both", s.span, "state in a sequence rule"));
+                self.error(Diagnostic::new(
+                    codes::MODEL_MIX,
+                    "a rule is either a sequence or a windowed state, not both",
+                    s.span,
+                    "state in a sequence rule",
+                ));
             }
         }
         if let (Some(inv), None) = (&r.invariant, &r.state) {
-            self.error(Diagnostic::new(codes::INVARIANT, "an invariant learns from a `state` block, and this rule has none", inv.span, "no state to learn from"));
+            self.error(Diagnostic::new(
+                codes::INVARIANT,
+                "an invariant learns from a `state` block, and this rule has none",
+                inv.span,
+                "no state to learn from",
+            ));
         }
         if let (Some(c), None) = (&r.cluster, &r.state) {
-            self.error(Diagnostic::new(codes::CLUSTER, "clustering compares the groups of a `state` block, and this rule has none", c.span, "no state to cluster"));
+            self.error(Diagnostic::new(
+                codes::CLUSTER,
+                "clustering compares the groups of a `state` block, and this rule has none",
+                c.span,
+                "no state to cluster",
+            ));
         }
         if let (Some(inv), Some(c)) = (&r.invariant, &r.cluster) {
             self.error(
-                Diagnostic::new(codes::MODEL_MIX, "a rule has an invariant or a cluster step, not both", c.span, "cluster step")
-                    .with_secondary(inv.span, "invariant"),
+                Diagnostic::new(
+                    codes::MODEL_MIX,
+                    "a rule has an invariant or a cluster step, not both",
+                    c.span,
+                    "cluster step",
+                )
+                .with_secondary(inv.span, "invariant"),
             );
         }
     }
@@ -512,18 +659,34 @@ impl<'a> RuleChecker<'a> {
         // cascade into "unknown name" errors.
         let name = s.name.name.clone();
         if self.events.contains_key(&name) || self.entities.contains_key(&name) {
-            self.error(Diagnostic::new(codes::DUPLICATE_NAME, format!("`{name}` already names a variable"), s.name.span, "state needs its own name"));
+            self.error(Diagnostic::new(
+                codes::DUPLICATE_NAME,
+                format!("`{name}` already names a variable"),
+                s.name.span,
+                "state needs its own name",
+            ));
         }
         let history = match s.history {
             None => 1,
             Some((k, span)) if k == 0 || k > MAX_HISTORY => {
-                self.error(Diagnostic::new(codes::HISTORY_RANGE, format!("a state keeps 1 to {MAX_HISTORY} windows"), span, format!("{k} is out of range")));
+                self.error(Diagnostic::new(
+                    codes::HISTORY_RANGE,
+                    format!("a state keeps 1 to {MAX_HISTORY} windows"),
+                    span,
+                    format!("{k} is out of range"),
+                ));
                 1
             }
             Some((k, _)) => k as usize,
         };
         let only = [0usize];
-        let scope = Scope { place: "the state block", vars: Vars::Sources(&only), state: false, baselines: false, cluster: false };
+        let scope = Scope {
+            place: "the state block",
+            vars: Vars::Sources(&only),
+            state: false,
+            baselines: false,
+            cluster: false,
+        };
         let mut fields = Vec::new();
         let mut types = HashMap::new();
         let mut order = Vec::new();
@@ -531,8 +694,13 @@ impl<'a> RuleChecker<'a> {
         for f in &s.fields {
             if let Some(first) = seen.insert(&f.name.name, f.name.span) {
                 self.error(
-                    Diagnostic::new(codes::DUPLICATE_NAME, format!("state field `{}` is defined twice", f.name.name), f.name.span, "again here")
-                        .with_secondary(first, "first here"),
+                    Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("state field `{}` is defined twice", f.name.name),
+                        f.name.span,
+                        "again here",
+                    )
+                    .with_secondary(first, "first here"),
                 );
                 continue;
             }
@@ -544,8 +712,13 @@ impl<'a> RuleChecker<'a> {
         }
         if s.fields.is_empty() {
             self.error(
-                Diagnostic::new(codes::STATE_NEEDS_WINDOW, format!("state `{name}` has no fields"), s.span, "empty state")
-                    .with_help("add an aggregate, e.g. `n := count()`"),
+                Diagnostic::new(
+                    codes::STATE_NEEDS_WINDOW,
+                    format!("state `{name}` has no fields"),
+                    s.span,
+                    "empty state",
+                )
+                .with_help("add an aggregate, e.g. `n := count()`"),
             );
         }
         let mut group_by = Vec::new();
@@ -564,7 +737,8 @@ impl<'a> RuleChecker<'a> {
             key_texts.push(g.to_string());
             group_by.push(GroupKey::Value(e));
         }
-        self.state = Some(StateInfo { name: name.clone(), history, fields: types, field_order: order, key_texts, entity_keys });
+        self.state =
+            Some(StateInfo { name: name.clone(), history, fields: types, field_order: order, key_texts, entity_keys });
         Some(StatePlan { name, history, fields, group_by })
     }
 
@@ -580,13 +754,23 @@ impl<'a> RuleChecker<'a> {
         let name = func.name.as_str();
         if !AggFunc::NAMES.contains(&name) {
             self.error(
-                Diagnostic::new(codes::UNKNOWN_FUNCTION, format!("unknown aggregate `{name}`"), func.span, "not an aggregate")
-                    .with_help(suggestion(name, &AggFunc::NAMES)),
+                Diagnostic::new(
+                    codes::UNKNOWN_FUNCTION,
+                    format!("unknown aggregate `{name}`"),
+                    func.span,
+                    "not an aggregate",
+                )
+                .with_help(suggestion(name, &AggFunc::NAMES)),
             );
             return None;
         }
         if let Some(named) = args.iter().find_map(|a| a.name.as_ref()) {
-            self.error(Diagnostic::new(codes::ARGUMENTS, "aggregates take positional arguments", named.span, "named argument"));
+            self.error(Diagnostic::new(
+                codes::ARGUMENTS,
+                "aggregates take positional arguments",
+                named.span,
+                "named argument",
+            ));
             return None;
         }
         let (want, usage) = match name {
@@ -597,7 +781,11 @@ impl<'a> RuleChecker<'a> {
         if !want.contains(&args.len()) {
             self.error(Diagnostic::new(
                 codes::ARGUMENTS,
-                format!("`{name}` takes {usage}, not {} argument{}", args.len(), if args.len() == 1 { "" } else { "s" }),
+                format!(
+                    "`{name}` takes {usage}, not {} argument{}",
+                    args.len(),
+                    if args.len() == 1 { "" } else { "s" }
+                ),
                 f.value.span,
                 "wrong number of arguments",
             ));
@@ -609,7 +797,12 @@ impl<'a> RuleChecker<'a> {
             "count" => (AggFunc::Count, Type::Number),
             "distinct_count" => (AggFunc::DistinctCount, Type::Number),
             "set" => {
-                self.expect(arg_ty, &[Type::Str, Type::Number], args[0].value.span, "`set` collects strings or numbers");
+                self.expect(
+                    arg_ty,
+                    &[Type::Str, Type::Number],
+                    args[0].value.span,
+                    "`set` collects strings or numbers",
+                );
                 (AggFunc::Set, Type::Set)
             }
             "first" => (AggFunc::First, arg_ty),
@@ -619,7 +812,12 @@ impl<'a> RuleChecker<'a> {
                 let p = match args[1].value.kind {
                     ExprKind::Number(p) if (0.0..=100.0).contains(&p) => p,
                     _ => {
-                        self.error(Diagnostic::new(codes::ARGUMENTS, "the percentile must be a number from 0 to 100", args[1].value.span, "not a percentile"));
+                        self.error(Diagnostic::new(
+                            codes::ARGUMENTS,
+                            "the percentile must be a number from 0 to 100",
+                            args[1].value.span,
+                            "not a percentile",
+                        ));
                         50.0
                     }
                 };
@@ -645,16 +843,26 @@ impl<'a> RuleChecker<'a> {
         self.state.as_ref()?;
         let (n, nspan) = inv.windows;
         if n == 0 || n > MAX_TRAINING_WINDOWS {
-            self.error(Diagnostic::new(codes::INVARIANT, format!("an invariant trains over 1 to {MAX_TRAINING_WINDOWS} windows"), nspan, format!("{n} is out of range")));
+            self.error(Diagnostic::new(
+                codes::INVARIANT,
+                format!("an invariant trains over 1 to {MAX_TRAINING_WINDOWS} windows"),
+                nspan,
+                format!("{n} is out of range"),
+            ));
         }
         let mode = match inv.mode.name.as_str() {
             "offline" => InvariantMode::Offline,
             "online" => InvariantMode::Online,
             other => {
                 self.error(
-                    Diagnostic::new(codes::INVARIANT, format!("unknown invariant mode `{other}`"), inv.mode.span, "not a mode")
-                        .with_help(suggestion(other, &["offline", "online"]))
-                        .with_note("offline freezes the baseline after training; online keeps updating it"),
+                    Diagnostic::new(
+                        codes::INVARIANT,
+                        format!("unknown invariant mode `{other}`"),
+                        inv.mode.span,
+                        "not a mode",
+                    )
+                    .with_help(suggestion(other, &["offline", "online"]))
+                    .with_note("offline freezes the baseline after training; online keeps updating it"),
                 );
                 InvariantMode::Offline
             }
@@ -662,15 +870,29 @@ impl<'a> RuleChecker<'a> {
         let mut init = Vec::new();
         let mut update = Vec::new();
         for st in &inv.statements {
-            let scope = Scope { place: "the invariant", vars: Vars::GroupKeys, state: true, baselines: true, cluster: false };
+            let scope =
+                Scope { place: "the invariant", vars: Vars::GroupKeys, state: true, baselines: true, cluster: false };
             let value = self.expr(&st.value, &scope);
             if st.is_init {
                 if self.baselines.contains_key(&st.target.name) {
-                    self.error(Diagnostic::new(codes::DUPLICATE_NAME, format!("baseline `{}` is declared twice", st.target.name), st.target.span, "declared again"));
+                    self.error(Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("baseline `{}` is declared twice", st.target.name),
+                        st.target.span,
+                        "declared again",
+                    ));
                     continue;
                 }
-                if self.state.as_ref().is_some_and(|s| s.name == st.target.name) || self.events.contains_key(&st.target.name) || self.entities.contains_key(&st.target.name) {
-                    self.error(Diagnostic::new(codes::DUPLICATE_NAME, format!("`{}` already names something else", st.target.name), st.target.span, "choose another name"));
+                if self.state.as_ref().is_some_and(|s| s.name == st.target.name)
+                    || self.events.contains_key(&st.target.name)
+                    || self.entities.contains_key(&st.target.name)
+                {
+                    self.error(Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("`{}` already names something else", st.target.name),
+                        st.target.span,
+                        "choose another name",
+                    ));
                     continue;
                 }
                 self.value_type(&value, st.value.span);
@@ -681,11 +903,18 @@ impl<'a> RuleChecker<'a> {
                     None => {
                         let names: Vec<&str> = self.baselines.keys().map(String::as_str).collect();
                         self.error(
-                            Diagnostic::new(codes::UNKNOWN_NAME, format!("baseline `{}` is updated but never declared", st.target.name), st.target.span, "not declared")
-                                .with_help(match crate::diagnostic::nearest(&st.target.name, names.iter().copied()) {
+                            Diagnostic::new(
+                                codes::UNKNOWN_NAME,
+                                format!("baseline `{}` is updated but never declared", st.target.name),
+                                st.target.span,
+                                "not declared",
+                            )
+                            .with_help(
+                                match crate::diagnostic::nearest(&st.target.name, names.iter().copied()) {
                                     Some(c) => format!("did you mean `{c}`?"),
                                     None => format!("declare it first: `{} := ...`", st.target.name),
-                                }),
+                                },
+                            ),
                         );
                     }
                     Some(ty) if !compatible(ty, value.ty) => self.error(Diagnostic::new(
@@ -719,7 +948,13 @@ impl<'a> RuleChecker<'a> {
         for arg in &c.args {
             match (arg.name.name.as_str(), &arg.value) {
                 ("points", ClusterValue::Points { dims: d, per: p, .. }) => {
-                    let scope = Scope { place: "the cluster points", vars: Vars::GroupKeys, state: true, baselines: false, cluster: false };
+                    let scope = Scope {
+                        place: "the cluster points",
+                        vars: Vars::GroupKeys,
+                        state: true,
+                        baselines: false,
+                        cluster: false,
+                    };
                     let checked: Vec<TExpr> = d
                         .iter()
                         .map(|e| {
@@ -729,7 +964,13 @@ impl<'a> RuleChecker<'a> {
                         })
                         .collect();
                     dims = Some(checked);
-                    let key_scope = Scope { place: "the peer groups", vars: Vars::GroupKeys, state: false, baselines: false, cluster: false };
+                    let key_scope = Scope {
+                        place: "the peer groups",
+                        vars: Vars::GroupKeys,
+                        state: false,
+                        baselines: false,
+                        cluster: false,
+                    };
                     per = p.iter().map(|e| self.scalar(e, &key_scope)).collect();
                 }
                 ("points", ClusterValue::Expr(e)) => self.error(
@@ -751,15 +992,28 @@ impl<'a> RuleChecker<'a> {
                         }
                     }
                 }
-                (name, _) if ARGS.contains(&name) => self.error(Diagnostic::new(codes::CLUSTER, format!("`{name}` takes an expression"), arg.name.span, "wrong kind of value")),
+                (name, _) if ARGS.contains(&name) => self.error(Diagnostic::new(
+                    codes::CLUSTER,
+                    format!("`{name}` takes an expression"),
+                    arg.name.span,
+                    "wrong kind of value",
+                )),
                 (name, _) => self.error(
-                    Diagnostic::new(codes::ARGUMENTS, format!("unknown cluster argument `{name}`"), arg.name.span, "not an argument")
-                        .with_help(suggestion(name, &ARGS)),
+                    Diagnostic::new(
+                        codes::ARGUMENTS,
+                        format!("unknown cluster argument `{name}`"),
+                        arg.name.span,
+                        "not an argument",
+                    )
+                    .with_help(suggestion(name, &ARGS)),
                 ),
             }
         }
         let Some(dims) = dims else {
-            self.error(Diagnostic::new(codes::CLUSTER, "the cluster step needs `points`", c.span, "no points").with_help("add `points = all(ss.cpu) per t.job_id`"));
+            self.error(
+                Diagnostic::new(codes::CLUSTER, "the cluster step needs `points`", c.span, "no points")
+                    .with_help("add `points = all(ss.cpu) per t.job_id`"),
+            );
             return None;
         };
         let Some(method) = method else {
@@ -778,7 +1032,10 @@ impl<'a> RuleChecker<'a> {
         const METHODS: [&str; 3] = ["dbscan", "mad", "zscore"];
         let help = "write `dbscan(eps, minpts)`, `mad(threshold)` or `zscore(threshold)`";
         let ExprKind::Call(name, args) = &e.kind else {
-            self.error(Diagnostic::new(codes::CLUSTER, "`method` names a clustering method", e.span, "not a method").with_help(help));
+            self.error(
+                Diagnostic::new(codes::CLUSTER, "`method` names a clustering method", e.span, "not a method")
+                    .with_help(help),
+            );
             return None;
         };
         let numbers: Option<Vec<f64>> = args
@@ -789,13 +1046,20 @@ impl<'a> RuleChecker<'a> {
             })
             .collect();
         let method = match (name.name.to_ascii_lowercase().as_str(), numbers.as_deref()) {
-            ("dbscan", Some(&[eps, min_pts])) if min_pts.fract() == 0.0 => Some(ClusterMethod::Dbscan { eps, min_pts: min_pts as u64 }),
+            ("dbscan", Some(&[eps, min_pts])) if min_pts.fract() == 0.0 => {
+                Some(ClusterMethod::Dbscan { eps, min_pts: min_pts as u64 })
+            }
             ("mad", Some(&[threshold])) => Some(ClusterMethod::Mad { threshold }),
             ("zscore", Some(&[threshold])) => Some(ClusterMethod::ZScore { threshold }),
             (other, _) if !METHODS.contains(&other) => {
                 self.error(
-                    Diagnostic::new(codes::CLUSTER, format!("unknown clustering method `{}`", name.name), name.span, "not a method")
-                        .with_help(suggestion(other, &METHODS)),
+                    Diagnostic::new(
+                        codes::CLUSTER,
+                        format!("unknown clustering method `{}`", name.name),
+                        name.span,
+                        "not a method",
+                    )
+                    .with_help(suggestion(other, &METHODS)),
                 );
                 return None;
             }
@@ -803,9 +1067,14 @@ impl<'a> RuleChecker<'a> {
         };
         if method.is_none() {
             self.error(
-                Diagnostic::new(codes::CLUSTER, format!("wrong arguments for `{}`", name.name), e.span, "expected positive numbers")
-                    .with_help(help)
-                    .with_note("DBSCAN's minpts is a whole number"),
+                Diagnostic::new(
+                    codes::CLUSTER,
+                    format!("wrong arguments for `{}`", name.name),
+                    e.span,
+                    "expected positive numbers",
+                )
+                .with_help(help)
+                .with_note("DBSCAN's minpts is a whole number"),
             );
         }
         method
@@ -814,7 +1083,13 @@ impl<'a> RuleChecker<'a> {
     /// The scope of `alert`, labels, annotations and `return`.
     fn output_scope<'s>(&self, positive: &'s [usize]) -> Scope<'s> {
         if self.state.is_some() {
-            Scope { place: "the alert", vars: Vars::GroupKeys, state: true, baselines: self.rule.invariant.is_some(), cluster: self.has_cluster }
+            Scope {
+                place: "the alert",
+                vars: Vars::GroupKeys,
+                state: true,
+                baselines: self.rule.invariant.is_some(),
+                cluster: self.has_cluster,
+            }
         } else {
             Scope { place: "the alert", vars: Vars::Sources(positive), state: false, baselines: false, cluster: false }
         }
@@ -822,7 +1097,12 @@ impl<'a> RuleChecker<'a> {
 
     fn alert(&mut self, scope: &Scope) -> AlertPlan {
         let Some(a) = &self.rule.alert else {
-            return AlertPlan { condition: TExpr { ty: Type::Bool, kind: TExprKind::Bool(true) }, severity: "warning", for_ms: 0, keep_firing_for_ms: 0 };
+            return AlertPlan {
+                condition: TExpr { ty: Type::Bool, kind: TExprKind::Bool(true) },
+                severity: "warning",
+                for_ms: 0,
+                keep_firing_for_ms: 0,
+            };
         };
         let condition = match &a.condition {
             Some(c) => self.condition(c, scope),
@@ -834,8 +1114,13 @@ impl<'a> RuleChecker<'a> {
                 Some(v) => v,
                 None => {
                     self.error(
-                        Diagnostic::new(codes::SEVERITY, format!("unknown severity `{}`", s.name), s.span, "not a severity")
-                            .with_help(suggestion(&s.name, schema::SEVERITIES)),
+                        Diagnostic::new(
+                            codes::SEVERITY,
+                            format!("unknown severity `{}`", s.name),
+                            s.span,
+                            "not a severity",
+                        )
+                        .with_help(suggestion(&s.name, schema::SEVERITIES)),
                     );
                     "warning"
                 }
@@ -855,8 +1140,13 @@ impl<'a> RuleChecker<'a> {
         for f in fields {
             if let Some(first) = seen.insert(&f.name.name, f.name.span) {
                 self.error(
-                    Diagnostic::new(codes::DUPLICATE_NAME, format!("{what} `{}` is given twice", f.name.name), f.name.span, "again here")
-                        .with_secondary(first, "first here"),
+                    Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("{what} `{}` is given twice", f.name.name),
+                        f.name.span,
+                        "again here",
+                    )
+                    .with_secondary(first, "first here"),
                 );
                 continue;
             }
@@ -893,9 +1183,14 @@ impl<'a> RuleChecker<'a> {
             };
             if let Some(first) = seen.insert(name.clone(), span) {
                 self.error(
-                    Diagnostic::new(codes::DUPLICATE_NAME, format!("the rule returns `{name}` twice"), span, "again here")
-                        .with_secondary(first, "first here")
-                        .with_help("give one of them a name with `as`"),
+                    Diagnostic::new(
+                        codes::DUPLICATE_NAME,
+                        format!("the rule returns `{name}` twice"),
+                        span,
+                        "again here",
+                    )
+                    .with_secondary(first, "first here")
+                    .with_help("give one of them a name with `as`"),
                 );
                 continue;
             }
@@ -910,7 +1205,10 @@ impl<'a> RuleChecker<'a> {
         let push_entity = |out: &mut Vec<(String, TExpr)>, var: &str, kind: EntityKind, source: usize| {
             for field in kind.key_fields() {
                 let ty = self.sources.get(source).and_then(|s| s.stream.field(field)).unwrap_or(Type::Str);
-                out.push((format!("{var}.{field}"), TExpr { ty, kind: TExprKind::EntityField { var: var.to_string(), source, field } }));
+                out.push((
+                    format!("{var}.{field}"),
+                    TExpr { ty, kind: TExprKind::EntityField { var: var.to_string(), source, field } },
+                ));
             }
         };
         match state {
@@ -941,8 +1239,13 @@ impl<'a> RuleChecker<'a> {
         let t = self.expr(e, scope);
         if !compatible(t.ty, Type::Bool) {
             self.error(
-                Diagnostic::new(codes::NOT_BOOLEAN, format!("{} must be true or false, but this is a {}", capitalise(scope.place), t.ty), e.span, format!("this is a {}", t.ty))
-                    .with_help("compare it with something, e.g. `x > 0.9`"),
+                Diagnostic::new(
+                    codes::NOT_BOOLEAN,
+                    format!("{} must be true or false, but this is a {}", capitalise(scope.place), t.ty),
+                    e.span,
+                    format!("this is a {}", t.ty),
+                )
+                .with_help("compare it with something, e.g. `x > 0.9`"),
             );
         }
         t
@@ -951,14 +1254,24 @@ impl<'a> RuleChecker<'a> {
     /// An expression that must be a single value (a key or an aggregate's argument).
     fn scalar(&mut self, e: &Expr, scope: &Scope) -> TExpr {
         let t = self.expr(e, scope);
-        self.expect(t.ty, &[Type::Number, Type::Str, Type::Bool, Type::Duration, Type::Time], e.span, "a single value is needed here");
+        self.expect(
+            t.ty,
+            &[Type::Number, Type::Str, Type::Bool, Type::Duration, Type::Time],
+            e.span,
+            "a single value is needed here",
+        );
         t
     }
 
     /// Reports values that cannot be carried by an alert or stored in a baseline.
     fn value_type(&mut self, t: &TExpr, span: Span) {
         if matches!(t.ty, Type::State | Type::Cluster | Type::Event(_)) {
-            self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("a {} is not a value", t.ty), span, "take one of its fields"));
+            self.error(Diagnostic::new(
+                codes::TYPE_MISMATCH,
+                format!("a {} is not a value", t.ty),
+                span,
+                "take one of its fields",
+            ));
         }
     }
 
@@ -967,17 +1280,25 @@ impl<'a> RuleChecker<'a> {
             return true;
         }
         let names: Vec<String> = want.iter().map(|t| t.to_string()).collect();
-        self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("expected {}, found {got}", names.join(" or ")), span, format!("this is a {got}")).with_note(why.to_string()));
+        self.error(
+            Diagnostic::new(
+                codes::TYPE_MISMATCH,
+                format!("expected {}, found {got}", names.join(" or ")),
+                span,
+                format!("this is a {got}"),
+            )
+            .with_note(why.to_string()),
+        );
         false
     }
 
     fn expr(&mut self, e: &Expr, scope: &Scope) -> TExpr {
         match &e.kind {
-            ExprKind::Number(n) => return typed(Type::Number, TExprKind::Number(*n)),
-            ExprKind::Str(s) => return typed(Type::Str, TExprKind::Str(s.clone())),
-            ExprKind::Bool(b) => return typed(Type::Bool, TExprKind::Bool(*b)),
-            ExprKind::Duration(ms) => return typed(Type::Duration, TExprKind::Duration(*ms)),
-            ExprKind::EmptySet => return typed(Type::Set, TExprKind::EmptySet),
+            ExprKind::Number(n) => typed(Type::Number, TExprKind::Number(*n)),
+            ExprKind::Str(s) => typed(Type::Str, TExprKind::Str(s.clone())),
+            ExprKind::Bool(b) => typed(Type::Bool, TExprKind::Bool(*b)),
+            ExprKind::Duration(ms) => typed(Type::Duration, TExprKind::Duration(*ms)),
+            ExprKind::EmptySet => typed(Type::Set, TExprKind::EmptySet),
             ExprKind::List(items) => {
                 let typed_items: Vec<TExpr> = items.iter().map(|i| self.scalar(i, scope)).collect();
                 if let Some(first) = typed_items.first().map(|t| t.ty) {
@@ -991,9 +1312,9 @@ impl<'a> RuleChecker<'a> {
                     }
                 }
                 let items = typed_items;
-                return typed(Type::Literals, TExprKind::List(items));
+                typed(Type::Literals, TExprKind::List(items))
             }
-            ExprKind::Name(n) => return self.name(n, e.span, scope),
+            ExprKind::Name(n) => self.name(n, e.span, scope),
             ExprKind::ClusterRef => {
                 if !scope.cluster {
                     self.error(
@@ -1002,33 +1323,43 @@ impl<'a> RuleChecker<'a> {
                     );
                     return error_expr();
                 }
-                return typed(Type::Cluster, TExprKind::Bool(false));
+                typed(Type::Cluster, TExprKind::Bool(false))
             }
-            ExprKind::Member(base, field) => return self.member(e, base, field, scope),
-            ExprKind::Index(base, idx) => return self.index(e, base, idx, scope),
+            ExprKind::Member(base, field) => self.member(e, base, field, scope),
+            ExprKind::Index(base, idx) => self.index(e, base, idx, scope),
             ExprKind::Range(base, _, _) => {
                 self.error(
                     Diagnostic::new(codes::TYPE_MISMATCH, "a range of windows needs a field", e.span, "no field taken")
                         .with_help(format!("take a field, e.g. `avg({}.cpu)`", e)),
                 );
                 let _ = base;
-                return error_expr();
+                error_expr()
             }
-            ExprKind::Call(name, args) => return self.call(e, name, args, scope),
+            ExprKind::Call(name, args) => self.call(e, name, args, scope),
             ExprKind::Unary(op, inner) => {
                 let t = self.expr(inner, scope);
                 let (want, ty): (&[Type], Type) = match op {
                     UnaryOp::Not => (&[Type::Bool], Type::Bool),
                     UnaryOp::Neg => (&[Type::Number, Type::Duration], t.ty),
                 };
-                let ok = self.expect(t.ty, want, inner.span, if *op == UnaryOp::Not { "`not` negates a condition" } else { "`-` negates a number" });
-                return TExpr { ty: if ok { ty } else { Type::Error }, kind: TExprKind::Unary(*op, Box::new(t)) };
+                let ok = self.expect(
+                    t.ty,
+                    want,
+                    inner.span,
+                    if *op == UnaryOp::Not { "`not` negates a condition" } else { "`-` negates a number" },
+                );
+                TExpr { ty: if ok { ty } else { Type::Error }, kind: TExprKind::Unary(*op, Box::new(t)) }
             }
-            ExprKind::Binary(op, l, r) => return self.binary(e, *op, l, r, scope),
+            ExprKind::Binary(op, l, r) => self.binary(e, *op, l, r, scope),
             ExprKind::Cardinality(inner) => {
                 let t = self.expr(inner, scope);
-                self.expect(t.ty, &[Type::Set, Type::List, Type::Literals, Type::Str], inner.span, "`|x|` counts the members of a set or list, or the characters of a string");
-                return TExpr { ty: Type::Number, kind: TExprKind::Cardinality(Box::new(t)) };
+                self.expect(
+                    t.ty,
+                    &[Type::Set, Type::List, Type::Literals, Type::Str],
+                    inner.span,
+                    "`|x|` counts the members of a set or list, or the characters of a string",
+                );
+                TExpr { ty: Type::Number, kind: TExprKind::Cardinality(Box::new(t)) }
             }
         }
     }
@@ -1039,7 +1370,10 @@ impl<'a> RuleChecker<'a> {
             self.check_access(n, source_set(&[source]), span, scope);
             self.error(
                 Diagnostic::new(codes::TYPE_MISMATCH, format!("`{n}` is an event, not a value"), span, "an event")
-                    .with_help(format!("take one of its fields, e.g. `{n}.{}`", info_first_field(self.events[n].stream))),
+                    .with_help(format!(
+                        "take one of its fields, e.g. `{n}.{}`",
+                        info_first_field(self.events[n].stream)
+                    )),
             );
             return error_expr();
         }
@@ -1080,7 +1414,8 @@ impl<'a> RuleChecker<'a> {
             candidates.extend(self.baselines.keys().map(String::as_str));
         }
         candidates.sort();
-        let mut d = Diagnostic::new(codes::UNKNOWN_NAME, format!("unknown name `{n}`"), span, "not defined in this rule");
+        let mut d =
+            Diagnostic::new(codes::UNKNOWN_NAME, format!("unknown name `{n}`"), span, "not defined in this rule");
         if let Some(c) = crate::diagnostic::nearest(n, candidates.iter().copied()) {
             d = d.with_help(format!("did you mean `{c}`?"));
         } else if n.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
@@ -1098,7 +1433,10 @@ impl<'a> RuleChecker<'a> {
                     return true;
                 }
                 let absent = self.rule.with.as_ref().is_some_and(|w| {
-                    w.steps.iter().any(|st| matches!(st.kind, StepKind::Absent(_)) && self.events.get(&st.event.name).is_some_and(|i| sources.contains(&i.source)))
+                    w.steps.iter().any(|st| {
+                        matches!(st.kind, StepKind::Absent(_))
+                            && self.events.get(&st.event.name).is_some_and(|i| sources.contains(&i.source))
+                    })
                 });
                 let d = if absent {
                     Diagnostic::new(codes::FOREIGN_VARIABLE, format!("`{var}` belongs to an event that must not happen"), span, "never bound when the alert fires")
@@ -1120,9 +1458,18 @@ impl<'a> RuleChecker<'a> {
             None => (String::new(), String::new()),
         };
         self.error(
-            Diagnostic::new(codes::FOREIGN_VARIABLE, format!("`{text}` is not a group key of state `{state}`"), span, "has many values in a window")
-                .with_note(if keys.is_empty() { format!("state `{state}` has one global group") } else { format!("the group keys are: {keys}") })
-                .with_help("aggregate it in the state block, or add it to `group by`"),
+            Diagnostic::new(
+                codes::FOREIGN_VARIABLE,
+                format!("`{text}` is not a group key of state `{state}`"),
+                span,
+                "has many values in a window",
+            )
+            .with_note(if keys.is_empty() {
+                format!("state `{state}` has one global group")
+            } else {
+                format!("the group keys are: {keys}")
+            })
+            .with_help("aggregate it in the state block, or add it to `group by`"),
         );
     }
 
@@ -1134,7 +1481,12 @@ impl<'a> RuleChecker<'a> {
                     return error_expr();
                 }
                 let Some(ty) = stream.field(&field.name) else {
-                    self.unknown_field(&field.name, field.span, &format!("event `{n}` ({})", stream.name()), &stream.field_names());
+                    self.unknown_field(
+                        &field.name,
+                        field.span,
+                        &format!("event `{n}` ({})", stream.name()),
+                        &stream.field_names(),
+                    );
                     return error_expr();
                 };
                 if let Vars::GroupKeys = scope.vars {
@@ -1147,13 +1499,23 @@ impl<'a> RuleChecker<'a> {
                 typed(ty, TExprKind::EventField { var: n.clone(), source, field })
             }
             ExprKind::Name(n) if self.entities.contains_key(n) => self.entity_field(e, n, field, scope),
-            ExprKind::Name(n) if scope.state && self.state.as_ref().is_some_and(|s| &s.name == n) => self.state_field(n, 0, field, false, None),
+            ExprKind::Name(n) if scope.state && self.state.as_ref().is_some_and(|s| &s.name == n) => {
+                self.state_field(n, 0, field, false, None)
+            }
             ExprKind::Index(inner, idx) if scope.state && self.is_state(inner) => {
                 let ExprKind::Name(n) = &inner.kind else { unreachable!("is_state checked a name") };
                 let ago = match idx.kind {
                     ExprKind::Number(i) if i.fract() == 0.0 && i >= 0.0 => i as usize,
                     _ => {
-                        self.error(Diagnostic::new(codes::HISTORY_RANGE, "a window index is a whole number", idx.span, "not a window index").with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")));
+                        self.error(
+                            Diagnostic::new(
+                                codes::HISTORY_RANGE,
+                                "a window index is a whole number",
+                                idx.span,
+                                "not a window index",
+                            )
+                            .with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")),
+                        );
                         return error_expr();
                     }
                 };
@@ -1162,7 +1524,15 @@ impl<'a> RuleChecker<'a> {
             ExprKind::Range(inner, from, to) if scope.state && self.is_state(inner) => {
                 let ExprKind::Name(n) = &inner.kind else { unreachable!("is_state checked a name") };
                 if from > to {
-                    self.error(Diagnostic::new(codes::HISTORY_RANGE, format!("range {from}..{to} runs backwards"), base.span, "start is after end").with_help(format!("write `{n}[{to}..{from}]`")));
+                    self.error(
+                        Diagnostic::new(
+                            codes::HISTORY_RANGE,
+                            format!("range {from}..{to} runs backwards"),
+                            base.span,
+                            "start is after end",
+                        )
+                        .with_help(format!("write `{n}[{to}..{from}]`")),
+                    );
                     return error_expr();
                 }
                 let (from, to) = (*from as usize, *to as usize);
@@ -1193,7 +1563,12 @@ impl<'a> RuleChecker<'a> {
             _ => {
                 let t = self.expr(base, scope);
                 if t.ty != Type::Error {
-                    self.error(Diagnostic::new(codes::UNKNOWN_FIELD, format!("a {} has no fields", t.ty), field.span, "no such field"));
+                    self.error(Diagnostic::new(
+                        codes::UNKNOWN_FIELD,
+                        format!("a {} has no fields", t.ty),
+                        field.span,
+                        "no such field",
+                    ));
                 }
                 error_expr()
             }
@@ -1219,7 +1594,10 @@ impl<'a> RuleChecker<'a> {
             let span = idx_span.unwrap_or(field.span);
             let d = Diagnostic::new(
                 codes::HISTORY_RANGE,
-                format!("state `{state}` keeps {history} window{}, so index {ago} is out of range", if history == 1 { "" } else { "s" }),
+                format!(
+                    "state `{state}` keeps {history} window{}, so index {ago} is out of range",
+                    if history == 1 { "" } else { "s" }
+                ),
                 span,
                 format!("valid indexes are 0..{}", history - 1),
             )
@@ -1233,7 +1611,12 @@ impl<'a> RuleChecker<'a> {
             return error_expr();
         };
         if range && ty != Type::Number && ty != Type::Error {
-            self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("a range of windows needs a number field; `{}` is a {ty}", field.name), field.span, "not a number"));
+            self.error(Diagnostic::new(
+                codes::TYPE_MISMATCH,
+                format!("a range of windows needs a number field; `{}` is a {ty}", field.name),
+                field.span,
+                "not a number",
+            ));
             return error_expr();
         }
         typed(ty, TExprKind::StateField { state: state.to_string(), ago, field: field.name.clone() })
@@ -1274,13 +1657,21 @@ impl<'a> RuleChecker<'a> {
                 }
             }
         }
-        let mut d = Diagnostic::new(codes::UNKNOWN_FIELD, format!("unknown field `{}` on {} `{var}`", field.name, kind.name()), field.span, "no such field")
-            .with_help(suggestion(&field.name, &names));
+        let mut d = Diagnostic::new(
+            codes::UNKNOWN_FIELD,
+            format!("unknown field `{}` on {} `{var}`", field.name, kind.name()),
+            field.span,
+            "no such field",
+        )
+        .with_help(suggestion(&field.name, &names));
         // The field may exist on the event rather than on the entity.
         if let Some((source, _)) = visible.first() {
             let src = &self.sources[*source];
             if src.stream.field(&field.name).is_some() {
-                d = d.with_help(format!("`{}` is a field of the event: write `{}.{}`", field.name, src.event_var, field.name));
+                d = d.with_help(format!(
+                    "`{}` is a field of the event: write `{}.{}`",
+                    field.name, src.event_var, field.name
+                ));
             }
         }
         self.error(d);
@@ -1289,17 +1680,24 @@ impl<'a> RuleChecker<'a> {
 
     fn unknown_field(&mut self, field: &str, span: Span, owner: &str, names: &[&str]) {
         self.error(
-            Diagnostic::new(codes::UNKNOWN_FIELD, format!("unknown field `{field}` on {owner}"), span, "no such field").with_help(suggestion(field, names)),
+            Diagnostic::new(codes::UNKNOWN_FIELD, format!("unknown field `{field}` on {owner}"), span, "no such field")
+                .with_help(suggestion(field, names)),
         );
     }
 
     fn index(&mut self, e: &Expr, base: &Expr, idx: &Expr, scope: &Scope) -> TExpr {
         if scope.state && self.is_state(base) {
             let ExprKind::Name(n) = &base.kind else { unreachable!() };
-            let example = self.state.as_ref().and_then(|s| s.field_order.first().cloned()).unwrap_or_else(|| "field".into());
+            let example =
+                self.state.as_ref().and_then(|s| s.field_order.first().cloned()).unwrap_or_else(|| "field".into());
             self.error(
-                Diagnostic::new(codes::TYPE_MISMATCH, format!("`{e}` is a whole window of state `{n}`"), e.span, "take a field")
-                    .with_help(format!("write e.g. `{e}.{example}`")),
+                Diagnostic::new(
+                    codes::TYPE_MISMATCH,
+                    format!("`{e}` is a whole window of state `{n}`"),
+                    e.span,
+                    "take a field",
+                )
+                .with_help(format!("write e.g. `{e}.{example}`")),
             );
             return error_expr();
         }
@@ -1309,7 +1707,15 @@ impl<'a> RuleChecker<'a> {
             return error_expr();
         }
         if !compatible(map.ty, Type::Map) {
-            self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("a {} cannot be indexed", map.ty), base.span, format!("this is a {}", map.ty)).with_note("`x[\"key\"]` looks up a metric label; `ss[1]` is a past window of a state"));
+            self.error(
+                Diagnostic::new(
+                    codes::TYPE_MISMATCH,
+                    format!("a {} cannot be indexed", map.ty),
+                    base.span,
+                    format!("this is a {}", map.ty),
+                )
+                .with_note("`x[\"key\"]` looks up a metric label; `ss[1]` is a past window of a state"),
+            );
             return error_expr();
         }
         self.expect(key.ty, &[Type::Str], idx.span, "labels are looked up by name");
@@ -1318,7 +1724,12 @@ impl<'a> RuleChecker<'a> {
 
     fn call(&mut self, e: &Expr, name: &Ident, args: &[CallArg], scope: &Scope) -> TExpr {
         if let Some(named) = args.iter().find_map(|a| a.name.as_ref()) {
-            self.error(Diagnostic::new(codes::ARGUMENTS, format!("`{}` takes positional arguments", name.name), named.span, "named argument"));
+            self.error(Diagnostic::new(
+                codes::ARGUMENTS,
+                format!("`{}` takes positional arguments", name.name),
+                named.span,
+                "named argument",
+            ));
             return error_expr();
         }
         let targs: Vec<TExpr> = args.iter().map(|a| self.expr(&a.value, scope)).collect();
@@ -1357,33 +1768,63 @@ impl<'a> RuleChecker<'a> {
         if let Some((func, ty)) = resolved {
             return typed(ty, TExprKind::Call(func, targs));
         }
-        const FUNCS: [&str; 14] =
-            ["abs", "sqrt", "ln", "round", "floor", "ceil", "lower", "upper", "min", "max", "avg", "sum", "stddev", "count"];
+        const FUNCS: [&str; 14] = [
+            "abs", "sqrt", "ln", "round", "floor", "ceil", "lower", "upper", "min", "max", "avg", "sum", "stddev",
+            "count",
+        ];
         const REDUCTIONS: [&str; 6] = ["avg", "sum", "min", "max", "stddev", "count"];
         if REDUCTIONS.contains(&n) {
             let state = self.state.as_ref().map(|s| s.name.clone());
             let d = match state.filter(|_| scope.state) {
-                Some(ss) => Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("`{n}` here takes a range of past windows"), e.span, "not a range of windows")
-                    .with_help(format!("write e.g. `{n}({ss}[1..3].field)`; to aggregate events, add a field to state `{ss}`")),
-                None => Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("aggregate `{n}` used outside a state block"), e.span, "aggregates events")
-                    .with_note("aggregates over events need a window and a `state` block")
-                    .with_help(format!("add a window and a state, e.g. `#time(5 min)` and `state ss {{ x := {n}(...) }}`, then use `ss.x`")),
+                Some(ss) => Diagnostic::new(
+                    codes::AGGREGATE_CONTEXT,
+                    format!("`{n}` here takes a range of past windows"),
+                    e.span,
+                    "not a range of windows",
+                )
+                .with_help(format!(
+                    "write e.g. `{n}({ss}[1..3].field)`; to aggregate events, add a field to state `{ss}`"
+                )),
+                None => Diagnostic::new(
+                    codes::AGGREGATE_CONTEXT,
+                    format!("aggregate `{n}` used outside a state block"),
+                    e.span,
+                    "aggregates events",
+                )
+                .with_note("aggregates over events need a window and a `state` block")
+                .with_help(format!(
+                    "add a window and a state, e.g. `#time(5 min)` and `state ss {{ x := {n}(...) }}`, then use `ss.x`"
+                )),
             };
             self.error(d);
             return error_expr();
         }
         if FUNCS.contains(&n) {
             let shown: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
-            self.error(Diagnostic::new(codes::ARGUMENTS, format!("`{n}` cannot take ({})", shown.join(", ")), e.span, "wrong arguments").with_note(signature(n).to_string()));
+            self.error(
+                Diagnostic::new(
+                    codes::ARGUMENTS,
+                    format!("`{n}` cannot take ({})", shown.join(", ")),
+                    e.span,
+                    "wrong arguments",
+                )
+                .with_note(signature(n).to_string()),
+            );
             return error_expr();
         }
         let mut all: Vec<&str> = FUNCS.to_vec();
         all.extend(AggFunc::NAMES);
         let d = if AggFunc::NAMES.contains(&n) {
-            Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("aggregate `{n}` used outside a state block"), name.span, "aggregates belong in `state`")
-                .with_help(format!("define it in the state, e.g. `state ss {{ x := {n}(...) }}`, then use `ss.x`"))
+            Diagnostic::new(
+                codes::AGGREGATE_CONTEXT,
+                format!("aggregate `{n}` used outside a state block"),
+                name.span,
+                "aggregates belong in `state`",
+            )
+            .with_help(format!("define it in the state, e.g. `state ss {{ x := {n}(...) }}`, then use `ss.x`"))
         } else {
-            Diagnostic::new(codes::UNKNOWN_FUNCTION, format!("unknown function `{n}`"), name.span, "no such function").with_help(suggestion(n, &all))
+            Diagnostic::new(codes::UNKNOWN_FUNCTION, format!("unknown function `{n}`"), name.span, "no such function")
+                .with_help(suggestion(n, &all))
         };
         self.error(d);
         error_expr()
@@ -1411,19 +1852,35 @@ impl<'a> RuleChecker<'a> {
                 };
                 ok.then_some(Bool)
             }
-            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => (a == b && matches!(a, Number | Duration | Time | Str)).then_some(Bool),
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                (a == b && matches!(a, Number | Duration | Time | Str)).then_some(Bool)
+            }
             BinOp::Match | BinOp::Like => {
                 self.expect(a, &[Str], l.span, &format!("`{}` matches strings", op.symbol()));
                 match &r.kind {
                     ExprKind::Str(pattern) if op == BinOp::Match => {
                         if let Err(err) = regex::Regex::new(pattern) {
                             let msg = err.to_string();
-                            let last = msg.lines().last().unwrap_or("invalid").trim().trim_start_matches("error: ").to_string();
+                            let last = msg
+                                .lines()
+                                .last()
+                                .unwrap_or("invalid")
+                                .trim()
+                                .trim_start_matches("error: ")
+                                .to_string();
                             self.error(Diagnostic::new(codes::BAD_REGEX, "invalid regular expression", r.span, last));
                         }
                     }
                     ExprKind::Str(_) => {}
-                    _ => self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("the pattern after `{}` must be a string literal", op.symbol()), r.span, "not a literal").with_note("patterns are compiled once, when the rule loads")),
+                    _ => self.error(
+                        Diagnostic::new(
+                            codes::TYPE_MISMATCH,
+                            format!("the pattern after `{}` must be a string literal", op.symbol()),
+                            r.span,
+                            "not a literal",
+                        )
+                        .with_note("patterns are compiled once, when the rule loads"),
+                    ),
                 }
                 Some(Bool)
             }
@@ -1432,13 +1889,26 @@ impl<'a> RuleChecker<'a> {
                     (TExprKind::List(items), Literals) => items.first().map(|i| i.ty),
                     (_, Set) => None,
                     _ => {
-                        self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("`{}` needs a list or a set on its right", op.symbol()), r.span, format!("this is a {b}")).with_help("write e.g. `e.type in [\"FAIL\", \"KILL\"]`"));
+                        self.error(
+                            Diagnostic::new(
+                                codes::TYPE_MISMATCH,
+                                format!("`{}` needs a list or a set on its right", op.symbol()),
+                                r.span,
+                                format!("this is a {b}"),
+                            )
+                            .with_help("write e.g. `e.type in [\"FAIL\", \"KILL\"]`"),
+                        );
                         return error_expr();
                     }
                 };
                 if let Some(elem) = elem {
                     if !compatible(a, elem) {
-                        self.error(Diagnostic::new(codes::TYPE_MISMATCH, format!("looking for a {a} in a list of {elem}s"), e.span, "types differ"));
+                        self.error(Diagnostic::new(
+                            codes::TYPE_MISMATCH,
+                            format!("looking for a {a} in a list of {elem}s"),
+                            e.span,
+                            "types differ",
+                        ));
                     }
                 }
                 Some(Bool)
@@ -1464,7 +1934,12 @@ impl<'a> RuleChecker<'a> {
             BinOp::Rem => (a == Number && b == Number).then_some(Number),
         };
         let Some(ty) = ty else {
-            let mut d = Diagnostic::new(codes::TYPE_MISMATCH, format!("`{}` cannot combine a {a} and a {b}", op.symbol()), e.span, format!("{a} {} {b}", op.symbol()));
+            let mut d = Diagnostic::new(
+                codes::TYPE_MISMATCH,
+                format!("`{}` cannot combine a {a} and a {b}", op.symbol()),
+                e.span,
+                format!("{a} {} {b}", op.symbol()),
+            );
             if (a == Number && b == Duration) || (a == Duration && b == Number) {
                 d = d.with_help("give the number a unit, e.g. `5 min`");
             } else if a == Set || b == Set {
@@ -1506,7 +1981,14 @@ fn static_field(stream: Stream, field: &str) -> &'static str {
 }
 
 fn placeholder_source(event: &str, stream: Stream, kind: EntityKind, subject: &str) -> SourcePlan {
-    SourcePlan { event_var: event.to_string(), stream, event_type: None, subject: (kind, subject.to_string()), object: None, filter: None }
+    SourcePlan {
+        event_var: event.to_string(),
+        stream,
+        event_type: None,
+        subject: (kind, subject.to_string()),
+        object: None,
+        filter: None,
+    }
 }
 
 fn signature(name: &str) -> &'static str {

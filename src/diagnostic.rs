@@ -152,7 +152,8 @@ impl Source<'_> {
             .labels
             .iter()
             .map(|l| {
-                let label = if l.primary { CsLabel::primary((), clamp(l.span)) } else { CsLabel::secondary((), clamp(l.span)) };
+                let label =
+                    if l.primary { CsLabel::primary((), clamp(l.span)) } else { CsLabel::secondary((), clamp(l.span)) };
                 label.with_message(l.message.clone())
             })
             .collect();
@@ -160,7 +161,11 @@ impl Source<'_> {
         if let Some(help) = &d.help {
             notes.push(format!("help: {help}"));
         }
-        CsDiagnostic::new(Severity::Error).with_code(d.code).with_message(&d.message).with_labels(labels).with_notes(notes)
+        CsDiagnostic::new(Severity::Error)
+            .with_code(d.code)
+            .with_message(&d.message)
+            .with_labels(labels)
+            .with_notes(notes)
     }
 
     /// The machine-readable form: one object per diagnostic.
@@ -231,10 +236,12 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// "did you mean `x`?" for the nearest candidate, else a list of what is valid.
-pub fn suggestion<'a>(name: &str, candidates: &[&'a str]) -> String {
+pub fn suggestion(name: &str, candidates: &[&str]) -> String {
     match nearest(name, candidates.iter().copied()) {
         Some(c) => format!("did you mean `{c}`?"),
         None if candidates.is_empty() => "nothing of that kind is defined here".to_string(),
-        None => format!("expected one of: {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")),
+        None => {
+            format!("expected one of: {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
+        }
     }
 }

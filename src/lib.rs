@@ -82,7 +82,11 @@ fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
                 codes::INVALID_UTF8,
                 "rule files must be UTF-8",
                 ast::Span::new(at, at + '\u{FFFD}'.len_utf8()),
-                format!("{len} byte{} that {} not UTF-8", if len == 1 { "" } else { "s" }, if len == 1 { "is" } else { "are" }),
+                format!(
+                    "{len} byte{} that {} not UTF-8",
+                    if len == 1 { "" } else { "s" },
+                    if len == 1 { "is" } else { "are" }
+                ),
             )
             .with_help("save the file as UTF-8");
             Compiled { name: name.to_string(), text, plans: Vec::new(), diagnostics: vec![d], rule_names: Vec::new() }
@@ -109,8 +113,13 @@ pub fn compile_all(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
         for (rule, span, other) in clashes {
             c.plans.retain(|p| p.name != rule);
             c.diagnostics.push(
-                Diagnostic::new(codes::DUPLICATE_RULE, format!("rule `{rule}` is also defined in {other}"), span, "defined again here")
-                    .with_note("rule names identify alerts, so they must be unique across the rule set"),
+                Diagnostic::new(
+                    codes::DUPLICATE_RULE,
+                    format!("rule `{rule}` is also defined in {other}"),
+                    span,
+                    "defined again here",
+                )
+                .with_note("rule names identify alerts, so they must be unique across the rule set"),
             );
         }
     }

@@ -94,7 +94,9 @@ fn load(paths: &[PathBuf]) -> Result<Vec<Compiled>> {
     let files = rule_files(paths)?;
     let inputs = files
         .iter()
-        .map(|f| Ok((f.display().to_string(), std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?)))
+        .map(|f| {
+            Ok((f.display().to_string(), std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?))
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(vigil::compile_all(&inputs))
 }
@@ -115,9 +117,19 @@ fn check(paths: &[PathBuf], format: Format) -> Result<bool> {
             let rules: usize = compiled.iter().map(|c| c.rule_names.len()).sum();
             let bad_files = compiled.iter().filter(|c| !c.is_ok()).count();
             if problems == 0 {
-                println!("ok: {} file{}, {rules} rule{} checked", compiled.len(), plural(compiled.len()), plural(rules));
+                println!(
+                    "ok: {} file{}, {rules} rule{} checked",
+                    compiled.len(),
+                    plural(compiled.len()),
+                    plural(rules)
+                );
             } else {
-                println!("{problems} problem{} in {bad_files} of {} file{}", plural(problems), compiled.len(), plural(compiled.len()));
+                println!(
+                    "{problems} problem{} in {bad_files} of {} file{}",
+                    plural(problems),
+                    compiled.len(),
+                    plural(compiled.len())
+                );
             }
         }
     }

@@ -152,7 +152,17 @@ fn check_nesting(src: &str) -> Option<Diagnostic> {
                 let word = &src[start..i];
                 after_operand = !matches!(
                     word,
-                    "alert" | "where" | "return" | "and" | "or" | "not" | "in" | "like" | "union" | "diff" | "intersect"
+                    "alert"
+                        | "where"
+                        | "return"
+                        | "and"
+                        | "or"
+                        | "not"
+                        | "in"
+                        | "like"
+                        | "union"
+                        | "diff"
+                        | "intersect"
                 );
                 continue;
             }
@@ -199,8 +209,13 @@ fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>) -> (Diagno
         }
     }
     if src[at..].starts_with("/*") {
-        let d = Diagnostic::new(codes::SYNTAX, "unclosed block comment", Span::new(at, at + 2), "opened here, never closed")
-            .with_help("close it with `*/`");
+        let d = Diagnostic::new(
+            codes::SYNTAX,
+            "unclosed block comment",
+            Span::new(at, at + 2),
+            "opened here, never closed",
+        )
+        .with_help("close it with `*/`");
         return (d, at);
     }
     // Alert options are listed one by one as keywords and once as a group; keep the group.
@@ -235,8 +250,20 @@ fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>) -> (Diagno
 
 const ALERT_OPTIONS: &str = "an alert option (severity, for, keep_firing_for)";
 const CLAUSE_KEYWORDS: &[&str] = &[
-    "rule", "description", "with", "within", "state", "invariant", "cluster", "alert", "labels", "annotations", "return",
-    "where", "severity", "keep_firing_for",
+    "rule",
+    "description",
+    "with",
+    "within",
+    "state",
+    "invariant",
+    "cluster",
+    "alert",
+    "labels",
+    "annotations",
+    "return",
+    "where",
+    "severity",
+    "keep_firing_for",
 ];
 
 /// How to name what stands at `at`, and its length in bytes.
@@ -246,7 +273,8 @@ fn found_at(src: &str, at: usize) -> (String, usize) {
         return ("end of file".to_string(), 0);
     };
     if c.is_alphanumeric() || c == '_' {
-        let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.').take(40).collect();
+        let word: String =
+            rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.').take(40).collect();
         let len = word.len();
         (format!("`{word}`"), len)
     } else if c == '"' {
@@ -261,16 +289,40 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
     Some(match r {
         Rule::rule_def => "`rule`",
         Rule::ident | Rule::field_name => "a name",
-        Rule::expr | Rule::or_expr | Rule::and_expr | Rule::not_expr | Rule::cmp_expr | Rule::set_expr
-        | Rule::add_expr | Rule::mul_expr | Rule::unary | Rule::postfix | Rule::call | Rule::list
-        | Rule::cardinality | Rule::string | Rule::number | Rule::boolean | Rule::empty_set
-        | Rule::cluster_ref | Rule::expr_list | Rule::per_list | Rule::return_item | Rule::call_arg => "an expression",
+        Rule::expr
+        | Rule::or_expr
+        | Rule::and_expr
+        | Rule::not_expr
+        | Rule::cmp_expr
+        | Rule::set_expr
+        | Rule::add_expr
+        | Rule::mul_expr
+        | Rule::unary
+        | Rule::postfix
+        | Rule::call
+        | Rule::list
+        | Rule::cardinality
+        | Rule::string
+        | Rule::number
+        | Rule::boolean
+        | Rule::empty_set
+        | Rule::cluster_ref
+        | Rule::expr_list
+        | Rule::per_list
+        | Rule::return_item
+        | Rule::call_arg => "an expression",
         Rule::duration => "a duration such as `5 min`",
         Rule::time_unit => "a time unit (ms, s, min, h, d, w)",
         Rule::integer | Rule::history => "a whole number",
         Rule::entity_kind | Rule::pattern => "a clause",
-        Rule::description | Rule::with_clause | Rule::state_clause | Rule::invariant_clause
-        | Rule::cluster_clause | Rule::alert_clause | Rule::labels_clause | Rule::annotations_clause
+        Rule::description
+        | Rule::with_clause
+        | Rule::state_clause
+        | Rule::invariant_clause
+        | Rule::cluster_clause
+        | Rule::alert_clause
+        | Rule::labels_clause
+        | Rule::annotations_clause
         | Rule::return_clause => "a clause",
         Rule::operation => "an operation such as `fail` or `use`",
         Rule::window => "a window `#time(...)`",
@@ -283,8 +335,17 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
         Rule::cluster_arg => "a cluster argument `name = value`",
         Rule::template_field => "a field `name = \"text\"`",
         Rule::severity_opt | Rule::for_opt | Rule::keep_firing_opt => ALERT_OPTIONS,
-        Rule::or_op | Rule::and_op | Rule::cmp_op | Rule::set_op | Rule::add_op | Rule::mul_op | Rule::member
-        | Rule::index | Rule::in_op | Rule::not_in | Rule::like_op => "an operator",
+        Rule::or_op
+        | Rule::and_op
+        | Rule::cmp_op
+        | Rule::set_op
+        | Rule::add_op
+        | Rule::mul_op
+        | Rule::member
+        | Rule::index
+        | Rule::in_op
+        | Rule::not_in
+        | Rule::like_op => "an operator",
         Rule::EOI => "end of file",
         _ => return None,
     })
@@ -293,17 +354,51 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
 /// Literal tokens in words: keywords and punctuation quoted, whitespace and operators folded.
 fn describe_literal(token: &str) -> Option<String> {
     const OPERATORS: &[&str] = &[
-        "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "=~", ".", "[", "or", "and", "in", "not", "like",
-        "union", "diff", "intersect",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "==",
+        "!=",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "=~",
+        ".",
+        "[",
+        "or",
+        "and",
+        "in",
+        "not",
+        "like",
+        "union",
+        "diff",
+        "intersect",
     ];
     const CLAUSES: &[&str] = &[
-        "description", "with", "state", "invariant", "cluster", "alert", "labels", "annotations", "return", "task",
-        "machine", "host", "metric",
+        "description",
+        "with",
+        "state",
+        "invariant",
+        "cluster",
+        "alert",
+        "labels",
+        "annotations",
+        "return",
+        "task",
+        "machine",
+        "host",
+        "metric",
     ];
     let is_range = token.chars().count() == 4 && token.chars().nth(1) == Some('.') && token.chars().nth(2) == Some('.');
     // Whitespace, comments, character ranges, pest's placeholder and the exponent of a number
     // are never what a user forgot to type.
-    if token.trim().is_empty() || matches!(token, "//" | "/*" | "\u{FEFF}" | "BUILTIN_RULE" | "E" | "_" | "\\") || is_range {
+    if token.trim().is_empty()
+        || matches!(token, "//" | "/*" | "\u{FEFF}" | "BUILTIN_RULE" | "E" | "_" | "\\")
+        || is_range
+    {
         None
     } else if OPERATORS.contains(&token) {
         Some("an operator".to_string())
@@ -638,8 +733,13 @@ impl Builder<'_> {
                 b'{' => {
                     let Some(close) = raw[i..].find('}') else {
                         self.diags.push(
-                            Diagnostic::new(codes::BAD_TEMPLATE, "unclosed `{` in template", Span::new(base + i, base + i + 1), "opened here")
-                                .with_help("close the hole with `}`, or write `{{` for a literal brace"),
+                            Diagnostic::new(
+                                codes::BAD_TEMPLATE,
+                                "unclosed `{` in template",
+                                Span::new(base + i, base + i + 1),
+                                "opened here",
+                            )
+                            .with_help("close the hole with `}`, or write `{{` for a literal brace"),
                         );
                         break;
                     };
@@ -668,8 +768,13 @@ impl Builder<'_> {
                 }
                 b'}' => {
                     self.diags.push(
-                        Diagnostic::new(codes::BAD_TEMPLATE, "unmatched `}` in template", Span::new(base + i, base + i + 1), "no `{` before it")
-                            .with_help("write `}}` for a literal brace"),
+                        Diagnostic::new(
+                            codes::BAD_TEMPLATE,
+                            "unmatched `}` in template",
+                            Span::new(base + i, base + i + 1),
+                            "no `{` before it",
+                        )
+                        .with_help("write `}}` for a literal brace"),
                     );
                     i += 1;
                 }
@@ -712,7 +817,9 @@ impl Builder<'_> {
                                 Span::new(base + i, base + j + e.len_utf8()),
                                 "not an escape",
                             )
-                            .with_help("the escapes are \\n, \\t, \\r, \\\\ and \\\"; a regex backslash is written `\\\\`"),
+                            .with_help(
+                                "the escapes are \\n, \\t, \\r, \\\\ and \\\"; a regex backslash is written `\\\\`",
+                            ),
                         );
                     }
                 }
@@ -723,7 +830,12 @@ impl Builder<'_> {
     fn integer(&mut self, p: Pair<Rule>) -> u64 {
         let span = self.span(&p);
         p.as_str().parse().unwrap_or_else(|_| {
-            self.diags.push(Diagnostic::new(codes::BAD_LITERAL, "number is too large", span, "does not fit in 64 bits"));
+            self.diags.push(Diagnostic::new(
+                codes::BAD_LITERAL,
+                "number is too large",
+                span,
+                "does not fit in 64 bits",
+            ));
             0
         })
     }
@@ -867,7 +979,12 @@ impl Builder<'_> {
             Rule::number => {
                 let n: f64 = p.as_str().parse().unwrap_or(f64::INFINITY);
                 if !n.is_finite() {
-                    self.diags.push(Diagnostic::new(codes::BAD_LITERAL, "number is too large", span, "not a finite number"));
+                    self.diags.push(Diagnostic::new(
+                        codes::BAD_LITERAL,
+                        "number is too large",
+                        span,
+                        "not a finite number",
+                    ));
                 }
                 Expr { span, kind: ExprKind::Number(if n.is_finite() { n } else { 0.0 }) }
             }
@@ -884,7 +1001,13 @@ impl Builder<'_> {
     }
 }
 
-fn set_once<T>(slot: &mut Option<T>, value: Option<T>, name: &'static str, span: Span, repeated: &mut Vec<(&'static str, Span)>) {
+fn set_once<T>(
+    slot: &mut Option<T>,
+    value: Option<T>,
+    name: &'static str,
+    span: Span,
+    repeated: &mut Vec<(&'static str, Span)>,
+) {
     if slot.is_some() {
         repeated.push((name, span));
     } else {
@@ -1009,7 +1132,8 @@ mod tests {
 
     #[test]
     fn recovers_at_the_next_rule() {
-        let src = "rule a { task t fail as e alert ( }\nrule b { task t fail as e alert true }\nrule c { alert severity }";
+        let src =
+            "rule a { task t fail as e alert ( }\nrule b { task t fail as e alert true }\nrule c { alert severity }";
         let (file, diags) = parse(src);
         assert_eq!(file.rules.len(), 1);
         assert_eq!(file.rules[0].name.name, "b");
@@ -1018,7 +1142,8 @@ mod tests {
 
     #[test]
     fn templates_split_into_holes() {
-        let src = r#"rule r { metric m sample as e alert true annotations { summary = "cpu {e.value} on {m.host} {{x}}" } }"#;
+        let src =
+            r#"rule r { metric m sample as e alert true annotations { summary = "cpu {e.value} on {m.host} {{x}}" } }"#;
         let (file, diags) = parse(src);
         assert!(diags.is_empty(), "{diags:?}");
         let t = &file.rules[0].annotations[0].template;

@@ -168,11 +168,18 @@ pub struct ClusterPlan {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ClusterMethod {
-    Dbscan { eps: f64, min_pts: u64 },
+    Dbscan {
+        eps: f64,
+        min_pts: u64,
+    },
     /// Robust z-score from the median absolute deviation above this threshold.
-    Mad { threshold: f64 },
+    Mad {
+        threshold: f64,
+    },
     /// Classic z-score above this threshold.
-    ZScore { threshold: f64 },
+    ZScore {
+        threshold: f64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,15 +219,35 @@ pub enum TExprKind {
     EmptySet,
     List(Vec<TExpr>),
     /// `e.cpu`: a field of the event bound by source `source`.
-    EventField { var: String, source: usize, field: &'static str },
+    EventField {
+        var: String,
+        source: usize,
+        field: &'static str,
+    },
     /// `t.user`: a field of an entity, read from the event of source `source`.
-    EntityField { var: String, source: usize, field: &'static str },
+    EntityField {
+        var: String,
+        source: usize,
+        field: &'static str,
+    },
     /// A whole entity, compared by its key (`m1 != m2`).
-    Entity { var: String, kind: EntityKind },
+    Entity {
+        var: String,
+        kind: EntityKind,
+    },
     /// `ss[ago].field`.
-    StateField { state: String, ago: usize, field: String },
+    StateField {
+        state: String,
+        ago: usize,
+        field: String,
+    },
     /// `ss[from..to].field`, oldest last.
-    StateRange { state: String, from: usize, to: usize, field: String },
+    StateRange {
+        state: String,
+        from: usize,
+        to: usize,
+        field: String,
+    },
     Baseline(String),
     ClusterField(&'static str),
     Call(Func, Vec<TExpr>),
@@ -401,12 +428,7 @@ impl fmt::Display for RulePlan {
             if w.slide_ms == w.size_ms {
                 writeln!(f, "  window tumbling {}", format_duration(w.size_ms))?;
             } else {
-                writeln!(
-                    f,
-                    "  window sliding {} every {}",
-                    format_duration(w.size_ms),
-                    format_duration(w.slide_ms)
-                )?;
+                writeln!(f, "  window sliding {} every {}", format_duration(w.size_ms), format_duration(w.slide_ms))?;
             }
         }
         if let Some(s) = &self.state {
@@ -427,7 +449,9 @@ impl fmt::Display for RulePlan {
             for field in &s.fields {
                 let arg = field.arg.as_ref().map(|a| a.to_string()).unwrap_or_default();
                 match field.agg {
-                    AggFunc::Percentile(p) => writeln!(f, "    {} := percentile({arg}, {p}) : {}", field.name, field.ty)?,
+                    AggFunc::Percentile(p) => {
+                        writeln!(f, "    {} := percentile({arg}, {p}) : {}", field.name, field.ty)?
+                    }
                     agg => writeln!(f, "    {} := {agg}({arg}) : {}", field.name, field.ty)?,
                 }
             }

@@ -4,7 +4,11 @@ use std::process::Command;
 
 fn vigil(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vigil")).args(args).env("NO_COLOR", "1").output().expect("vigil runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -21,7 +25,8 @@ fn check_reports_three_mistakes_with_line_column_and_caret() {
     for location in ["11_three_mistakes.saql:3:37", "11_three_mistakes.saql:5:12", "11_three_mistakes.saql:5:27"] {
         assert!(stdout.contains(location), "missing {location} in:\n{stdout}");
     }
-    let caret_lines = stdout.lines().filter(|l| l.contains('│') && l.trim_end().ends_with(|c| c == '^') || l.contains("^ ")).count();
+    let caret_lines =
+        stdout.lines().filter(|l| l.contains('│') && l.trim_end().ends_with('^') || l.contains("^ ")).count();
     assert_eq!(caret_lines, 3, "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("error[")).count(), 3, "{stdout}");
     assert!(stdout.ends_with("3 problems in 1 of 1 file\n"), "{stdout}");

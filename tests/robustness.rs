@@ -47,7 +47,8 @@ fn a_one_megabyte_line_is_handled() {
 fn ten_thousand_nested_parentheses_hit_the_depth_limit() {
     let src = format!("rule deep {{ task t fail as e alert {}true{} }}", "(".repeat(10_000), ")".repeat(10_000));
     assert_eq!(codes(src.as_bytes()), vec!["E0003"]);
-    let bars = format!("rule deep {{ task t fail as e alert {}e.priority{} > 1 }}", "|".repeat(10_000), "|".repeat(10_000));
+    let bars =
+        format!("rule deep {{ task t fail as e alert {}e.priority{} > 1 }}", "|".repeat(10_000), "|".repeat(10_000));
     assert_eq!(codes(bars.as_bytes()), vec!["E0003"]);
 }
 
