@@ -34,7 +34,6 @@ pub mod codes {
     pub const BAD_REGEX: &str = "E0206";
 
     pub const NO_PATTERN: &str = "E0301";
-    pub const NO_ALERT: &str = "E0302";
     pub const UNBOUNDED_SEQUENCE: &str = "E0303";
     pub const SEQUENCE_SHAPE: &str = "E0304";
     pub const WINDOW: &str = "E0305";
