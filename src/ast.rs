@@ -103,8 +103,8 @@ pub struct SeqStep {
 pub enum StepKind {
     /// The event occurs once.
     Once,
-    /// The event occurs at least `min` and at most `max` times (`e{5,}`, `e{2,4}`, `e{3}`).
-    Count { min: u64, max: Option<u64> },
+    /// The event occurs at least `min` times (`e{5,}`).
+    Count { min: u64 },
     /// The event does not occur for this long after the previous step.
     Absent(Duration),
 }

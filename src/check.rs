@@ -489,21 +489,29 @@ impl<'a> RuleChecker<'a> {
                     d.span,
                     "zero length",
                 )),
-                StepKind::Count { min, max }
-                    if (min == 0
-                        || max.is_some_and(|m| m < min)
-                        || min > MAX_COUNT
-                        || max.is_some_and(|m| m > MAX_COUNT)) =>
-                {
-                    self.error(
-                        Diagnostic::new(
-                            codes::SEQUENCE_SHAPE,
-                            "invalid repetition count",
-                            step.span,
-                            "count out of range",
+                StepKind::Count { min } => {
+                    if min == 0 || min > MAX_COUNT {
+                        self.error(
+                            Diagnostic::new(
+                                codes::SEQUENCE_SHAPE,
+                                "invalid repetition count",
+                                step.span,
+                                "count out of range",
+                            )
+                            .with_help(format!("write `e{{n,}}` with 1 <= n <= {MAX_COUNT}")),
                         )
-                        .with_help(format!("write `e{{n,}}`, `e{{n}}` or `e{{n,m}}` with 1 <= n <= m <= {MAX_COUNT}")),
-                    )
+                    }
+                    if i > 0 {
+                        self.error(
+                            Diagnostic::new(
+                                codes::SEQUENCE_SHAPE,
+                                "only the first step of a sequence can be counted",
+                                step.span,
+                                "counted later in the sequence",
+                            )
+                            .with_note("a count starts a match: `with e1{5,} -> e2 within 1 h`"),
+                        )
+                    }
                 }
                 _ => {}
             }

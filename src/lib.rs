@@ -3,21 +3,32 @@
 //! The pipeline, one stage per module:
 //!
 //! ```text
-//! text --parser--> ast --check--> plans --(engine, next)--> operators -> alerts -> sinks
+//! text --parser--> ast --check--> plans --engine--> operators -> alerts -> sinks
+//!                                            ^
+//!                      events (input adapters, replay)
 //! ```
 //!
 //! - [`parser::parse`]: source text to a spanned [`ast::File`]; syntax errors as diagnostics.
 //! - [`check::check`]: names resolved, types and bounds checked, one [`plan::RulePlan`] per rule.
 //! - [`compile`] runs both over one file; [`compile_all`] over many, which also catches a rule
 //!   name defined in two files.
+//! - [`engine::Engine::new`]: plans to operators; `push` events in, alerts out.
+//! - [`input::open`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017) to events;
+//!   [`replay::replay`] runs them through an engine; [`ruletest::run`] runs rule test files.
 //!
 //! User mistakes are [`diagnostic::Diagnostic`]s: code, message, labelled spans, notes, help.
 
+pub mod alert;
 pub mod ast;
 pub mod check;
 pub mod diagnostic;
+pub mod engine;
+pub mod event;
+pub mod input;
 pub mod parser;
 pub mod plan;
+pub mod replay;
+pub mod ruletest;
 pub mod schema;
 
 use diagnostic::{codes, Diagnostic, Source};

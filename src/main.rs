@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use vigil::input::InputOptions;
+use vigil::replay::{Progress, ReplayOptions};
 use vigil::Compiled;
 
 #[derive(Parser)]
@@ -30,6 +32,46 @@ enum Command {
         /// The rule file.
         file: PathBuf,
     },
+    /// Run recorded events through rules; alerts come out as JSON lines.
+    Replay {
+        /// Rule file or folder.
+        #[arg(long, default_value = "rules")]
+        rules: PathBuf,
+        /// Input files: JSON lines, NAB CSV, Google 2011 or Alibaba 2017 traces (`.gz` too).
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Input format; `auto` decides from the file name and first line.
+        #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
+        format: vigil::input::Format,
+        /// `max`, or event time at a multiple of real time: `1x`, `60x`.
+        #[arg(long, default_value = "max")]
+        speed: vigil::replay::Speed,
+        /// Write alerts here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// How late an event may arrive and still count, e.g. `30s`.
+        #[arg(long, default_value = "0s", value_parser = duration)]
+        lateness: u64,
+        /// Stop at the first malformed line.
+        #[arg(long)]
+        strict: bool,
+        /// Host of NAB series (default: from the file name).
+        #[arg(long)]
+        host: Option<String>,
+        /// Metric name of NAB series (default: from the file name).
+        #[arg(long)]
+        metric_name: Option<String>,
+    },
+    /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
+    Test {
+        /// Test files or folders.
+        #[arg(default_value = "rules")]
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn duration(s: &str) -> Result<u64, String> {
+    vigil::parser::parse_duration(s)
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -45,6 +87,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { paths, format } => check(&paths, format),
         Command::Explain { file } => explain(&file),
+        Command::Replay { rules, inputs, format, speed, out, lateness, strict, host, metric_name } => {
+            let options = ReplayOptions { lateness_ms: lateness as i64, speed, strict };
+            replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
+        }
+        Command::Test { paths } => rule_tests(&paths),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -153,6 +200,108 @@ fn explain(file: &Path) -> Result<bool> {
         print!("{plan}");
     }
     Ok(true)
+}
+
+/// Loads rules, printing their problems; `None` if any rule is invalid.
+fn load_plans(path: &Path) -> Result<Option<Vec<vigil::plan::RulePlan>>> {
+    let compiled = load(&[path.to_path_buf()])?;
+    let mut plans = Vec::new();
+    let mut ok = true;
+    for c in compiled {
+        if !c.is_ok() {
+            eprint!("{}", c.source().render(&c.diagnostics, std::io::stderr().is_terminal()));
+            ok = false;
+        }
+        plans.extend(c.plans);
+    }
+    Ok(ok.then_some(plans))
+}
+
+fn replay(
+    rules: &Path,
+    inputs: &[PathBuf],
+    format: vigil::input::Format,
+    input_options: &InputOptions,
+    options: &ReplayOptions,
+    out: Option<&Path>,
+) -> Result<bool> {
+    let Some(plans) = load_plans(rules)? else { return Ok(false) };
+    if plans.is_empty() {
+        bail!("no rules in {}", rules.display());
+    }
+    let opened = inputs
+        .iter()
+        .map(|p| vigil::input::open(p, format, input_options).with_context(|| format!("cannot read {}", p.display())))
+        .collect::<Result<Vec<_>>>()?;
+    let mut engine =
+        vigil::engine::Engine::new(plans, vigil::engine::EngineConfig { lateness_ms: options.lateness_ms });
+    let mut writer: Box<dyn std::io::Write> = match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut bar = Bar::new();
+    let summary = vigil::replay::replay(&mut engine, opened, options, &mut writer, &mut bar)?;
+    bar.finish();
+    eprint!("{}", summary.report());
+    Ok(summary.stopped_at.is_none())
+}
+
+/// A progress bar on standard error, drawn only when it is a terminal.
+struct Bar {
+    bar: indicatif::ProgressBar,
+    started: std::time::Instant,
+    shown: u64,
+}
+
+/// Malformed lines printed one by one before the rest are only counted.
+const MALFORMED_SHOWN: u64 = 50;
+
+impl Bar {
+    fn new() -> Self {
+        let target = if std::io::stderr().is_terminal() {
+            indicatif::ProgressDrawTarget::stderr()
+        } else {
+            indicatif::ProgressDrawTarget::hidden()
+        };
+        let bar = indicatif::ProgressBar::with_draw_target(Some(0), target);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}") {
+            bar.set_style(style);
+        }
+        Bar { bar, started: std::time::Instant::now(), shown: 0 }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn advance(&mut self, events: u64, alerts: u64, (read, total): (u64, u64)) {
+        self.bar.set_length(total.max(1));
+        self.bar.set_position(read.min(total));
+        let rate = events as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        self.bar.set_message(format!("{events} events, {rate:.0} events/s, {alerts} alerts"));
+    }
+
+    fn malformed(&mut self, message: &str) {
+        self.shown += 1;
+        if self.shown <= MALFORMED_SHOWN {
+            self.bar.suspend(|| eprintln!("malformed: {message}"));
+        } else if self.shown == MALFORMED_SHOWN + 1 {
+            self.bar.suspend(|| eprintln!("(more malformed lines are counted in the summary only)"));
+        }
+    }
+}
+
+fn rule_tests(paths: &[PathBuf]) -> Result<bool> {
+    let files = vigil::ruletest::test_files(paths).context("cannot list test files")?;
+    if files.is_empty() {
+        bail!("no rule test files (*.toml) under the given paths");
+    }
+    let report = vigil::ruletest::run(&files, &mut std::io::stdout().lock())?;
+    Ok(report.failed == 0)
 }
 
 fn plural(n: usize) -> &'static str {

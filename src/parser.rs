@@ -55,6 +55,21 @@ pub fn parse(src: &str) -> (File, Vec<Diagnostic>) {
     (File { rules }, diags)
 }
 
+/// Parses a duration written as in rules (`5 min`, `500ms`, `1.5 h`) into milliseconds.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let pair = SaqlParser::parse(Rule::duration_only, text.trim())
+        .map_err(|_| format!("`{text}` is not a duration; write e.g. `5 s`, `10 min`, `1 h`"))?
+        .next()
+        .and_then(|p| p.into_inner().next())
+        .expect("duration_only holds a duration");
+    let mut diags = Vec::new();
+    let d = Builder { offset: 0, diags: &mut diags }.duration(pair);
+    match diags.first() {
+        Some(d) => Err(format!("`{text}`: {}", d.message)),
+        None => Ok(d.millis),
+    }
+}
+
 /// Skips whitespace and comments from `pos`; an unterminated block comment runs to the end.
 fn skip_trivia(src: &str, mut pos: usize) -> usize {
     let b = src.as_bytes();
@@ -582,15 +597,7 @@ impl Builder<'_> {
         let kind = match rule {
             Rule::plain_step => StepKind::Once,
             Rule::absent_step => StepKind::Absent(self.duration(inner.next().expect("absence duration"))),
-            Rule::count_step => {
-                let min = self.integer(inner.next().expect("count"));
-                let max = match inner.next() {
-                    None => Some(min),
-                    Some(p) if p.as_rule() == Rule::count_more => None,
-                    Some(p) => Some(self.integer(p)),
-                };
-                StepKind::Count { min, max }
-            }
+            Rule::count_step => StepKind::Count { min: self.integer(inner.next().expect("count")) },
             other => unreachable!("{other:?} as step"),
         };
         SeqStep { span, event, kind }
@@ -1127,7 +1134,7 @@ mod tests {
         assert!(diags.is_empty(), "{diags:?}");
         let w = file.rules[0].with.as_ref().unwrap();
         assert_eq!(w.within.unwrap().millis, 5_400_000);
-        assert_eq!(w.steps[0].kind, StepKind::Count { min: 5, max: None });
+        assert_eq!(w.steps[0].kind, StepKind::Count { min: 5 });
     }
 
     #[test]
@@ -1138,6 +1145,14 @@ mod tests {
         assert_eq!(file.rules.len(), 1);
         assert_eq!(file.rules[0].name.name, "b");
         assert_eq!(diags.len(), 2);
+    }
+
+    #[test]
+    fn durations_from_the_command_line() {
+        assert_eq!(parse_duration("5s"), Ok(5_000));
+        assert_eq!(parse_duration(" 1.5 h "), Ok(5_400_000));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("99999 w").is_err());
     }
 
     #[test]

@@ -404,9 +404,7 @@ impl fmt::Display for RulePlan {
                 let var = &self.sources[step.source].event_var;
                 match step.kind {
                     StepKind::Once => writeln!(f, "    then {var}")?,
-                    StepKind::Count { min, max: None } => writeln!(f, "    then {var} at least {min} times")?,
-                    StepKind::Count { min, max: Some(max) } if min == max => writeln!(f, "    then {var} {min} times")?,
-                    StepKind::Count { min, max: Some(max) } => writeln!(f, "    then {var} {min} to {max} times")?,
+                    StepKind::Count { min } => writeln!(f, "    then {var} at least {min} times")?,
                     StepKind::Absent(d) => writeln!(f, "    then no {var} for {}", format_duration(d.millis))?,
                 }
             }

@@ -119,6 +119,11 @@ impl Stream {
         self.fields().iter().find(|(n, _)| *n == field).map(|(_, t)| *t)
     }
 
+    /// Position of a field in `fields()`, which is where events keep its value.
+    pub fn field_index(self, field: &str) -> Option<usize> {
+        self.fields().iter().position(|(n, _)| *n == field)
+    }
+
     pub fn field_names(self) -> Vec<&'static str> {
         let mut names: Vec<_> = self.fields().iter().map(|(n, _)| *n).collect();
         names.push("ts");

@@ -1,0 +1,117 @@
+//! Turns lifecycle transitions of one rule into alert records.
+
+use super::eval::{eval, Env};
+use super::lifecycle::{Lifecycle, Transition};
+use super::Key;
+use crate::alert::{alert_id, Alert, Status};
+use crate::event::Millis;
+use crate::plan::{RulePlan, TemplatePiece};
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// The alerting side of one rule: its lifecycle per key, and the record of each firing alert,
+/// which its resolution repeats (the values that made it fire, not the values at resolution).
+pub struct Alerting {
+    plan: Arc<RulePlan>,
+    key_names: Vec<String>,
+    lifecycle: Lifecycle<Key>,
+    firing: HashMap<Key, Alert>,
+}
+
+impl Alerting {
+    pub fn new(plan: Arc<RulePlan>, key_names: Vec<String>) -> Self {
+        let lifecycle = Lifecycle::new(plan.alert.for_ms, plan.alert.keep_firing_for_ms);
+        Alerting { plan, key_names, lifecycle, firing: HashMap::new() }
+    }
+
+    pub fn plan(&self) -> &Arc<RulePlan> {
+        &self.plan
+    }
+
+    /// Keys with a pending or firing alert.
+    pub fn active(&self) -> usize {
+        self.lifecycle.active()
+    }
+
+    pub fn is_active(&self, key: &Key) -> bool {
+        self.lifecycle.is_active(key)
+    }
+
+    /// The rule's condition for `key` is `holds` at `t`; `env` gives the values an alert carries.
+    pub fn observe(
+        &mut self,
+        key: &Key,
+        t: Millis,
+        holds: bool,
+        env: &Env,
+        evidence: impl FnOnce() -> Vec<Json>,
+        out: &mut Vec<Alert>,
+    ) {
+        match self.lifecycle.observe(key, t, holds) {
+            Some(tr) if tr.status == Status::Firing => {
+                let alert = self.build(key, &tr, env, evidence());
+                self.firing.insert(key.clone(), alert.clone());
+                out.push(alert);
+            }
+            Some(tr) => self.resolve(key, &tr, out),
+            None => {}
+        }
+    }
+
+    /// For event rules: resolve what has been quiet long enough by `now`.
+    pub fn expire(&mut self, now: Millis, out: &mut Vec<Alert>) {
+        for (key, tr) in self.lifecycle.expire(now) {
+            self.resolve(&key, &tr, out);
+        }
+    }
+
+    pub fn next_expiry(&self) -> Option<Millis> {
+        self.lifecycle.next_expiry()
+    }
+
+    fn resolve(&mut self, key: &Key, tr: &Transition, out: &mut Vec<Alert>) {
+        if let Some(mut alert) = self.firing.remove(key) {
+            alert.status = Status::Resolved;
+            alert.time = tr.at;
+            alert.ends_at = Some(tr.at);
+            out.push(alert);
+        }
+    }
+
+    fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Json>) -> Alert {
+        let plan = &self.plan;
+        let key_map: BTreeMap<String, Json> =
+            self.key_names.iter().cloned().zip(key.0.iter().map(|v| v.to_json())).collect();
+        let values = plan.returns.iter().map(|(name, e)| (name.clone(), eval(e, env).to_json())).collect();
+        let render = |pieces: &[TemplatePiece]| -> String {
+            pieces
+                .iter()
+                .map(|p| match p {
+                    TemplatePiece::Text(t) => t.clone(),
+                    TemplatePiece::Value(e) => eval(e, env).to_text(),
+                })
+                .collect()
+        };
+        let mut labels: BTreeMap<String, String> =
+            plan.labels.iter().map(|(name, pieces)| (name.clone(), render(pieces))).collect();
+        labels.insert("alertname".into(), plan.name.clone());
+        labels.insert("severity".into(), plan.alert.severity.to_string());
+        let annotations = plan.annotations.iter().map(|(name, pieces)| (name.clone(), render(pieces))).collect();
+        Alert {
+            id: alert_id(&plan.name, &key_map, tr.starts_at),
+            rule: plan.name.clone(),
+            severity: plan.alert.severity.to_string(),
+            status: Status::Firing,
+            time: tr.at,
+            starts_at: tr.starts_at,
+            ends_at: None,
+            detected_at: tr.at,
+            key: key_map,
+            values,
+            labels,
+            annotations,
+            evidence,
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The streaming engine: checked rule plans compiled into operators that run over event time.
+//!
+//! ```text
+//! events -> reorder buffer (bounded lateness) -> dispatch by stream and type -> operators -> alerts
+//! ```
+//!
+//! The reorder buffer releases events in timestamp order once the watermark (the largest
+//! timestamp seen, minus the allowed lateness) has passed them, so every operator sees a sorted
+//! stream and out-of-order input within the lateness gives exactly the alerts of sorted input.
+//! Events older than the watermark are late: counted per rule and reported, not processed.
+//!
+//! Operators ([`Operator`]) are driven by two hooks, `on_event` and `on_watermark`. Each reports
+//! the next time at which the watermark would make it act (a window close, an absence deadline,
+//! an alert to resolve), so the engine wakes only the operators that have something to do.
+//! Rules that aggregate the same events the same way share one window operator (SAQL's
+//! master-dependent scheme): the state is computed once and each dependent rule judges it.
+
+mod alerting;
+mod eval;
+mod filter;
+mod invariant;
+mod lifecycle;
+mod outlier;
+mod sequence;
+mod state;
+mod window;
+
+pub use eval::{ClusterResult, Env, History, RegexCache};
+pub use lifecycle::{Lifecycle, Transition};
+
+use crate::alert::Alert;
+use crate::event::{Event, Millis, Value};
+use crate::plan::{Model, RulePlan};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// A group or match key: the values that identify what an alert is about.
+#[derive(Debug, Clone)]
+pub struct Key(pub Vec<Value>);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| match (a, b) {
+                (Value::Num(x), Value::Num(y)) => x.to_bits() == y.to_bits(),
+                _ => a == b,
+            })
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for v in &self.0 {
+            match v {
+                Value::Null => 0u8.hash(state),
+                Value::Num(n) => n.to_bits().hash(state),
+                Value::Str(s) => s.hash(state),
+                Value::Bool(b) => b.hash(state),
+                Value::Dur(d) | Value::Time(d) => d.hash(state),
+                other => other.to_text().hash(state),
+            }
+        }
+    }
+}
+
+/// A compiled rule (or group of rules sharing work) driven by events and the watermark.
+pub trait Operator: Send {
+    /// An event for source `source` of the operator's rule, in timestamp order.
+    fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>);
+    /// Every event with a timestamp up to `watermark` has been seen.
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>);
+    /// The smallest watermark at which `on_watermark` would do anything.
+    fn next_deadline(&self) -> Option<Millis>;
+    /// Live keys per rule: groups, partial matches and active alerts.
+    fn live_keys(&self) -> Vec<(String, usize)>;
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    /// How far behind the newest event an event may arrive and still be processed.
+    pub lateness_ms: Millis,
+}
+
+/// Counters the engine keeps; shown in replay summaries and exported as metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStats {
+    pub events_in: BTreeMap<&'static str, u64>,
+    /// Late events, per rule that would have consumed them.
+    pub late_by_rule: BTreeMap<String, u64>,
+    /// Late events in all (an event late for several rules counts once here).
+    pub late: u64,
+    pub alerts_by_rule: BTreeMap<String, u64>,
+}
+
+struct Pending(Arc<Event>, u64);
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    /// Timestamp first, then the event's content, so simultaneous events are processed in the
+    /// same order whatever order they arrived in; the arrival number breaks exact duplicates.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.tie_order(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// Where events of one stream go: (operator, source within its rule), for every event of the
+/// stream and by the value of its `type` field. Rules that select FAIL events never see others.
+#[derive(Default)]
+struct StreamRoutes {
+    any: Vec<(usize, usize)>,
+    by_type: HashMap<Box<str>, Vec<(usize, usize)>>,
+}
+
+impl StreamRoutes {
+    fn add(&mut self, event_type: Option<&str>, target: (usize, usize)) {
+        match event_type {
+            None => self.any.push(target),
+            Some(t) => self.by_type.entry(t.into()).or_default().push(target),
+        }
+    }
+}
+
+/// Registers an operator's next deadline; stale heap entries are skipped when popped.
+fn schedule(
+    registered: &mut [Option<Millis>],
+    timers: &mut BinaryHeap<Reverse<(Millis, usize)>>,
+    op: &dyn Operator,
+    index: usize,
+) {
+    let next = op.next_deadline();
+    if next != registered[index] {
+        registered[index] = next;
+        if let Some(due) = next {
+            timers.push(Reverse((due, index)));
+        }
+    }
+}
+
+pub struct Engine {
+    plans: Vec<Arc<RulePlan>>,
+    operators: Vec<Box<dyn Operator>>,
+    /// Routing by stream (indexed by `Stream as usize`).
+    routes: [StreamRoutes; 4],
+    config: EngineConfig,
+    buffer: BinaryHeap<Reverse<Pending>>,
+    arrivals: u64,
+    max_ts: Option<Millis>,
+    /// Every event up to here has been released to the operators.
+    watermark: Option<Millis>,
+    timers: BinaryHeap<Reverse<(Millis, usize)>>,
+    registered: Vec<Option<Millis>>,
+    stats: EngineStats,
+    regexes: Arc<RegexCache>,
+}
+
+impl Engine {
+    /// Builds operators for checked plans. Rules whose windowed state is the same share it.
+    pub fn new(plans: Vec<RulePlan>, config: EngineConfig) -> Engine {
+        let plans: Vec<Arc<RulePlan>> = plans.into_iter().map(Arc::new).collect();
+        let mut regexes = RegexCache::default();
+        for p in &plans {
+            for e in plan_exprs(p) {
+                regexes.add_from(e);
+            }
+        }
+        let regexes = Arc::new(regexes);
+        let mut operators: Vec<Box<dyn Operator>> = Vec::new();
+        let mut routes: [StreamRoutes; 4] = Default::default();
+        let mut shared: HashMap<String, usize> = HashMap::new();
+        let mut windows: Vec<window::WindowOperatorBuilder> = Vec::new();
+        for plan in &plans {
+            match plan.model {
+                Model::SingleEvent | Model::Sequence => {
+                    let op_index = operators.len();
+                    let op: Box<dyn Operator> = if plan.model == Model::SingleEvent {
+                        Box::new(filter::FilterOperator::new(plan.clone(), regexes.clone()))
+                    } else {
+                        Box::new(sequence::SequenceOperator::new(plan.clone(), regexes.clone()))
+                    };
+                    operators.push(op);
+                    for (i, src) in plan.sources.iter().enumerate() {
+                        routes[src.stream as usize].add(src.event_type, (op_index, i));
+                    }
+                }
+                Model::TimeSeries | Model::Invariant | Model::Outlier => {
+                    let signature = window::signature(plan);
+                    match shared.get(&signature) {
+                        Some(&w) => windows[w].add(plan.clone()),
+                        None => {
+                            shared.insert(signature, windows.len());
+                            windows.push(window::WindowOperatorBuilder::new(plan.clone(), regexes.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        for builder in windows {
+            let op_index = operators.len();
+            let src = builder.source().clone();
+            routes[src.stream as usize].add(src.event_type, (op_index, 0));
+            operators.push(Box::new(builder.build()));
+        }
+        let n = operators.len();
+        Engine {
+            plans,
+            operators,
+            routes,
+            config,
+            buffer: BinaryHeap::new(),
+            arrivals: 0,
+            max_ts: None,
+            watermark: None,
+            timers: BinaryHeap::new(),
+            registered: vec![None; n],
+            stats: EngineStats::default(),
+            regexes,
+        }
+    }
+
+    pub fn plans(&self) -> &[Arc<RulePlan>] {
+        &self.plans
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn watermark(&self) -> Option<Millis> {
+        self.watermark
+    }
+
+    /// Live keys per rule (groups, partial matches, active alerts).
+    pub fn live_keys(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for op in &self.operators {
+            for (rule, n) in op.live_keys() {
+                *out.entry(rule).or_insert(0) += n;
+            }
+        }
+        out
+    }
+
+    /// Takes one event; alerts it causes (now or by moving time on) go to `out`. Returns false
+    /// when the event was late and not processed.
+    pub fn push(&mut self, event: Event, out: &mut Vec<Alert>) -> bool {
+        *self.stats.events_in.entry(event.stream.name()).or_insert(0) += 1;
+        if self.watermark.is_some_and(|w| event.ts <= w) {
+            self.count_late(&event);
+            return false;
+        }
+        self.max_ts = Some(self.max_ts.map_or(event.ts, |m| m.max(event.ts)));
+        self.arrivals += 1;
+        self.buffer.push(Reverse(Pending(Arc::new(event), self.arrivals)));
+        let target = self.max_ts.unwrap_or(Millis::MIN).saturating_sub(self.config.lateness_ms).saturating_sub(1);
+        self.release(target, out);
+        true
+    }
+
+    /// End of input: every buffered event is released and time moves to the newest timestamp.
+    /// Windows that have not ended and absences not yet due stay open.
+    pub fn flush(&mut self, out: &mut Vec<Alert>) {
+        if let Some(max) = self.max_ts {
+            self.release(max, out);
+        }
+    }
+
+    /// Moves time to `now` without an event (a service's idle clock, with lateness applied).
+    pub fn advance_to(&mut self, now: Millis, out: &mut Vec<Alert>) {
+        let target = now.saturating_sub(self.config.lateness_ms);
+        if self.max_ts.is_none_or(|m| m < target) {
+            self.max_ts = Some(target);
+        }
+        self.release(target, out);
+    }
+
+    fn release(&mut self, target: Millis, out: &mut Vec<Alert>) {
+        if self.watermark.is_some_and(|w| target <= w) {
+            return;
+        }
+        while self.buffer.peek().is_some_and(|Reverse(p)| p.0.ts <= target) {
+            let Reverse(Pending(event, _)) = self.buffer.pop().expect("peeked");
+            // All events before this one's timestamp have been released: let timers due
+            // strictly before it fire first, so results do not depend on how input was batched.
+            self.fire_timers(event.ts - 1, out);
+            self.dispatch(&event, out);
+        }
+        self.fire_timers(target, out);
+        self.watermark = Some(target);
+    }
+
+    fn dispatch(&mut self, event: &Arc<Event>, out: &mut Vec<Alert>) {
+        let before = out.len();
+        let routes = &self.routes[event.stream as usize];
+        let typed = event.event_type().and_then(|t| routes.by_type.get(t));
+        for &(op, source) in routes.any.iter().chain(typed.into_iter().flatten()) {
+            self.operators[op].on_event(source, event, out);
+            schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
+        }
+        self.finish(before, event.ts, out);
+    }
+
+    fn fire_timers(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
+        while let Some(&Reverse((due, op))) = self.timers.peek() {
+            if due > watermark {
+                break;
+            }
+            self.timers.pop();
+            if self.registered[op] != Some(due) {
+                continue;
+            }
+            self.registered[op] = None;
+            let before = out.len();
+            self.operators[op].on_watermark(watermark, out);
+            schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
+            self.finish(before, watermark, out);
+        }
+    }
+
+    /// Stamps new alerts with their detection time and counts them.
+    fn finish(&mut self, from: usize, now: Millis, out: &mut [Alert]) {
+        for alert in &mut out[from..] {
+            alert.detected_at = now.max(alert.time);
+            if alert.status == crate::alert::Status::Firing {
+                *self.stats.alerts_by_rule.entry(alert.rule.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    fn count_late(&mut self, event: &Event) {
+        self.stats.late += 1;
+        for plan in &self.plans {
+            let takes = plan.sources.iter().enumerate().any(|(i, s)| {
+                if s.stream != event.stream || s.event_type.is_some_and(|t| event.event_type() != Some(t)) {
+                    return false;
+                }
+                let Some(filter) = &s.filter else { return true };
+                let mut events: Vec<Option<&Event>> = vec![None; plan.sources.len()];
+                events[i] = Some(event);
+                let env = Env::events(&plan.sources, &events, &self.regexes);
+                eval::holds(filter, &env)
+            });
+            if takes {
+                *self.stats.late_by_rule.entry(plan.name.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+}
+
+/// Every expression of a plan, for passes such as regex compilation.
+fn plan_exprs(p: &RulePlan) -> Vec<&crate::plan::TExpr> {
+    use crate::plan::{GroupKey, TemplatePiece};
+    let mut out: Vec<&crate::plan::TExpr> = Vec::new();
+    out.extend(p.sources.iter().filter_map(|s| s.filter.as_ref()));
+    if let Some(seq) = &p.sequence {
+        out.extend(seq.conditions.iter());
+        out.extend(seq.group_by.iter());
+    }
+    if let Some(st) = &p.state {
+        out.extend(st.fields.iter().filter_map(|f| f.arg.as_ref()));
+        out.extend(st.group_by.iter().filter_map(|k| match k {
+            GroupKey::Value(e) => Some(e),
+            GroupKey::Entity { .. } => None,
+        }));
+    }
+    if let Some(inv) = &p.invariant {
+        out.extend(inv.init.iter().chain(&inv.update).map(|(_, e)| e));
+    }
+    if let Some(c) = &p.cluster {
+        out.extend(c.dims.iter().chain(&c.per));
+    }
+    out.push(&p.alert.condition);
+    for (_, pieces) in p.labels.iter().chain(&p.annotations) {
+        out.extend(pieces.iter().filter_map(|piece| match piece {
+            TemplatePiece::Value(e) => Some(e),
+            TemplatePiece::Text(_) => None,
+        }));
+    }
+    out.extend(p.returns.iter().map(|(_, e)| e));
+    out
+}

@@ -1,0 +1,502 @@
+//! Sequence rules: an NFA over time-ordered events, with joins on shared entity variables,
+//! absence (`not e for D`), counting (`e{n,}`) and a bound on every match.
+//!
+//! Matching is partitioned: by the `group by` values, or else by the entities every step shares
+//! (`task t` in `e1 -> e2` means the same task). Each event of the first step starts a partial
+//! match; a partial match advances on the first later event that fits its next step (skip till
+//! next match), and dies when its `within` bound passes. At the last step every fitting event
+//! completes a match with the same prefix, so each usage sample after a task's SCHEDULE is
+//! judged against that request; repeated matches of one key are one alert while it fires. An absence step waits until its
+//! deadline; a fitting event before then kills the match. A counted first step keeps one
+//! counter of recent events per partition instead of one match per event.
+
+use super::alerting::Alerting;
+use super::eval::{holds, visit, Env, RegexCache};
+use super::{Key, Operator};
+use crate::alert::{Alert, MAX_EVIDENCE};
+use crate::ast::StepKind;
+use crate::event::{Event, Millis, Value};
+use crate::plan::{RulePlan, TExpr, TExprKind};
+use crate::schema::{EntityKind, Role};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// One entity variable of the rule.
+struct EntityVar {
+    kind: EntityKind,
+}
+
+#[derive(Clone)]
+struct PartialMatch {
+    id: u64,
+    /// Index of the next step to satisfy.
+    step: usize,
+    /// Bound events by source.
+    events: Vec<Option<Arc<Event>>>,
+    /// Bound entity identities by entity variable.
+    entities: Vec<Option<Vec<Value>>>,
+    start: Millis,
+    last: Millis,
+    /// When a timer is due for this match (absence deadline or `within` expiry).
+    due: Option<Millis>,
+    /// Events counted by a first `e{n,}` step, for evidence.
+    counted: Vec<Arc<Event>>,
+}
+
+#[derive(Default)]
+struct Partition {
+    matches: Vec<PartialMatch>,
+    /// For a counted first step: its recent events, oldest first.
+    counter: VecDeque<Arc<Event>>,
+}
+
+pub struct SequenceOperator {
+    plan: Arc<RulePlan>,
+    regexes: Arc<RegexCache>,
+    alerting: Alerting,
+    /// Step index of each source.
+    step_of: Vec<usize>,
+    entities: Vec<EntityVar>,
+    /// Entity variables bound by each source.
+    binds: Vec<Vec<usize>>,
+    /// Entity variables every step binds; the partition key when there is no `group by`.
+    common: Vec<usize>,
+    /// `group by` expressions rewritten for each source, so any step's event can compute them.
+    group_by: Vec<Vec<TExpr>>,
+    /// Conditions checked when a positive step binds (by step).
+    bind_conditions: Vec<Vec<TExpr>>,
+    /// Conditions an event must meet to count as the absent event (by step).
+    absent_conditions: Vec<Vec<TExpr>>,
+    within: Option<Millis>,
+    partitions: HashMap<Key, Partition>,
+    /// Partition of each live partial match, by id.
+    locate: HashMap<u64, Key>,
+    timers: BinaryHeap<Reverse<(Millis, u64)>>,
+    next_id: u64,
+    /// When counters next need pruning.
+    next_sweep: Option<Millis>,
+}
+
+impl SequenceOperator {
+    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
+        let seq = plan.sequence.as_ref().expect("a sequence rule has a sequence plan");
+        let mut step_of = vec![0; plan.sources.len()];
+        for (i, step) in seq.steps.iter().enumerate() {
+            step_of[step.source] = i;
+        }
+        // Entity variables in order of first binding.
+        let mut names: Vec<String> = Vec::new();
+        let mut entities = Vec::new();
+        let mut binds = vec![Vec::new(); plan.sources.len()];
+        for (s, src) in plan.sources.iter().enumerate() {
+            for (kind, var) in std::iter::once(&src.subject).chain(src.object.as_ref()) {
+                let id = match names.iter().position(|n| n == var) {
+                    Some(id) => id,
+                    None => {
+                        names.push(var.clone());
+                        entities.push(EntityVar { kind: *kind });
+                        names.len() - 1
+                    }
+                };
+                binds[s].push(id);
+            }
+        }
+        let common: Vec<usize> =
+            (0..names.len()).filter(|id| seq.steps.iter().all(|st| binds[st.source].contains(id))).collect();
+        let var_bound_by =
+            |var: &str, s: usize| names.iter().position(|n| n == var).is_some_and(|id| binds[s].contains(&id));
+        let group_by = (0..plan.sources.len())
+            .map(|s| seq.group_by.iter().map(|e| retarget(e, s, &var_bound_by)).collect())
+            .collect();
+
+        let absent_sources: Vec<usize> =
+            seq.steps.iter().filter(|s| matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect();
+        let mut bind_conditions = vec![Vec::new(); seq.steps.len()];
+        let mut absent_conditions = vec![Vec::new(); seq.steps.len()];
+        for cond in &seq.conditions {
+            let refs = referenced_sources(cond, &plan, &names, &binds);
+            let last_step = refs.iter().map(|&s| step_of[s]).max().unwrap_or(0);
+            match refs.iter().find(|s| absent_sources.contains(s)) {
+                // A condition on an absent event says which events count as that event.
+                Some(&absent) => {
+                    let j = step_of[absent];
+                    if refs.iter().all(|&s| step_of[s] <= j) {
+                        absent_conditions[j].push(cond.clone());
+                    }
+                }
+                None => bind_conditions[last_step].push(cond.clone()),
+            }
+        }
+        let key_names = if seq.group_by.is_empty() {
+            common
+                .iter()
+                .flat_map(|&id| entities[id].kind.key_fields().iter().map(move |f| (id, *f)))
+                .map(|(id, f)| format!("{}.{f}", names[id]))
+                .collect()
+        } else {
+            seq.group_by.iter().map(|e| e.to_string()).collect()
+        };
+        let within = seq.within_ms.map(|w| w as Millis);
+        SequenceOperator {
+            alerting: Alerting::new(plan.clone(), key_names),
+            plan,
+            regexes,
+            step_of,
+            entities,
+            binds,
+            common,
+            group_by,
+            bind_conditions,
+            absent_conditions,
+            within,
+            partitions: HashMap::new(),
+            locate: HashMap::new(),
+            timers: BinaryHeap::new(),
+            next_id: 1,
+            next_sweep: None,
+        }
+    }
+
+    fn steps(&self) -> &[crate::plan::StepPlan] {
+        &self.plan.sequence.as_ref().expect("sequence plan").steps
+    }
+
+    /// The identity of each entity an event binds, read from the event.
+    fn identities(&self, source: usize, event: &Event) -> Vec<(usize, Vec<Value>)> {
+        let src = &self.plan.sources[source];
+        std::iter::once((&src.subject, Role::Subject))
+            .chain(src.object.as_ref().map(|o| (o, Role::Object)))
+            .zip(&self.binds[source])
+            .map(|(((kind, _), _), &id)| (id, kind.key_fields().iter().map(|f| event.get(f)).collect()))
+            .collect()
+    }
+
+    fn partition_key(&self, source: usize, event: &Event) -> Key {
+        if !self.group_by[source].is_empty() {
+            let mut events: Vec<Option<&Event>> = vec![None; self.plan.sources.len()];
+            events[source] = Some(event);
+            let env = Env::events(&self.plan.sources, &events, &self.regexes);
+            return Key(self.group_by[source].iter().map(|e| super::eval::eval(e, &env)).collect());
+        }
+        let ids = self.identities(source, event);
+        Key(self
+            .common
+            .iter()
+            .flat_map(|id| ids.iter().find(|(i, _)| i == id).map(|(_, v)| v.clone()).unwrap_or_default())
+            .collect())
+    }
+
+    /// Whether `event` at `source` fits `pm`: same entities, and the conditions hold.
+    fn fits(&self, pm: &PartialMatch, source: usize, event: &Arc<Event>, conditions: &[TExpr]) -> bool {
+        if pm.events.iter().flatten().any(|e| Arc::ptr_eq(e, event)) {
+            return false;
+        }
+        for (id, identity) in self.identities(source, event) {
+            if pm.entities[id].as_ref().is_some_and(|bound| *bound != identity) {
+                return false;
+            }
+        }
+        if conditions.is_empty() {
+            return true;
+        }
+        let mut events: Vec<Option<&Event>> = pm.events.iter().map(|e| e.as_deref()).collect();
+        events[source] = Some(event);
+        let env = Env::events(&self.plan.sources, &events, &self.regexes);
+        conditions.iter().all(|c| holds(c, &env))
+    }
+
+    fn new_match(&mut self, start: Millis) -> PartialMatch {
+        let id = self.next_id;
+        self.next_id += 1;
+        PartialMatch {
+            id,
+            step: 0,
+            events: vec![None; self.plan.sources.len()],
+            entities: vec![None; self.entities.len()],
+            start,
+            last: start,
+            due: None,
+            counted: Vec::new(),
+        }
+    }
+
+    fn bind(&self, pm: &mut PartialMatch, source: usize, event: &Arc<Event>) {
+        for (id, identity) in self.identities(source, event) {
+            pm.entities[id] = Some(identity);
+        }
+        pm.events[source] = Some(event.clone());
+        pm.last = event.ts;
+        pm.step += 1;
+    }
+
+    /// After a step: schedule the match's next timer, or report it complete (`Some(time)`).
+    fn settle(&self, pm: &mut PartialMatch) -> Option<Millis> {
+        let steps = self.steps();
+        match steps.get(pm.step).map(|s| s.kind) {
+            None => Some(pm.last),
+            Some(StepKind::Absent(d)) => {
+                pm.due = Some(pm.last + d.millis as Millis);
+                None
+            }
+            Some(_) => {
+                pm.due = self.within.map(|w| pm.start + w + 1);
+                None
+            }
+        }
+    }
+
+    fn track(&mut self, key: &Key, pm: PartialMatch) {
+        if let Some(due) = pm.due {
+            self.timers.push(Reverse((due, pm.id)));
+        }
+        self.locate.insert(pm.id, key.clone());
+        self.partitions.entry(key.clone()).or_default().matches.push(pm);
+    }
+
+    fn complete(&mut self, key: &Key, pm: &PartialMatch, at: Millis, out: &mut Vec<Alert>) {
+        let events: Vec<Option<&Event>> = pm.events.iter().map(|e| e.as_deref()).collect();
+        let env = Env::events(&self.plan.sources, &events, &self.regexes);
+        if !holds(&self.plan.alert.condition, &env) {
+            return;
+        }
+        let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
+        let evidence = || {
+            let mut out: Vec<serde_json::Value> = pm.counted.iter().map(|e| e.to_json()).collect();
+            out.extend(
+                steps
+                    .iter()
+                    .skip(usize::from(!pm.counted.is_empty()))
+                    .filter_map(|s| pm.events[s.source].as_ref())
+                    .map(|e| e.to_json()),
+            );
+            let skip = out.len().saturating_sub(MAX_EVIDENCE);
+            out.drain(..skip);
+            out
+        };
+        self.alerting.observe(key, at, true, &env, evidence, out);
+    }
+}
+
+impl Operator for SequenceOperator {
+    fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
+        if let Some(filter) = &self.plan.sources[source].filter {
+            let mut events: Vec<Option<&Event>> = vec![None; self.plan.sources.len()];
+            events[source] = Some(event);
+            if !holds(filter, &Env::events(&self.plan.sources, &events, &self.regexes)) {
+                return;
+            }
+        }
+        let step = self.step_of[source];
+        let kind = self.steps()[step].kind;
+        let key = self.partition_key(source, event);
+        let mut completed = Vec::new();
+        if let Some(mut part) = self.partitions.remove(&key) {
+            let mut kept = Vec::with_capacity(part.matches.len());
+            for mut pm in part.matches.drain(..) {
+                if pm.step != step {
+                    kept.push(pm);
+                    continue;
+                }
+                match kind {
+                    StepKind::Absent(_) => {
+                        if !self.fits(&pm, source, event, &self.absent_conditions[step]) {
+                            kept.push(pm);
+                        } else {
+                            self.locate.remove(&pm.id);
+                        }
+                    }
+                    _ => {
+                        let in_time = self.within.is_none_or(|w| event.ts - pm.start <= w);
+                        let fits = in_time && self.fits(&pm, source, event, &self.bind_conditions[step]);
+                        if fits && step + 1 == self.steps().len() {
+                            // The last step: the match is complete, and its prefix stays ready
+                            // for more such events until `within` passes (every later usage
+                            // sample is checked against the same request).
+                            let mut done = pm.clone();
+                            self.bind(&mut done, source, event);
+                            completed.push((done, event.ts));
+                            kept.push(pm);
+                        } else if fits {
+                            self.bind(&mut pm, source, event);
+                            match self.settle(&mut pm) {
+                                Some(at) => {
+                                    self.locate.remove(&pm.id);
+                                    completed.push((pm, at));
+                                }
+                                None => {
+                                    if let Some(due) = pm.due {
+                                        self.timers.push(Reverse((due, pm.id)));
+                                    }
+                                    kept.push(pm);
+                                }
+                            }
+                        } else {
+                            kept.push(pm);
+                        }
+                    }
+                }
+            }
+            part.matches = kept;
+            if !part.matches.is_empty() || !part.counter.is_empty() {
+                self.partitions.insert(key.clone(), part);
+            }
+        }
+        if step == 0 {
+            self.start(source, event, kind, &key, &mut completed);
+        }
+        for (pm, at) in completed {
+            self.complete(&key, &pm, at, out);
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
+        while let Some(&Reverse((due, id))) = self.timers.peek() {
+            if due > watermark {
+                break;
+            }
+            self.timers.pop();
+            let Some(key) = self.locate.get(&id).cloned() else { continue };
+            let Some(part) = self.partitions.get_mut(&key) else { continue };
+            let Some(pos) = part.matches.iter().position(|m| m.id == id && m.due == Some(due)) else { continue };
+            let mut pm = part.matches.swap_remove(pos);
+            self.locate.remove(&id);
+            if let StepKind::Absent(_) = self.steps()[pm.step].kind {
+                // The wait is over with no fitting event: the absence holds.
+                pm.last = due;
+                pm.step += 1;
+                match self.settle(&mut pm) {
+                    Some(at) => self.complete(&key, &pm, at, out),
+                    None => self.track(&key, pm),
+                }
+            }
+            // Otherwise the `within` bound passed before the next step came: the match is dropped.
+            if self.partitions.get(&key).is_some_and(|p| p.matches.is_empty() && p.counter.is_empty()) {
+                self.partitions.remove(&key);
+            }
+        }
+        if self.next_sweep.is_some_and(|t| t <= watermark) {
+            let within = self.within.unwrap_or(0);
+            self.partitions.retain(|_, p| {
+                while p.counter.front().is_some_and(|e| watermark - e.ts > within) {
+                    p.counter.pop_front();
+                }
+                !p.matches.is_empty() || !p.counter.is_empty()
+            });
+            let any_counter = self.partitions.values().any(|p| !p.counter.is_empty());
+            self.next_sweep = any_counter.then_some(watermark + within.max(1));
+        }
+        self.alerting.expire(watermark, out);
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        [self.timers.peek().map(|Reverse((due, _))| *due), self.alerting.next_expiry(), self.next_sweep]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn live_keys(&self) -> Vec<(String, usize)> {
+        let matches: usize =
+            self.partitions.values().map(|p| p.matches.len() + usize::from(!p.counter.is_empty())).sum();
+        vec![(self.plan.name.clone(), matches + self.alerting.active())]
+    }
+}
+
+impl SequenceOperator {
+    /// An event of the first step starts a match, or counts towards one.
+    fn start(
+        &mut self,
+        source: usize,
+        event: &Arc<Event>,
+        kind: StepKind,
+        key: &Key,
+        completed: &mut Vec<(PartialMatch, Millis)>,
+    ) {
+        let fresh = self.new_match(event.ts);
+        if !self.fits(&fresh, source, event, &self.bind_conditions[0]) {
+            return;
+        }
+        match kind {
+            StepKind::Count { min } => {
+                let within = self.within.unwrap_or(0);
+                let part = self.partitions.entry(key.clone()).or_default();
+                part.counter.push_back(event.clone());
+                while part.counter.front().is_some_and(|e| event.ts - e.ts > within) {
+                    part.counter.pop_front();
+                }
+                if (part.counter.len() as u64) < min {
+                    if self.next_sweep.is_none() {
+                        self.next_sweep = Some(event.ts + within.max(1));
+                    }
+                    return;
+                }
+                let waiting = part.matches.iter().any(|m| m.step == 1);
+                let counted: Vec<Arc<Event>> = part.counter.iter().cloned().collect();
+                if self.next_sweep.is_none() {
+                    self.next_sweep = Some(event.ts + within.max(1));
+                }
+                if waiting {
+                    return;
+                }
+                let mut pm = fresh;
+                pm.start = counted[0].ts;
+                pm.counted = counted;
+                self.bind(&mut pm, source, event);
+                match self.settle(&mut pm) {
+                    Some(at) => completed.push((pm, at)),
+                    None => self.track(key, pm),
+                }
+            }
+            _ => {
+                let mut pm = fresh;
+                self.bind(&mut pm, source, event);
+                match self.settle(&mut pm) {
+                    Some(at) => completed.push((pm, at)),
+                    None => self.track(key, pm),
+                }
+            }
+        }
+    }
+}
+
+/// Rewrites an expression so that entity fields read from `source` when it binds the entity.
+fn retarget(e: &TExpr, source: usize, bound_by: &dyn Fn(&str, usize) -> bool) -> TExpr {
+    let kind = match &e.kind {
+        TExprKind::EntityField { var, field, .. } if bound_by(var, source) => {
+            TExprKind::EntityField { var: var.clone(), source, field }
+        }
+        TExprKind::List(items) => TExprKind::List(items.iter().map(|i| retarget(i, source, bound_by)).collect()),
+        TExprKind::Call(f, items) => TExprKind::Call(*f, items.iter().map(|i| retarget(i, source, bound_by)).collect()),
+        TExprKind::Unary(op, a) => TExprKind::Unary(*op, Box::new(retarget(a, source, bound_by))),
+        TExprKind::Cardinality(a) => TExprKind::Cardinality(Box::new(retarget(a, source, bound_by))),
+        TExprKind::Binary(op, a, b) => {
+            TExprKind::Binary(*op, Box::new(retarget(a, source, bound_by)), Box::new(retarget(b, source, bound_by)))
+        }
+        TExprKind::Lookup(a, b) => {
+            TExprKind::Lookup(Box::new(retarget(a, source, bound_by)), Box::new(retarget(b, source, bound_by)))
+        }
+        other => other.clone(),
+    };
+    TExpr { ty: e.ty, kind }
+}
+
+/// The sources whose events an expression reads. A whole entity (`m1 != m2`) is read from the
+/// first source that binds it.
+fn referenced_sources(e: &TExpr, plan: &RulePlan, names: &[String], binds: &[Vec<usize>]) -> Vec<usize> {
+    let mut out = Vec::new();
+    visit(e, &mut |e| match &e.kind {
+        TExprKind::EventField { source, .. } | TExprKind::EntityField { source, .. } => out.push(*source),
+        TExprKind::Entity { var, .. } => {
+            if let Some(id) = names.iter().position(|n| n == var) {
+                if let Some(s) = (0..plan.sources.len()).find(|&s| binds[s].contains(&id)) {
+                    out.push(s);
+                }
+            }
+        }
+        _ => {}
+    });
+    out.sort_unstable();
+    out.dedup();
+    out
+}

@@ -1,0 +1,169 @@
+//! Aggregates of a window's events, one accumulator per state field.
+
+use crate::event::Value;
+use crate::plan::AggFunc;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub enum Acc {
+    /// `count()`: every event.
+    Count(u64),
+    /// `count(x)`: events where `x` is present.
+    CountOf(u64),
+    Sum(f64),
+    Avg {
+        sum: f64,
+        n: u64,
+    },
+    Min(Option<f64>),
+    Max(Option<f64>),
+    /// Welford's running mean and sum of squared deviations.
+    Stddev {
+        n: u64,
+        mean: f64,
+        m2: f64,
+    },
+    Percentile {
+        values: Vec<f64>,
+        p: f64,
+    },
+    Distinct(HashSet<String>),
+    Set(BTreeSet<String>),
+    First(Value),
+    Last(Value),
+}
+
+impl Acc {
+    pub fn new(agg: AggFunc, has_arg: bool) -> Acc {
+        match agg {
+            AggFunc::Count if has_arg => Acc::CountOf(0),
+            AggFunc::Count => Acc::Count(0),
+            AggFunc::Sum => Acc::Sum(0.0),
+            AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
+            AggFunc::Min => Acc::Min(None),
+            AggFunc::Max => Acc::Max(None),
+            AggFunc::Stddev => Acc::Stddev { n: 0, mean: 0.0, m2: 0.0 },
+            AggFunc::Percentile(p) => Acc::Percentile { values: Vec::new(), p },
+            AggFunc::DistinctCount => Acc::Distinct(HashSet::new()),
+            AggFunc::Set => Acc::Set(BTreeSet::new()),
+            AggFunc::First => Acc::First(Value::Null),
+            AggFunc::Last => Acc::Last(Value::Null),
+        }
+    }
+
+    /// Adds one event's value of the aggregate's argument (`Null` for `count()`).
+    pub fn add(&mut self, v: &Value) {
+        let num = v.as_f64().filter(|x| x.is_finite());
+        match self {
+            Acc::Count(n) => *n += 1,
+            Acc::CountOf(n) => *n += u64::from(*v != Value::Null),
+            Acc::Sum(s) => *s += num.unwrap_or(0.0),
+            Acc::Avg { sum, n } => {
+                if let Some(x) = num {
+                    *sum += x;
+                    *n += 1;
+                }
+            }
+            Acc::Min(m) => {
+                if let Some(x) = num {
+                    *m = Some(m.map_or(x, |m| m.min(x)));
+                }
+            }
+            Acc::Max(m) => {
+                if let Some(x) = num {
+                    *m = Some(m.map_or(x, |m| m.max(x)));
+                }
+            }
+            Acc::Stddev { n, mean, m2 } => {
+                if let Some(x) = num {
+                    *n += 1;
+                    let delta = x - *mean;
+                    *mean += delta / *n as f64;
+                    *m2 += delta * (x - *mean);
+                }
+            }
+            Acc::Percentile { values, .. } => values.extend(num),
+            Acc::Distinct(s) => {
+                if *v != Value::Null {
+                    s.insert(v.to_text());
+                }
+            }
+            Acc::Set(s) => {
+                if *v != Value::Null {
+                    s.insert(v.to_text());
+                }
+            }
+            Acc::First(f) => {
+                if *f == Value::Null {
+                    *f = v.clone();
+                }
+            }
+            Acc::Last(l) => {
+                if *v != Value::Null {
+                    *l = v.clone();
+                }
+            }
+        }
+    }
+
+    pub fn result(&self) -> Value {
+        match self {
+            Acc::Count(n) | Acc::CountOf(n) => Value::Num(*n as f64),
+            Acc::Sum(s) => Value::Num(*s),
+            Acc::Avg { sum, n } if *n > 0 => Value::Num(sum / *n as f64),
+            Acc::Min(Some(x)) | Acc::Max(Some(x)) => Value::Num(*x),
+            Acc::Stddev { n, m2, .. } if *n >= 2 => Value::Num((m2 / (*n - 1) as f64).sqrt()),
+            Acc::Percentile { values, p } if !values.is_empty() => Value::Num(percentile(values, *p)),
+            Acc::Distinct(s) => Value::Num(s.len() as f64),
+            Acc::Set(s) => Value::Set(Arc::new(s.clone())),
+            Acc::First(v) | Acc::Last(v) => v.clone(),
+            _ => Value::Null,
+        }
+    }
+}
+
+/// Linear interpolation between the closest ranks (the "R-7" definition, as numpy's default).
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = p / 100.0 * (sorted.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(agg: AggFunc, values: &[Value]) -> Value {
+        let mut acc = Acc::new(agg, true);
+        values.iter().for_each(|v| acc.add(v));
+        acc.result()
+    }
+
+    #[test]
+    fn aggregates() {
+        let nums: Vec<Value> = [4.0, 1.0, 3.0, 2.0].iter().map(|x| Value::Num(*x)).collect();
+        assert_eq!(run(AggFunc::Sum, &nums), Value::Num(10.0));
+        assert_eq!(run(AggFunc::Avg, &nums), Value::Num(2.5));
+        assert_eq!(run(AggFunc::Min, &nums), Value::Num(1.0));
+        assert_eq!(run(AggFunc::Max, &nums), Value::Num(4.0));
+        assert_eq!(run(AggFunc::Percentile(50.0), &nums), Value::Num(2.5));
+        assert_eq!(run(AggFunc::First, &nums), Value::Num(4.0));
+        assert_eq!(run(AggFunc::Last, &nums), Value::Num(2.0));
+        let Value::Num(sd) = run(AggFunc::Stddev, &nums) else { panic!("stddev of four numbers") };
+        assert!((sd - 1.2910).abs() < 1e-4);
+        let users = [Value::str("a"), Value::str("b"), Value::str("a"), Value::Null];
+        assert_eq!(run(AggFunc::DistinctCount, &users), Value::Num(2.0));
+        assert_eq!(run(AggFunc::Count, &users), Value::Num(3.0), "count(x) skips missing values");
+        assert_eq!(Acc::new(AggFunc::Count, false).result(), Value::Num(0.0));
+    }
+
+    #[test]
+    fn empty_windows_have_no_average() {
+        assert_eq!(run(AggFunc::Avg, &[]), Value::Null);
+        assert_eq!(run(AggFunc::Sum, &[]), Value::Num(0.0));
+        assert_eq!(run(AggFunc::Stddev, &[Value::Num(1.0)]), Value::Null);
+    }
+}

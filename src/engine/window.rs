@@ -1,0 +1,377 @@
+//! Windowed state: tumbling and sliding windows over one pattern, per-group aggregates and a
+//! history of the last k windows, judged by every rule that shares the state.
+//!
+//! Windows are aligned to multiples of the slide and keyed by their start; a window
+//! `[start, start + size)` closes once the watermark shows every event before its end has been
+//! seen. At each close every live group gets a result, an empty one if it had no events, so
+//! `ss[1]` is always the window just before `ss[0]`. A group with no events for as many windows
+//! as it needs to remember (its history, or its invariant's training) and no active alert is
+//! forgotten.
+
+use super::alerting::Alerting;
+use super::eval::{eval, holds, ClusterResult, Env, History, RegexCache};
+use super::invariant::Baseline;
+use super::outlier;
+use super::state::Acc;
+use super::{Key, Operator};
+use crate::alert::{Alert, MAX_EVIDENCE};
+use crate::event::{format_time, Event, Millis, Value};
+use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan};
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// What makes two rules' windowed states the same computation.
+pub fn signature(plan: &RulePlan) -> String {
+    let src = &plan.sources[0];
+    let state = plan.state.as_ref().expect("windowed rule has state");
+    let fields: Vec<String> = state
+        .fields
+        .iter()
+        .map(|f| format!("{}:={:?}({})", f.name, f.agg, f.arg.as_ref().map(|a| a.to_string()).unwrap_or_default()))
+        .collect();
+    let keys: Vec<String> = state
+        .group_by
+        .iter()
+        .map(|k| match k {
+            GroupKey::Entity { var, kind } => format!("{var}:{}", kind.name()),
+            GroupKey::Value(e) => e.to_string(),
+        })
+        .collect();
+    format!(
+        "{}|{:?}|{}/{}|{:?}|{}|{:?}|{}|{}",
+        src.stream.name(),
+        src.event_type,
+        src.subject.1,
+        src.object.as_ref().map(|o| o.1.as_str()).unwrap_or(""),
+        src.filter.as_ref().map(|f| f.to_string()),
+        plan.window.map(|w| format!("{}/{}", w.size_ms, w.slide_ms)).unwrap_or_default(),
+        fields,
+        keys.join(","),
+        fields.len(),
+    )
+}
+
+/// Collects the rules that share one windowed state before building the operator.
+pub struct WindowOperatorBuilder {
+    plans: Vec<Arc<RulePlan>>,
+    regexes: Arc<RegexCache>,
+}
+
+impl WindowOperatorBuilder {
+    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
+        WindowOperatorBuilder { plans: vec![plan], regexes }
+    }
+
+    pub fn add(&mut self, plan: Arc<RulePlan>) {
+        self.plans.push(plan);
+    }
+
+    pub fn source(&self) -> &SourcePlan {
+        &self.plans[0].sources[0]
+    }
+
+    pub fn build(self) -> WindowOperator {
+        let first = self.plans[0].clone();
+        let state = first.state.clone().expect("windowed rule has state");
+        let window = first.window.expect("windowed rule has a window");
+        let history = self.plans.iter().filter_map(|p| p.state.as_ref()).map(|s| s.history).max().unwrap_or(1);
+        let key_names = key_names(&first, &state);
+        let remember = self
+            .plans
+            .iter()
+            .map(|p| p.invariant.as_ref().map_or(0, |i| i.training_windows as usize))
+            .max()
+            .unwrap_or(0)
+            .max(history);
+        let dependents = self
+            .plans
+            .into_iter()
+            .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
+            .collect();
+        WindowOperator {
+            source: first.sources.clone(),
+            field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
+            state,
+            size: window.size_ms as Millis,
+            slide: window.slide_ms as Millis,
+            history,
+            remember,
+            groups: HashMap::new(),
+            next_close: None,
+            dependents,
+            regexes: self.regexes,
+        }
+    }
+}
+
+fn key_names(plan: &RulePlan, state: &StatePlan) -> Vec<String> {
+    state
+        .group_by
+        .iter()
+        .flat_map(|k| match k {
+            GroupKey::Entity { var, kind } => kind.key_fields().iter().map(|f| format!("{var}.{f}")).collect(),
+            GroupKey::Value(e) => vec![e.to_string()],
+        })
+        .chain(plan.state.as_ref().filter(|s| s.group_by.is_empty()).map(|_| "group".to_string()))
+        .collect()
+}
+
+struct Dependent {
+    plan: Arc<RulePlan>,
+    alerting: Alerting,
+}
+
+struct Group {
+    /// Open windows by start, each with one accumulator per state field.
+    open: BTreeMap<Millis, Vec<Acc>>,
+    history: History,
+    /// The group's latest event: every event of a group has the same key values, so this is
+    /// where the alert reads `m.machine_id` and the other group keys.
+    last_event: Arc<Event>,
+    /// Closed windows since the group's last event.
+    idle: usize,
+    /// Per dependent rule with an invariant.
+    baselines: Vec<Baseline>,
+}
+
+pub struct WindowOperator {
+    /// The single pattern, as a one-element slice for [`Env`].
+    source: Vec<SourcePlan>,
+    state: StatePlan,
+    field_names: Vec<String>,
+    size: Millis,
+    slide: Millis,
+    history: usize,
+    /// Empty windows after which an idle group is forgotten.
+    remember: usize,
+    groups: HashMap<Key, Group>,
+    /// End of the next window to close.
+    next_close: Option<Millis>,
+    dependents: Vec<Dependent>,
+    regexes: Arc<RegexCache>,
+}
+
+impl WindowOperator {
+    fn group_key(&self, event: &Event) -> Key {
+        let events = [Some(event)];
+        let env = Env::events(&self.source, &events, &self.regexes);
+        let mut key = Vec::new();
+        for k in &self.state.group_by {
+            match k {
+                GroupKey::Entity { kind, .. } => key.extend(kind.key_fields().iter().map(|f| event.get(f))),
+                GroupKey::Value(e) => key.push(eval(e, &env)),
+            }
+        }
+        if self.state.group_by.is_empty() {
+            key.push(Value::str("all"));
+        }
+        Key(key)
+    }
+
+    fn empty_window(&self) -> Vec<Acc> {
+        self.state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect()
+    }
+
+    /// Closes the window ending at `end` for every group and lets each dependent rule judge it.
+    fn close(&mut self, end: Millis, out: &mut Vec<Alert>) {
+        let start = end - self.size;
+        let mut had_events: HashMap<Key, bool> = HashMap::with_capacity(self.groups.len());
+        for (key, group) in self.groups.iter_mut() {
+            let accs = group.open.remove(&start);
+            let active = accs.is_some();
+            let accs =
+                accs.unwrap_or_else(|| self.state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect());
+            group.history.push_front(Arc::new(accs.iter().map(Acc::result).collect()));
+            group.history.truncate(self.history);
+            group.idle = if active { 0 } else { group.idle + 1 };
+            had_events.insert(key.clone(), active);
+        }
+        for d in 0..self.dependents.len() {
+            let clusters = self.cluster(d, &had_events);
+            let plan = self.dependents[d].plan.clone();
+            let mut keys: Vec<&Key> = self.groups.keys().collect();
+            // A stable order makes the alerts of one close come out the same on every run.
+            keys.sort_by(|a, b| compare_keys(a, b));
+            let keys: Vec<Key> = keys.into_iter().cloned().collect();
+            for key in keys {
+                let Group { history, last_event, baselines, .. } = self.groups.get_mut(&key).expect("listed above");
+                let events = [Some(last_event.as_ref())];
+                let cluster = clusters.get(&key);
+                let active = had_events[&key];
+                let env = Env {
+                    sources: &self.source,
+                    events: &events,
+                    state: Some((&self.field_names, history)),
+                    baselines: None,
+                    cluster,
+                    regexes: &self.regexes,
+                };
+                let alerting = &mut self.dependents[d].alerting;
+                let names = &self.field_names;
+                let (size, slide) = (self.size, self.slide);
+                match &plan.invariant {
+                    // No alert while a group trains; windows without events teach nothing.
+                    Some(inv) if baselines[d].training(inv) => {
+                        if active {
+                            baselines[d].learn(inv, &env);
+                        }
+                    }
+                    Some(inv) => {
+                        let judged = Env { baselines: Some(&baselines[d].values), ..env };
+                        let fires = holds(&plan.alert.condition, &judged);
+                        let evidence =
+                            || evidence(names, history, end, size, slide, Some(&baselines[d].values), cluster);
+                        alerting.observe(&key, end, fires, &judged, evidence, out);
+                        if active {
+                            baselines[d].after_alert(inv, &env);
+                        }
+                    }
+                    None => {
+                        let fires = holds(&plan.alert.condition, &env);
+                        let evidence = || evidence(names, history, end, size, slide, None, cluster);
+                        alerting.observe(&key, end, fires, &env, evidence, out);
+                    }
+                }
+            }
+        }
+        let remember = self.remember.max(1);
+        let dependents = &self.dependents;
+        self.groups.retain(|key, g| {
+            g.idle < remember || !g.open.is_empty() || dependents.iter().any(|d| d.alerting.is_active(key))
+        });
+    }
+
+    /// Runs dependent `d`'s cluster step over the groups that had events in the window.
+    fn cluster(&self, d: usize, had_events: &HashMap<Key, bool>) -> HashMap<Key, ClusterResult> {
+        let plan = &self.dependents[d].plan;
+        let Some(c) = &plan.cluster else { return HashMap::new() };
+        let mut peers: HashMap<Key, Vec<(Key, Vec<f64>)>> = HashMap::new();
+        for (key, group) in &self.groups {
+            if !had_events[key] {
+                continue;
+            }
+            let events = [Some(group.last_event.as_ref())];
+            let env = Env {
+                sources: &self.source,
+                events: &events,
+                state: Some((&self.field_names, &group.history)),
+                baselines: None,
+                cluster: None,
+                regexes: &self.regexes,
+            };
+            let point: Option<Vec<f64>> = c.dims.iter().map(|e| eval(e, &env).as_f64()).collect();
+            let Some(point) = point else { continue };
+            let peer = Key(c.per.iter().map(|e| eval(e, &env)).collect());
+            peers.entry(peer).or_default().push((key.clone(), point));
+        }
+        let mut out = HashMap::new();
+        for (_, mut members) in peers {
+            members.sort_by(|a, b| compare_keys(&a.0, &b.0));
+            let points: Vec<Vec<f64>> = members.iter().map(|(_, p)| p.clone()).collect();
+            for ((key, _), result) in members.into_iter().zip(outlier::judge(&points, c.method, c.distance)) {
+                out.insert(key, result);
+            }
+        }
+        out
+    }
+}
+
+fn compare_keys(a: &Key, b: &Key) -> std::cmp::Ordering {
+    a.0.iter().zip(&b.0).map(|(x, y)| x.tie_order(y)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// The windows behind an alert: the group's state in its recent windows, newest first, and the
+/// baseline or cluster summary it was judged against.
+fn evidence(
+    names: &[String],
+    history: &History,
+    end: Millis,
+    size: Millis,
+    slide: Millis,
+    baselines: Option<&BTreeMap<String, Value>>,
+    cluster: Option<&ClusterResult>,
+) -> Vec<Json> {
+    let mut out: Vec<Json> = history
+        .iter()
+        .take(MAX_EVIDENCE - 1)
+        .enumerate()
+        .map(|(ago, values)| {
+            let window_end = end - ago as Millis * slide;
+            let mut obj = serde_json::Map::new();
+            obj.insert("window".into(), Json::from(ago));
+            obj.insert("start".into(), Json::String(format_time(window_end - size)));
+            obj.insert("end".into(), Json::String(format_time(window_end)));
+            for (name, v) in names.iter().zip(values.iter()) {
+                obj.insert(name.clone(), v.to_json());
+            }
+            Json::Object(obj)
+        })
+        .collect();
+    if let Some(b) = baselines {
+        let obj: serde_json::Map<String, Json> = b.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
+        out.push(serde_json::json!({ "baseline": obj }));
+    }
+    if let Some(c) = cluster {
+        out.push(serde_json::json!({ "cluster": {
+            "outlier": c.outlier, "score": Value::Num(c.score).to_json(), "median": c.median,
+            "mean": c.mean, "mad": c.mad, "size": c.size,
+        }}));
+    }
+    out
+}
+
+impl Operator for WindowOperator {
+    fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
+        if let Some(filter) = &self.source[0].filter {
+            let events = [Some(event.as_ref())];
+            if !holds(filter, &Env::events(&self.source, &events, &self.regexes)) {
+                return;
+            }
+        }
+        let events = [Some(event.as_ref())];
+        let env = Env::events(&self.source, &events, &self.regexes);
+        let args: Vec<Value> =
+            self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))).collect();
+        let key = self.group_key(event);
+        let last_start = event.ts.div_euclid(self.slide) * self.slide;
+        let first_start = last_start - self.size + self.slide;
+        let empty = self.empty_window();
+        let baselines = self.dependents.len();
+        let group = self.groups.entry(key).or_insert_with(|| Group {
+            open: BTreeMap::new(),
+            history: History::new(),
+            last_event: event.clone(),
+            idle: 0,
+            baselines: vec![Baseline::default(); baselines],
+        });
+        group.last_event = event.clone();
+        let mut start = first_start;
+        while start <= last_start {
+            let accs = group.open.entry(start).or_insert_with(|| empty.clone());
+            for (acc, v) in accs.iter_mut().zip(&args) {
+                acc.add(v);
+            }
+            start += self.slide;
+        }
+        let first_end = first_start + self.size;
+        if self.next_close.is_none_or(|c| first_end < c) {
+            self.next_close = Some(first_end);
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
+        while let Some(end) = self.next_close.filter(|end| end - 1 <= watermark) {
+            self.close(end, out);
+            self.next_close = (!self.groups.is_empty()).then_some(end + self.slide);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        self.next_close.map(|end| end - 1)
+    }
+
+    fn live_keys(&self) -> Vec<(String, usize)> {
+        self.dependents.iter().map(|d| (d.plan.name.clone(), self.groups.len())).collect()
+    }
+}

@@ -1,0 +1,371 @@
+//! Events and values: what flows through the engine.
+//!
+//! An event is one JSON object, `{"stream": "...", "ts": ..., <fields>}`, with `ts` as RFC 3339
+//! or epoch milliseconds. Fields are stored in the order of the stream's schema
+//! ([`Stream::fields`]), so operators reach them by position.
+
+use crate::schema::{Stream, Type};
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// Event time: milliseconds since the Unix epoch, UTC.
+pub type Millis = i64;
+
+/// A value in an event, a state or an expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A missing field, or the result of an operation that has no answer (avg of nothing).
+    Null,
+    Num(f64),
+    Str(Arc<str>),
+    Bool(bool),
+    /// A duration in milliseconds.
+    Dur(i64),
+    Time(Millis),
+    /// Members of sets are kept as text; numbers in their shortest form.
+    Set(Arc<BTreeSet<String>>),
+    /// Values of a state field over a range of windows, newest first.
+    List(Arc<Vec<f64>>),
+    Map(Arc<BTreeMap<String, String>>),
+}
+
+impl Value {
+    pub fn str(s: &str) -> Value {
+        Value::Str(Arc::from(s))
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The text a set member or a template hole shows for this value.
+    pub fn to_text(&self) -> String {
+        match self {
+            Value::Null => "null".into(),
+            Value::Num(n) => format_number(*n),
+            Value::Str(s) => s.to_string(),
+            Value::Bool(b) => b.to_string(),
+            Value::Dur(ms) => crate::ast::format_duration(ms.unsigned_abs()),
+            Value::Time(t) => format_time(*t),
+            Value::Set(s) => format!("{{{}}}", s.iter().cloned().collect::<Vec<_>>().join(", ")),
+            Value::List(l) => format!("[{}]", l.iter().map(|n| format_number(*n)).collect::<Vec<_>>().join(", ")),
+            Value::Map(m) => {
+                format!("{{{}}}", m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+            }
+        }
+    }
+
+    pub fn to_json(&self) -> Json {
+        match self {
+            Value::Null => Json::Null,
+            // Whole numbers print as integers (`3`, not `3.0`), as they usually arrived.
+            Value::Num(n) if n.fract() == 0.0 && n.abs() < 9e15 => Json::from(*n as i64),
+            Value::Num(n) => serde_json::Number::from_f64(*n).map_or(Json::Null, Json::Number),
+            Value::Str(s) => Json::String(s.to_string()),
+            Value::Bool(b) => Json::Bool(*b),
+            Value::Dur(ms) => Json::from(*ms),
+            Value::Time(t) => Json::String(format_time(*t)),
+            Value::Set(s) => Json::Array(s.iter().map(|m| Json::String(m.clone())).collect()),
+            Value::List(l) => Json::Array(l.iter().map(|n| Value::Num(*n).to_json()).collect()),
+            Value::Map(m) => Json::Object(m.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect()),
+        }
+    }
+
+    /// A total order used only to break ties between events with the same timestamp, so that
+    /// any arrival order of simultaneous events gives the same processing order.
+    pub fn tie_order(&self, other: &Value) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        fn rank(v: &Value) -> u8 {
+            match v {
+                Value::Null => 0,
+                Value::Num(_) => 1,
+                Value::Str(_) => 2,
+                Value::Bool(_) => 3,
+                Value::Dur(_) => 4,
+                Value::Time(_) => 5,
+                Value::Set(_) => 6,
+                Value::List(_) => 7,
+                Value::Map(_) => 8,
+            }
+        }
+        match (self, other) {
+            (Value::Num(a), Value::Num(b)) => a.total_cmp(b),
+            (Value::Str(a), Value::Str(b)) => a.cmp(b),
+            (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
+            (Value::Map(a), Value::Map(b)) => a.cmp(b),
+            (a, b) if rank(a) != rank(b) => rank(a).cmp(&rank(b)),
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}
+
+/// Numbers print without a trailing `.0` when whole, as JSON would.
+pub fn format_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn format_time(ms: Millis) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(t) => {
+            let fmt = time::macros::format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+            );
+            t.format(&fmt).unwrap_or_else(|_| ms.to_string())
+        }
+        Err(_) => ms.to_string(),
+    }
+}
+
+/// Parses RFC 3339 (`2026-01-01T00:00:00Z`) into epoch milliseconds.
+pub fn parse_time(s: &str) -> Option<Millis> {
+    let t = OffsetDateTime::parse(s.trim(), &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// One event of a built-in stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub stream: Stream,
+    pub ts: Millis,
+    /// Values in the order of `stream.fields()`; absent fields are `Null`.
+    pub fields: Vec<Value>,
+}
+
+impl Event {
+    /// An event with every field missing; fill it with [`Event::set`].
+    pub fn new(stream: Stream, ts: Millis) -> Event {
+        Event { stream, ts, fields: vec![Value::Null; stream.fields().len()] }
+    }
+
+    pub fn set(&mut self, field: &str, value: Value) -> &mut Self {
+        if let Some(i) = self.stream.field_index(field) {
+            self.fields[i] = value;
+        }
+        self
+    }
+
+    pub fn get(&self, field: &str) -> Value {
+        if field == "ts" {
+            return Value::Time(self.ts);
+        }
+        self.stream.field_index(field).map_or(Value::Null, |i| self.fields[i].clone())
+    }
+
+    /// The field at a position of the stream's schema.
+    pub fn at(&self, index: usize) -> &Value {
+        &self.fields[index]
+    }
+
+    /// The `type` field of task and machine events.
+    pub fn event_type(&self) -> Option<&str> {
+        match self.stream.field_index("type").map(|i| &self.fields[i]) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The canonical JSON form, as read back by [`decode`].
+    pub fn to_json(&self) -> Json {
+        let mut obj = serde_json::Map::new();
+        obj.insert("stream".into(), Json::String(self.stream.name().into()));
+        obj.insert("ts".into(), Json::String(format_time(self.ts)));
+        for ((name, _), v) in self.stream.fields().iter().zip(&self.fields) {
+            if *v != Value::Null {
+                obj.insert((*name).into(), v.to_json());
+            }
+        }
+        Json::Object(obj)
+    }
+
+    /// Deterministic order for events with equal timestamps.
+    pub fn tie_order(&self, other: &Event) -> std::cmp::Ordering {
+        self.ts.cmp(&other.ts).then((self.stream as u8).cmp(&(other.stream as u8))).then_with(|| {
+            self.fields
+                .iter()
+                .zip(&other.fields)
+                .map(|(a, b)| a.tie_order(b))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+    }
+}
+
+/// Why an input line is not an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The field at fault, if one is.
+    pub field: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "field `{field}`: {}", self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
+
+fn bad(field: impl Into<Option<String>>, reason: impl Into<String>) -> DecodeError {
+    DecodeError { field: field.into(), reason: reason.into() }
+}
+
+/// Longest string value accepted in an event; longer values are an attack or a bug.
+pub const MAX_STRING: usize = 64 * 1024;
+
+/// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
+/// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers can
+/// send more than Vigil reads.
+pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+    let json: Json = serde_json::from_str(line).map_err(|e| bad(None, format!("invalid JSON: {e}")))?;
+    let Json::Object(obj) = json else {
+        return Err(bad(None, "an event must be a JSON object"));
+    };
+    let stream = match obj.get("stream") {
+        Some(Json::String(s)) => Stream::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
+            bad(Some("stream".into()), format!("unknown stream `{s}`; expected one of {}", names.join(", ")))
+        })?,
+        Some(_) => return Err(bad(Some("stream".into()), "must be a string")),
+        None => default_stream.ok_or_else(|| bad(Some("stream".into()), "missing"))?,
+    };
+    let ts = match obj.get("ts") {
+        Some(Json::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.is_finite() && f.abs() < 9e15).map(|f| f as i64))
+            .ok_or_else(|| bad(Some("ts".into()), "epoch milliseconds out of range"))?,
+        Some(Json::String(s)) => {
+            parse_time(s).ok_or_else(|| bad(Some("ts".into()), format!("`{s}` is not an RFC 3339 time")))?
+        }
+        Some(_) => return Err(bad(Some("ts".into()), "must be RFC 3339 text or epoch milliseconds")),
+        None => return Err(bad(Some("ts".into()), "missing")),
+    };
+    let mut event = Event::new(stream, ts);
+    for (i, (name, ty)) in stream.fields().iter().enumerate() {
+        let Some(v) = obj.get(*name) else { continue };
+        event.fields[i] = convert(name, *ty, v)?;
+    }
+    Ok(event)
+}
+
+fn convert(name: &str, ty: Type, v: &Json) -> Result<Value, DecodeError> {
+    let field = || Some(name.to_string());
+    Ok(match (ty, v) {
+        (_, Json::Null) => Value::Null,
+        (Type::Number, Json::Number(n)) => Value::Num(n.as_f64().unwrap_or(f64::NAN)),
+        // Numbers sent as text (CSV exports) are accepted when they parse.
+        (Type::Number, Json::String(s)) => {
+            Value::Num(s.trim().parse().map_err(|_| bad(field(), format!("`{}` is not a number", clip(s))))?)
+        }
+        // Ids are text; numeric ids (the Google trace's) are taken as their decimal text.
+        (Type::Str, Json::String(s)) if s.len() > MAX_STRING => {
+            return Err(bad(field(), format!("string of {} bytes is longer than {MAX_STRING}", s.len())))
+        }
+        (Type::Str, Json::String(s)) => Value::str(s),
+        (Type::Str, Json::Number(n)) => Value::str(&n.to_string()),
+        (Type::Str, Json::Bool(b)) => Value::str(&b.to_string()),
+        (Type::Map, Json::Object(m)) => {
+            let mut out = BTreeMap::new();
+            for (k, v) in m {
+                let text = match v {
+                    Json::String(s) => s.clone(),
+                    Json::Number(n) => n.to_string(),
+                    Json::Bool(b) => b.to_string(),
+                    _ => return Err(bad(Some(format!("{name}.{k}")), "label values are strings")),
+                };
+                out.insert(k.clone(), text);
+            }
+            Value::Map(Arc::new(out))
+        }
+        (ty, other) => {
+            let found = match other {
+                Json::Bool(_) => "a bool",
+                Json::Number(_) => "a number",
+                Json::String(_) => "a string",
+                Json::Array(_) => "an array",
+                Json::Object(_) => "an object",
+                Json::Null => "null",
+            };
+            return Err(bad(field(), format!("expected {ty}, found {found}")));
+        }
+    })
+}
+
+fn clip(s: &str) -> String {
+    if s.len() <= 40 {
+        s.to_string()
+    } else {
+        let mut end = 40;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_rfc3339_and_epoch_millis() {
+        let a =
+            decode(r#"{"stream":"metric","ts":"2026-01-01T00:00:01.500Z","host":"h","name":"cpu","value":3}"#, None)
+                .expect("valid");
+        let b =
+            decode(r#"{"stream":"metric","ts":1767225601500,"host":"h","name":"cpu","value":3}"#, None).expect("valid");
+        assert_eq!(a, b);
+        assert_eq!(format_time(a.ts), "2026-01-01T00:00:01.500Z");
+        assert_eq!(a.get("value"), Value::Num(3.0));
+    }
+
+    #[test]
+    fn numeric_ids_become_text_and_unknown_fields_are_ignored() {
+        let e =
+            decode(r#"{"stream":"task_event","ts":0,"job_id":42,"task_index":"3","type":"FAIL","extra":[1]}"#, None)
+                .expect("valid");
+        assert_eq!(e.get("job_id"), Value::str("42"));
+        assert_eq!(e.get("task_index"), Value::Num(3.0));
+        assert_eq!(e.event_type(), Some("FAIL"));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (r#"{"ts":0}"#, "field `stream`: missing"),
+            (
+                r#"{"stream":"nope","ts":0}"#,
+                "field `stream`: unknown stream `nope`; expected one of task_event, task_usage, machine_event, metric",
+            ),
+            (r#"{"stream":"metric"}"#, "field `ts`: missing"),
+            (r#"{"stream":"metric","ts":"yesterday"}"#, "field `ts`: `yesterday` is not an RFC 3339 time"),
+            (r#"{"stream":"metric","ts":0,"value":"high"}"#, "field `value`: `high` is not a number"),
+            (r#"{"stream":"metric","ts":0,"host":[1]}"#, "field `host`: expected string, found an array"),
+            (r#"[1,2]"#, "an event must be a JSON object"),
+        ];
+        for (line, want) in cases {
+            assert_eq!(decode(line, None).expect_err(line).to_string(), want);
+        }
+        assert!(decode("{", None).expect_err("truncated").to_string().starts_with("invalid JSON"));
+    }
+}

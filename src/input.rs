@@ -1,0 +1,454 @@
+//! Input adapters: JSON lines (canonical) and the recorded formats of `../shared/data`, each
+//! turned into [`Event`]s with the line they came from. Adapters know nothing of the engine.
+//!
+//! | format | file | becomes |
+//! |---|---|---|
+//! | `jsonl` | one event object per line | any stream |
+//! | `nab` | NAB `timestamp,value` CSV | `metric`, host and name from the file name or flags |
+//! | `google-task-events`, `google-task-usage`, `google-machine-events` | Google 2011 trace CSV, microsecond times | `task_event`, `task_usage`, `machine_event` |
+//! | `alibaba-batch-task` | Alibaba 2017 batch_task CSV | `task_event`: SUBMIT at creation, SCHEDULE and FINISH or FAIL as the status says |
+//! | `alibaba-server-event` | Alibaba 2017 server_event CSV | `machine_event` |
+//!
+//! `.gz` files are decompressed on the fly.
+
+use crate::event::{decode, DecodeError, Event, Millis, Value};
+use crate::schema::Stream;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Decide from the file name and its first line.
+    Auto,
+    Jsonl,
+    Nab,
+    GoogleTaskEvents,
+    GoogleTaskUsage,
+    GoogleMachineEvents,
+    AlibabaBatchTask,
+    AlibabaServerEvent,
+}
+
+/// Options for adapters that cannot learn everything from the file.
+#[derive(Debug, Clone, Default)]
+pub struct InputOptions {
+    /// Host of NAB series (default: from the file name).
+    pub host: Option<String>,
+    /// Metric name of NAB series (default: from the file name).
+    pub metric_name: Option<String>,
+}
+
+/// One input line: an event, or why it is not one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// 1-based line (for CSV, the data line including the header's count).
+    pub line: u64,
+    pub event: Result<Event, DecodeError>,
+}
+
+/// A readable input and how far into it reading has got, for progress reports.
+pub struct Input {
+    pub name: String,
+    pub records: Box<dyn Iterator<Item = Record> + Send>,
+    /// Bytes of the file read so far, and the file's size.
+    pub progress: Arc<AtomicU64>,
+    pub size: u64,
+}
+
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Opens a file with the given (or detected) format.
+pub fn open(path: &Path, format: Format, options: &InputOptions) -> std::io::Result<Input> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let progress = Arc::new(AtomicU64::new(0));
+    let counted = Counting { inner: file, read: progress.clone() };
+    let name = path.display().to_string();
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    let reader: Box<dyn BufRead + Send> = if gz {
+        Box::new(BufReader::with_capacity(1 << 16, flate2::read::GzDecoder::new(counted)))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, counted))
+    };
+    let mut reader = reader;
+    let format = match format {
+        Format::Auto => detect(path, reader.fill_buf()?),
+        f => f,
+    };
+    let stem = file_stem(path);
+    let records: Box<dyn Iterator<Item = Record> + Send> = match format {
+        Format::Auto | Format::Jsonl => Box::new(jsonl(reader)),
+        Format::Nab => {
+            let (host, name) = nab_series(&stem, options);
+            Box::new(csv_records(reader, true, move |row| nab_row(row, &host, &name)))
+        }
+        Format::GoogleTaskEvents => Box::new(csv_records(reader, false, google_task_event)),
+        Format::GoogleTaskUsage => Box::new(csv_records(reader, false, google_task_usage)),
+        Format::GoogleMachineEvents => Box::new(csv_records(reader, false, google_machine_event)),
+        Format::AlibabaServerEvent => Box::new(csv_records(reader, false, alibaba_server_event)),
+        Format::AlibabaBatchTask => Box::new(alibaba_batch_task(reader)),
+    };
+    Ok(Input { name, records, progress, size })
+}
+
+fn file_stem(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = name.strip_suffix(".gz").unwrap_or(&name);
+    name.rsplit_once('.').map_or(name, |(stem, _)| stem).to_string()
+}
+
+fn detect(path: &Path, head: &[u8]) -> Format {
+    let name = file_stem(path);
+    let first_line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let first_line = String::from_utf8_lossy(first_line);
+    if name.contains("batch_task") {
+        Format::AlibabaBatchTask
+    } else if name.contains("server_event") {
+        Format::AlibabaServerEvent
+    } else if name.contains("task_events") {
+        Format::GoogleTaskEvents
+    } else if name.contains("task_usage") {
+        Format::GoogleTaskUsage
+    } else if name.contains("machine_events") {
+        Format::GoogleMachineEvents
+    } else if first_line.trim_start_matches('\u{feff}').trim() == "timestamp,value" {
+        Format::Nab
+    } else {
+        Format::Jsonl
+    }
+}
+
+fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
+    let mut line_no = 0u64;
+    let mut lines = reader.split(b'\n');
+    std::iter::from_fn(move || loop {
+        line_no += 1;
+        let bytes = match lines.next()? {
+            Ok(b) => b,
+            Err(e) => {
+                return Some(Record {
+                    line: line_no,
+                    event: Err(DecodeError { field: None, reason: format!("read error: {e}") }),
+                })
+            }
+        };
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(t) => t.trim_end_matches('\r'),
+            Err(e) => {
+                return Some(Record {
+                    line: line_no,
+                    event: Err(DecodeError {
+                        field: None,
+                        reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+                    }),
+                })
+            }
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        return Some(Record { line: line_no, event: decode(text, None) });
+    })
+}
+
+/// CSV rows through `row`, with line numbers; `header` skips the first line.
+fn csv_records<F>(reader: Box<dyn BufRead + Send>, header: bool, row: F) -> impl Iterator<Item = Record> + Send
+where
+    F: Fn(&csv::StringRecord) -> Result<Event, DecodeError> + Send,
+{
+    let mut rows = csv::ReaderBuilder::new()
+        .has_headers(header)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(reader)
+        .into_records();
+    std::iter::from_fn(move || {
+        let result = rows.next()?;
+        Some(match result {
+            Ok(r) => Record { line: r.position().map_or(0, |p| p.line()), event: row(&r) },
+            Err(e) => Record {
+                line: e.position().map_or(0, |p| p.line()),
+                event: Err(DecodeError { field: None, reason: format!("bad CSV: {e}") }),
+            },
+        })
+    })
+}
+
+fn col<'r>(row: &'r csv::StringRecord, i: usize, name: &str) -> Result<&'r str, DecodeError> {
+    row.get(i).ok_or_else(|| DecodeError { field: Some(name.into()), reason: format!("missing column {}", i + 1) })
+}
+
+fn num(row: &csv::StringRecord, i: usize, name: &str) -> Result<Value, DecodeError> {
+    let text = col(row, i, name)?;
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    text.parse::<f64>()
+        .map(Value::Num)
+        .map_err(|_| DecodeError { field: Some(name.into()), reason: format!("`{text}` is not a number") })
+}
+
+fn text(row: &csv::StringRecord, i: usize, name: &str) -> Result<Value, DecodeError> {
+    let t = col(row, i, name)?;
+    Ok(if t.is_empty() { Value::Null } else { Value::str(t) })
+}
+
+fn micros(row: &csv::StringRecord, i: usize) -> Result<Millis, DecodeError> {
+    let t = col(row, i, "time")?;
+    t.parse::<i64>()
+        .map(|us| us / 1000)
+        .map_err(|_| DecodeError { field: Some("time".into()), reason: format!("`{t}` is not a time in microseconds") })
+}
+
+/// NAB file names end in a short hex id (`ec2_cpu_utilization_5f5533`): that is the host and
+/// the rest the metric. Other names are both.
+fn nab_series(stem: &str, options: &InputOptions) -> (String, String) {
+    let (host, name) = match stem.rsplit_once('_') {
+        Some((name, id)) if id.len() == 6 && id.chars().all(|c| c.is_ascii_hexdigit()) => {
+            (id.to_string(), name.to_string())
+        }
+        _ => (stem.to_string(), stem.to_string()),
+    };
+    (options.host.clone().unwrap_or(host), options.metric_name.clone().unwrap_or(name))
+}
+
+fn nab_row(row: &csv::StringRecord, host: &str, name: &str) -> Result<Event, DecodeError> {
+    let stamp = col(row, 0, "timestamp")?;
+    let ts = parse_naive_utc(stamp).ok_or_else(|| DecodeError {
+        field: Some("timestamp".into()),
+        reason: format!("`{stamp}` is not `YYYY-MM-DD hh:mm:ss`"),
+    })?;
+    let mut e = Event::new(Stream::Metric, ts);
+    e.set("host", Value::str(host)).set("name", Value::str(name)).set("value", num(row, 1, "value")?);
+    Ok(e)
+}
+
+/// `2014-02-14 14:30:00` (optionally with fractional seconds), read as UTC.
+pub fn parse_naive_utc(s: &str) -> Option<Millis> {
+    let s = s.trim();
+    let (date, clock) = s.split_once([' ', 'T'])?;
+    crate::event::parse_time(&format!("{date}T{clock}Z"))
+}
+
+const GOOGLE_TASK_TYPES: [&str; 9] =
+    ["SUBMIT", "SCHEDULE", "EVICT", "FAIL", "FINISH", "KILL", "LOST", "UPDATE_PENDING", "UPDATE_RUNNING"];
+
+fn google_type(row: &csv::StringRecord, i: usize, names: &[&str]) -> Result<Value, DecodeError> {
+    let t = col(row, i, "event type")?;
+    t.parse::<usize>().ok().and_then(|n| names.get(n)).map(|name| Value::str(name)).ok_or_else(|| DecodeError {
+        field: Some("event type".into()),
+        reason: format!("`{t}` is not a known event type"),
+    })
+}
+
+fn google_task_event(row: &csv::StringRecord) -> Result<Event, DecodeError> {
+    let mut e = Event::new(Stream::TaskEvent, micros(row, 0)?);
+    e.set("job_id", text(row, 2, "job ID")?)
+        .set("task_index", num(row, 3, "task index")?)
+        .set("machine_id", text(row, 4, "machine ID")?)
+        .set("type", google_type(row, 5, &GOOGLE_TASK_TYPES)?)
+        .set("user", text(row, 6, "user")?)
+        .set("sched_class", num(row, 7, "scheduling class")?)
+        .set("priority", num(row, 8, "priority")?)
+        .set("cpu_request", num(row, 9, "CPU request")?)
+        .set("mem_request", num(row, 10, "memory request")?);
+    Ok(e)
+}
+
+/// A usage sample is stamped with the end of its measurement interval, when it is known.
+fn google_task_usage(row: &csv::StringRecord) -> Result<Event, DecodeError> {
+    let mut e = Event::new(Stream::TaskUsage, micros(row, 1)?);
+    e.set("job_id", text(row, 2, "job ID")?)
+        .set("task_index", num(row, 3, "task index")?)
+        .set("machine_id", text(row, 4, "machine ID")?)
+        .set("cpu", num(row, 5, "CPU rate")?)
+        .set("mem", num(row, 6, "canonical memory usage")?)
+        .set("max_mem", num(row, 10, "maximum memory usage")?)
+        .set("disk_io", num(row, 11, "disk I/O time")?)
+        .set("max_cpu", num(row, 13, "maximum CPU rate")?)
+        .set("cpi", num(row, 15, "cycles per instruction")?);
+    Ok(e)
+}
+
+fn google_machine_event(row: &csv::StringRecord) -> Result<Event, DecodeError> {
+    let mut e = Event::new(Stream::MachineEvent, micros(row, 0)?);
+    e.set("machine_id", text(row, 1, "machine ID")?)
+        .set("type", google_type(row, 2, &["ADD", "REMOVE", "UPDATE"])?)
+        .set("cpus", num(row, 4, "CPUs")?)
+        .set("memory", num(row, 5, "memory")?);
+    Ok(e)
+}
+
+/// Alibaba 2017 times are seconds from the start of the trace; they are read as seconds from
+/// the Unix epoch, so the trace starts at 1970-01-01.
+fn seconds(row: &csv::StringRecord, i: usize, name: &str) -> Result<Millis, DecodeError> {
+    let t = col(row, i, name)?;
+    t.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite())
+        .map(|s| (s * 1000.0) as Millis)
+        .ok_or_else(|| DecodeError { field: Some(name.into()), reason: format!("`{t}` is not a time in seconds") })
+}
+
+fn alibaba_server_event(row: &csv::StringRecord) -> Result<Event, DecodeError> {
+    let mut e = Event::new(Stream::MachineEvent, seconds(row, 0, "timestamp")?);
+    let kind = col(row, 2, "event type")?.to_ascii_uppercase();
+    e.set("machine_id", text(row, 1, "machine id")?)
+        .set("type", Value::str(&kind))
+        .set("detail", text(row, 3, "detail")?)
+        .set("cpus", num(row, 4, "cpus")?)
+        .set("memory", num(row, 5, "memory")?);
+    Ok(e)
+}
+
+/// Each batch_task row is a task's life: SUBMIT at creation, SCHEDULE at creation unless it is
+/// still Waiting, and FINISH (Terminated) or FAIL (Failed) at its end time. Rows are not in time
+/// order, so the events of the file are read whole and sorted; a bad row is reported at its line.
+fn alibaba_batch_task(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
+    let mut out: Vec<Record> = Vec::new();
+    let rows = csv::ReaderBuilder::new().has_headers(true).flexible(true).trim(csv::Trim::All).from_reader(reader);
+    for result in rows.into_records() {
+        match result {
+            Ok(row) => {
+                let line = row.position().map_or(0, |p| p.line());
+                match batch_task_events(&row) {
+                    Ok(events) => out.extend(events.into_iter().map(|e| Record { line, event: Ok(e) })),
+                    Err(e) => out.push(Record { line, event: Err(e) }),
+                }
+            }
+            Err(e) => out.push(Record {
+                line: e.position().map_or(0, |p| p.line()),
+                event: Err(DecodeError { field: None, reason: format!("bad CSV: {e}") }),
+            }),
+        }
+    }
+    // Errors sort by their line, events by time: errors carry no time, so they come first.
+    out.sort_by_key(|r| (r.event.as_ref().map_or(Millis::MIN, |e| e.ts), r.line));
+    out.into_iter()
+}
+
+fn batch_task_events(row: &csv::StringRecord) -> Result<Vec<Event>, DecodeError> {
+    let created = seconds(row, 0, "task_create_time")?;
+    let status = col(row, 5, "status")?;
+    let task = |ts: Millis, kind: &str| -> Result<Event, DecodeError> {
+        let mut e = Event::new(Stream::TaskEvent, ts);
+        e.set("job_id", text(row, 2, "job_id")?)
+            .set("task_index", num(row, 3, "task_id")?)
+            .set("type", Value::str(kind))
+            .set("cpu_request", num(row, 6, "cpus_requested")?.as_f64().map_or(Value::Null, |c| Value::Num(c / 100.0)))
+            .set("mem_request", num(row, 7, "memory_requested")?);
+        Ok(e)
+    };
+    let mut events = vec![task(created, "SUBMIT")?];
+    if status != "Waiting" {
+        events.push(task(created, "SCHEDULE")?);
+    }
+    let end = match status {
+        "Terminated" => Some("FINISH"),
+        "Failed" => Some("FAIL"),
+        "Running" | "Waiting" => None,
+        other => {
+            return Err(DecodeError { field: Some("status".into()), reason: format!("unknown task status `{other}`") });
+        }
+    };
+    if let Some(kind) = end {
+        events.push(task(seconds(row, 1, "task_end_time")?.max(created), kind)?);
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(name: &str, content: &str, format: Format) -> Vec<Record> {
+        let dir = std::env::temp_dir().join(format!("vigil-input-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, content).expect("write");
+        let records = open(&path, format, &InputOptions::default()).expect("opens").records.collect();
+        std::fs::remove_dir_all(&dir).ok();
+        records
+    }
+
+    #[test]
+    fn nab_series_from_the_file_name() {
+        let r = read(
+            "ec2_cpu_utilization_5f5533.csv",
+            "timestamp,value\n2014-02-14 14:30:00,0.132\nnot a time,1\n",
+            Format::Auto,
+        );
+        let e = r[0].event.as_ref().expect("first row is valid");
+        assert_eq!(
+            (e.get("host"), e.get("name"), e.get("value")),
+            (Value::str("5f5533"), Value::str("ec2_cpu_utilization"), Value::Num(0.132))
+        );
+        assert_eq!(crate::event::format_time(e.ts), "2014-02-14T14:30:00.000Z");
+        assert_eq!(r[1].line, 3);
+        assert_eq!(r[1].event.as_ref().expect_err("bad time").field.as_deref(), Some("timestamp"));
+    }
+
+    #[test]
+    fn alibaba_batch_task_becomes_a_sorted_task_life() {
+        let csv = "task_create_time, task_end_time, job_id, task_id,number_of_instances, status, cpus,mem\n\
+                   100,160,3,4,1,Failed,50,0.1\n50,70,3,5,1,Terminated,100,0.2\n90,95,4,1,1,Waiting,,\n";
+        let r = read("batch_task.csv", csv, Format::Auto);
+        let kinds: Vec<(Millis, String)> = r
+            .iter()
+            .map(|r| r.event.as_ref().expect("valid"))
+            .map(|e| (e.ts / 1000, e.get("type").to_text()))
+            .collect();
+        let want = [
+            (50, "SCHEDULE"),
+            (50, "SUBMIT"),
+            (70, "FINISH"),
+            (90, "SUBMIT"),
+            (100, "SCHEDULE"),
+            (100, "SUBMIT"),
+            (160, "FAIL"),
+        ];
+        let mut got = kinds.clone();
+        got.sort();
+        assert_eq!(got, want.iter().map(|(t, k)| (*t, k.to_string())).collect::<Vec<_>>());
+        assert!(kinds.windows(2).all(|w| w[0].0 <= w[1].0), "sorted by time: {kinds:?}");
+        let fail = r
+            .iter()
+            .filter_map(|r| r.event.as_ref().ok())
+            .find(|e| e.get("type") == Value::str("FAIL"))
+            .expect("a FAIL");
+        assert_eq!(fail.get("cpu_request"), Value::Num(0.5));
+    }
+
+    #[test]
+    fn jsonl_reports_bad_lines_with_their_number() {
+        let r = read("events.jsonl", "{\"stream\":\"metric\",\"ts\":1}\n\n{oops\n", Format::Auto);
+        assert_eq!(r.len(), 2);
+        assert!(r[0].event.is_ok());
+        assert_eq!(r[1].line, 3);
+    }
+
+    #[test]
+    fn google_task_events_use_microseconds_and_type_codes() {
+        let r =
+            read("part-00000-of-00500.task_events.csv", "5000000,,6251,0,m7,3,alice,2,9,0.1,0.2,0,0\n", Format::Auto);
+        let e = r[0].event.as_ref().expect("valid");
+        assert_eq!(e.ts, 5000);
+        assert_eq!(e.event_type(), Some("FAIL"));
+        assert_eq!(e.get("machine_id"), Value::str("m7"));
+        assert_eq!(e.get("priority"), Value::Num(9.0));
+    }
+}
