@@ -325,7 +325,9 @@ impl Engine {
             }
             self.registered[op] = None;
             let before = out.len();
-            self.operators[op].on_watermark(watermark, out);
+            // Up to `due` only, so that work across operators happens in time order however
+            // far one batch of input moved the watermark.
+            self.operators[op].on_watermark(due, out);
             schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
             self.finish(before, watermark, out);
         }

@@ -351,28 +351,15 @@ impl Operator for SequenceOperator {
     }
 
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
-        while let Some(&Reverse((due, id))) = self.timers.peek() {
-            if due > watermark {
-                break;
-            }
-            self.timers.pop();
-            let Some(key) = self.locate.get(&id).cloned() else { continue };
-            let Some(part) = self.partitions.get_mut(&key) else { continue };
-            let Some(pos) = part.matches.iter().position(|m| m.id == id && m.due == Some(due)) else { continue };
-            let mut pm = part.matches.swap_remove(pos);
-            self.locate.remove(&id);
-            if let StepKind::Absent(_) = self.steps()[pm.step].kind {
-                // The wait is over with no fitting event: the absence holds.
-                pm.last = due;
-                pm.step += 1;
-                match self.settle(&mut pm) {
-                    Some(at) => self.complete(&key, &pm, at, out),
-                    None => self.track(&key, pm),
-                }
-            }
-            // Otherwise the `within` bound passed before the next step came: the match is dropped.
-            if self.partitions.get(&key).is_some_and(|p| p.matches.is_empty() && p.counter.is_empty()) {
-                self.partitions.remove(&key);
+        // Match timers and alert expiries interleave in time order, matches first on a tie.
+        loop {
+            let timer = self.timers.peek().map(|Reverse((due, _))| *due).filter(|d| *d <= watermark);
+            let expiry = self.alerting.next_expiry().filter(|d| *d <= watermark);
+            match (timer, expiry) {
+                (None, None) => break,
+                (Some(t), Some(e)) if e < t => self.alerting.expire(e, out),
+                (Some(_), _) => self.fire_timer(out),
+                (None, Some(e)) => self.alerting.expire(e, out),
             }
         }
         if self.next_sweep.is_some_and(|t| t <= watermark) {
@@ -386,7 +373,6 @@ impl Operator for SequenceOperator {
             let any_counter = self.partitions.values().any(|p| !p.counter.is_empty());
             self.next_sweep = any_counter.then_some(watermark + within.max(1));
         }
-        self.alerting.expire(watermark, out);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
@@ -404,6 +390,29 @@ impl Operator for SequenceOperator {
 }
 
 impl SequenceOperator {
+    /// Handles the earliest due timer: an absence that held, or a `within` bound that passed.
+    fn fire_timer(&mut self, out: &mut Vec<Alert>) {
+        let Some(Reverse((due, id))) = self.timers.pop() else { return };
+        let Some(key) = self.locate.get(&id).cloned() else { return };
+        let Some(part) = self.partitions.get_mut(&key) else { return };
+        let Some(pos) = part.matches.iter().position(|m| m.id == id && m.due == Some(due)) else { return };
+        let mut pm = part.matches.swap_remove(pos);
+        self.locate.remove(&id);
+        if let StepKind::Absent(_) = self.steps()[pm.step].kind {
+            // The wait is over with no fitting event: the absence holds.
+            pm.last = due;
+            pm.step += 1;
+            match self.settle(&mut pm) {
+                Some(at) => self.complete(&key, &pm, at, out),
+                None => self.track(&key, pm),
+            }
+        }
+        // Otherwise the `within` bound passed before the next step came: the match is dropped.
+        if self.partitions.get(&key).is_some_and(|p| p.matches.is_empty() && p.counter.is_empty()) {
+            self.partitions.remove(&key);
+        }
+    }
+
     /// An event of the first step starts a match, or counts towards one.
     fn start(
         &mut self,
