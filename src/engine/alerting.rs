@@ -38,7 +38,7 @@ impl Alerting {
         self.lifecycle.is_active(key)
     }
 
-    /// The rule's condition for `key` is `holds` at `t`; `env` gives the values an alert carries.
+    /// Window rules: the condition for `key` is `holds` at `t`; `env` gives the alert's values.
     pub fn observe(
         &mut self,
         key: &Key,
@@ -48,7 +48,32 @@ impl Alerting {
         evidence: impl FnOnce() -> Vec<Json>,
         out: &mut Vec<Alert>,
     ) {
-        match self.lifecycle.observe(key, t, holds) {
+        let transition = self.lifecycle.observe(key, t, holds);
+        self.transition(key, transition, env, evidence, out);
+    }
+
+    /// Event rules: a match for `key` at `t`.
+    pub fn matched(
+        &mut self,
+        key: &Key,
+        t: Millis,
+        env: &Env,
+        evidence: impl FnOnce() -> Vec<Json>,
+        out: &mut Vec<Alert>,
+    ) {
+        let transition = self.lifecycle.matched(key, t);
+        self.transition(key, transition, env, evidence, out);
+    }
+
+    fn transition(
+        &mut self,
+        key: &Key,
+        transition: Option<Transition>,
+        env: &Env,
+        evidence: impl FnOnce() -> Vec<Json>,
+        out: &mut Vec<Alert>,
+    ) {
+        match transition {
             Some(tr) if tr.status == Status::Firing => {
                 let alert = self.build(key, &tr, env, evidence());
                 self.firing.insert(key.clone(), alert.clone());

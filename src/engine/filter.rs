@@ -30,13 +30,16 @@ impl FilterOperator {
 impl Operator for FilterOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
         let plan = self.alerting.plan().clone();
+        if !super::binds_entities(&plan.sources[0], event) {
+            return;
+        }
         let events = [Some(event.as_ref())];
         let env = Env::events(&plan.sources, &events, &self.regexes);
         if plan.sources[0].filter.as_ref().is_some_and(|f| !holds(f, &env)) || !holds(&plan.alert.condition, &env) {
             return;
         }
         let key = Key(self.key_fields.iter().map(|(_, f)| event.get(f)).collect());
-        self.alerting.observe(&key, event.ts, true, &env, || vec![event.to_json()], out);
+        self.alerting.matched(&key, event.ts, &env, || vec![event.to_json()], out);
     }
 
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {

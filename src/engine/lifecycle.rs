@@ -8,7 +8,8 @@
 
 use crate::alert::Status;
 use crate::event::Millis;
-use std::collections::HashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -27,16 +28,44 @@ pub struct Transition {
     pub at: Millis,
 }
 
+/// When a key's phase may lapse, for event rules. Stale entries (the key matched again since)
+/// are skipped when they come up, so a match costs a push, not a scan of all keys.
+#[derive(Debug, Clone)]
+struct Due<K>(Millis, K);
+
+impl<K> PartialEq for Due<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<K> Eq for Due<K> {}
+impl<K> PartialOrd for Due<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<K> Ord for Due<K> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Lifecycle<K: Hash + Eq> {
     for_ms: i64,
     keep_ms: i64,
     keys: HashMap<K, Phase>,
+    dues: BinaryHeap<Reverse<Due<K>>>,
 }
 
 impl<K: Hash + Eq + Clone> Lifecycle<K> {
     pub fn new(for_ms: u64, keep_firing_for_ms: u64) -> Self {
-        Lifecycle { for_ms: for_ms as i64, keep_ms: keep_firing_for_ms as i64, keys: HashMap::new() }
+        Lifecycle {
+            for_ms: for_ms as i64,
+            keep_ms: keep_firing_for_ms as i64,
+            keys: HashMap::new(),
+            dues: BinaryHeap::new(),
+        }
     }
 
     /// Keys that are pending or firing.
@@ -97,37 +126,50 @@ impl<K: Hash + Eq + Clone> Lifecycle<K> {
         }
     }
 
+    /// For event rules: the condition for `key` held at `t` (a match). Unlike [`observe`], silence
+    /// is judged later, by [`expire`].
+    ///
+    /// [`observe`]: Lifecycle::observe
+    /// [`expire`]: Lifecycle::expire
+    pub fn matched(&mut self, key: &K, t: Millis) -> Option<Transition> {
+        let transition = self.hold(key, t);
+        if let Some(due) = self.keys.get(key).map(|p| self.lapse_time(p)) {
+            self.dues.push(Reverse(Due(due, key.clone())));
+        }
+        transition
+    }
+
+    fn lapse_time(&self, phase: &Phase) -> Millis {
+        match phase {
+            Phase::Pending { last_true, .. } => last_true + self.for_ms.max(1),
+            Phase::Firing { last_true, .. } => last_true + self.keep_ms,
+        }
+    }
+
     /// For event rules: time has reached `now` with no match since each key's last one. Pending
     /// keys lapse after `for` without a match; firing keys resolve `keep_firing_for` after their
     /// last match. Transitions come in time order.
     pub fn expire(&mut self, now: Millis) -> Vec<(K, Transition)> {
-        let (for_ms, keep_ms) = (self.for_ms, self.keep_ms);
         let mut out = Vec::new();
-        self.keys.retain(|k, phase| match phase {
-            Phase::Pending { last_true, .. } => now < *last_true + for_ms.max(1),
-            Phase::Firing { since, last_true } => {
-                let end = *last_true + keep_ms;
-                if now >= end {
-                    out.push((k.clone(), Transition { status: Status::Resolved, starts_at: *since, at: end }));
-                    false
-                } else {
-                    true
-                }
+        while let Some(Reverse(Due(due, _))) = self.dues.peek() {
+            if *due > now {
+                break;
             }
-        });
-        out.sort_by_key(|(_, t)| t.at);
+            let Some(Reverse(Due(due, key))) = self.dues.pop() else { break };
+            let Some(phase) = self.keys.get(&key) else { continue };
+            if self.lapse_time(phase) != due {
+                continue;
+            }
+            if let Some(Phase::Firing { since, .. }) = self.keys.remove(&key) {
+                out.push((key, Transition { status: Status::Resolved, starts_at: since, at: due }));
+            }
+        }
         out
     }
 
-    /// The earliest time at which [`Lifecycle::expire`] would change something.
+    /// The earliest time at which [`Lifecycle::expire`] may change something (possibly earlier).
     pub fn next_expiry(&self) -> Option<Millis> {
-        self.keys
-            .values()
-            .map(|p| match p {
-                Phase::Pending { last_true, .. } => last_true + self.for_ms.max(1),
-                Phase::Firing { last_true, .. } => last_true + self.keep_ms,
-            })
-            .min()
+        self.dues.peek().map(|Reverse(Due(due, _))| *due)
     }
 }
 
@@ -173,13 +215,32 @@ mod tests {
     #[test]
     fn event_rules_resolve_after_silence() {
         let mut l = Lifecycle::new(0, 100);
-        l.observe(&"a", 0, true);
-        l.observe(&"b", 50, true);
+        l.matched(&"a", 0);
+        l.matched(&"b", 50);
         assert_eq!(l.next_expiry(), Some(100));
         assert!(l.expire(99).is_empty());
         let out = l.expire(160);
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].0, out[0].1.at), ("a", 100));
         assert_eq!((out[1].0, out[1].1.at), ("b", 150));
+    }
+
+    #[test]
+    fn a_new_match_postpones_the_resolution() {
+        let mut l = Lifecycle::new(0, 100);
+        l.matched(&"a", 0);
+        l.matched(&"a", 80);
+        assert!(l.expire(150).is_empty(), "the entry due at 100 is stale");
+        assert_eq!(l.expire(180).len(), 1);
+        assert_eq!(l.next_expiry(), None);
+    }
+
+    #[test]
+    fn pending_event_keys_lapse_without_a_match() {
+        let mut l = Lifecycle::new(50, 0);
+        assert_eq!(l.matched(&"a", 0), None);
+        assert!(l.expire(60).is_empty());
+        assert_eq!(l.active(), 0);
+        assert_eq!(l.matched(&"a", 70), None, "pending starts over");
     }
 }

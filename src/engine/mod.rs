@@ -363,6 +363,15 @@ impl Engine {
     }
 }
 
+/// Whether an event names every entity its pattern binds: `task t use machine m` needs a
+/// machine id, and an event without one is not that pattern (it would otherwise join every
+/// other machine-less event as "the same machine").
+pub(crate) fn binds_entities(src: &crate::plan::SourcePlan, event: &Event) -> bool {
+    std::iter::once(&src.subject)
+        .chain(src.object.as_ref())
+        .all(|(kind, _)| kind.key_fields().iter().all(|f| event.get(f) != Value::Null))
+}
+
 /// Every expression of a plan, for passes such as regex compilation.
 fn plan_exprs(p: &RulePlan) -> Vec<&crate::plan::TExpr> {
     use crate::plan::{GroupKey, TemplatePiece};

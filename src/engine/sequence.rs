@@ -274,12 +274,15 @@ impl SequenceOperator {
             out.drain(..skip);
             out
         };
-        self.alerting.observe(key, at, true, &env, evidence, out);
+        self.alerting.matched(key, at, &env, evidence, out);
     }
 }
 
 impl Operator for SequenceOperator {
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
+        if !super::binds_entities(&self.plan.sources[source], event) {
+            return;
+        }
         if let Some(filter) = &self.plan.sources[source].filter {
             let mut events: Vec<Option<&Event>> = vec![None; self.plan.sources.len()];
             events[source] = Some(event);

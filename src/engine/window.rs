@@ -323,6 +323,9 @@ fn evidence(
 
 impl Operator for WindowOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
+        if !super::binds_entities(&self.source[0], event) {
+            return;
+        }
         if let Some(filter) = &self.source[0].filter {
             let events = [Some(event.as_ref())];
             if !holds(filter, &Env::events(&self.source, &events, &self.regexes)) {
