@@ -80,7 +80,7 @@ fn main() {
                 continue;
             }
             fps += 1;
-            score += match windows.iter().filter(|(_, e)| *e < t).next_back() {
+            score += match windows.iter().rfind(|(_, e)| *e < t) {
                 Some((s, e)) => FP * sigma((t - e) as f64 / (e - s) as f64),
                 None => -FP,
             };

@@ -72,3 +72,63 @@ fn a_rule_name_in_two_files_is_reported() {
     assert_eq!(code, 1);
     assert!(stdout.contains("rule `same` is also defined in"), "{stdout}");
 }
+
+fn temp_file(name: &str, content: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("vigil-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write");
+    path
+}
+
+const EVENTS_WITH_BAD_LINES: &str = r#"{"stream":"task_event","ts":"2026-01-01T00:00:00Z","type":"EVICT","job_id":"j1","task_index":0,"machine_id":"m1"}
+{"stream":"task_event","ts":"2026-01-01T00:01:00Z","type":"EVICT","job_id":"j1"
+{"stream":"task_event","ts":"yesterday","type":"FAIL","job_id":"j1","task_index":0,"machine_id":"m2"}
+{"stream":"task_event","ts":"2026-01-01T00:04:00Z","type":"FAIL","job_id":"j1","task_index":0,"machine_id":"m2"}
+"#;
+
+#[test]
+fn replay_reports_malformed_lines_and_goes_on() {
+    let input = temp_file("events.jsonl", EVENTS_WITH_BAD_LINES);
+    let name = input.to_str().expect("utf-8");
+    let (code, stdout, stderr) = vigil(&["replay", "--rules", "rules/evicted_then_failed.saql", name]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains(&format!("malformed: {name}:2: invalid JSON")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("malformed: {name}:3: field `ts`: `yesterday` is not an RFC 3339 time")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("replayed 2 events (2 malformed, 0 late): 1 alerts fired, 1 resolved"), "{stderr}");
+    let alerts: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("alert JSON")).collect();
+    assert_eq!(alerts.len(), 2);
+    assert_eq!(alerts[0]["rule"], "evicted_then_failed");
+    assert_eq!(alerts[0]["status"], "firing");
+    assert_eq!(alerts[0]["evidence"].as_array().map(Vec::len), Some(2), "the evicting and failing events");
+}
+
+#[test]
+fn replay_strict_stops_at_the_first_malformed_line() {
+    let input = temp_file("strict.jsonl", EVENTS_WITH_BAD_LINES);
+    let name = input.to_str().expect("utf-8");
+    let (code, stdout, stderr) = vigil(&["replay", "--strict", "--rules", "rules/evicted_then_failed.saql", name]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains(&format!("stopped at the first malformed line (--strict): {name}:2")), "{stderr}");
+}
+
+#[test]
+fn replay_is_deterministic() {
+    let input = temp_file("twice.jsonl", EVENTS_WITH_BAD_LINES);
+    let name = input.to_str().expect("utf-8");
+    let first = vigil(&["replay", "--rules", "rules", name]).1;
+    let second = vigil(&["replay", "--rules", "rules", name]).1;
+    assert!(!first.is_empty());
+    assert_eq!(first, second);
+}
+
+#[test]
+fn vigil_test_runs_the_rule_tests() {
+    let (code, stdout, _) = vigil(&["test", "rules/tests/host_silent.toml"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.trim_end().ends_with("4 passed, 0 failed"), "{stdout}");
+}
