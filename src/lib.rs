@@ -30,6 +30,7 @@ pub mod plan;
 pub mod replay;
 pub mod ruletest;
 pub mod schema;
+pub mod service;
 
 use diagnostic::{codes, Diagnostic, Source};
 use plan::RulePlan;

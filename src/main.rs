@@ -62,6 +62,29 @@ enum Command {
         #[arg(long)]
         metric_name: Option<String>,
     },
+    /// Run the service: Kafka or HTTP ingest in, alerts stored, streamed and pushed to a webhook.
+    Serve(vigil::service::config::ServeArgs),
+    /// Send a recorded file's events to Kafka, as JSON, to exercise a deployment.
+    Produce {
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "VIGIL_KAFKA_BROKERS")]
+        brokers: String,
+        /// Topic for every event [default: the topic named as each event's stream]
+        #[arg(long)]
+        topic: Option<String>,
+        /// `max`, or event time at a multiple of real time: `1x`, `60x`.
+        #[arg(long, default_value = "max")]
+        speed: vigil::replay::Speed,
+        /// Input format; `auto` decides from the file name and first line.
+        #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
+        format: vigil::input::Format,
+        /// Create the topics first if they do not exist.
+        #[arg(long)]
+        create_topics: bool,
+        /// Files to send.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
     /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
     Test {
         /// Test files or folders.
@@ -92,6 +115,10 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),
+        Command::Serve(args) => serve(args),
+        Command::Produce { brokers, topic, speed, format, create_topics, inputs } => {
+            produce(&brokers, topic.as_deref(), speed, format, create_topics, &inputs)
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -293,6 +320,39 @@ impl Progress for Bar {
             self.bar.suspend(|| eprintln!("(more malformed lines are counted in the summary only)"));
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).try_init();
+}
+
+fn serve(args: vigil::service::config::ServeArgs) -> Result<bool> {
+    init_logging();
+    let config = vigil::service::config::ServeConfig::resolve(args).map_err(|e| anyhow::anyhow!("bad configuration:\n{e}"))?;
+    runtime()?.block_on(vigil::service::serve(config))?;
+    Ok(true)
+}
+
+fn produce(
+    brokers: &str,
+    topic: Option<&str>,
+    speed: vigil::replay::Speed,
+    format: vigil::input::Format,
+    create_topics: bool,
+    inputs: &[PathBuf],
+) -> Result<bool> {
+    let opened = inputs
+        .iter()
+        .map(|p| vigil::input::open(p, format, &InputOptions::default()).with_context(|| format!("cannot read {}", p.display())))
+        .collect::<Result<Vec<_>>>()?;
+    let (sent, malformed) = runtime()?.block_on(vigil::service::kafka::produce(brokers, topic, opened, speed, create_topics))?;
+    eprintln!("sent {sent} events to Kafka ({malformed} malformed lines skipped)");
+    Ok(malformed == 0)
 }
 
 fn rule_tests(paths: &[PathBuf]) -> Result<bool> {

@@ -54,7 +54,7 @@ impl fmt::Display for Type {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stream {
     TaskEvent,
     TaskUsage,

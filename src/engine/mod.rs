@@ -154,6 +154,8 @@ fn schedule(
 pub struct Engine {
     plans: Vec<Arc<RulePlan>>,
     operators: Vec<Box<dyn Operator>>,
+    /// The rules each operator serves; an operator whose rules are unchanged survives a reload.
+    op_plans: Vec<Vec<Arc<RulePlan>>>,
     /// Routing by stream (indexed by `Stream as usize`).
     routes: [StreamRoutes; 4],
     config: EngineConfig,
@@ -180,6 +182,7 @@ impl Engine {
         }
         let regexes = Arc::new(regexes);
         let mut operators: Vec<Box<dyn Operator>> = Vec::new();
+        let mut op_plans: Vec<Vec<Arc<RulePlan>>> = Vec::new();
         let mut routes: [StreamRoutes; 4] = Default::default();
         let mut shared: HashMap<String, usize> = HashMap::new();
         let mut windows: Vec<window::WindowOperatorBuilder> = Vec::new();
@@ -193,6 +196,7 @@ impl Engine {
                         Box::new(sequence::SequenceOperator::new(plan.clone(), regexes.clone()))
                     };
                     operators.push(op);
+                    op_plans.push(vec![plan.clone()]);
                     for (i, src) in plan.sources.iter().enumerate() {
                         routes[src.stream as usize].add(src.event_type, (op_index, i));
                     }
@@ -213,12 +217,14 @@ impl Engine {
             let op_index = operators.len();
             let src = builder.source().clone();
             routes[src.stream as usize].add(src.event_type, (op_index, 0));
+            op_plans.push(builder.plans().to_vec());
             operators.push(Box::new(builder.build()));
         }
         let n = operators.len();
         Engine {
             plans,
             operators,
+            op_plans,
             routes,
             config,
             buffer: BinaryHeap::new(),
@@ -230,6 +236,41 @@ impl Engine {
             stats: EngineStats::default(),
             regexes,
         }
+    }
+
+    /// Replaces the rule set while running. Operators whose rules are unchanged keep their state
+    /// (windows, partial matches, baselines, active alerts); new or changed rules start empty;
+    /// removed rules are dropped. Buffered events, the watermark and the counters carry over.
+    /// Returns the names of the rules whose state was kept.
+    pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
+        let mut fresh = Engine::new(plans, self.config.clone());
+        let mut kept = Vec::new();
+        let mut old: Vec<Option<(Vec<Arc<RulePlan>>, Box<dyn Operator>)>> = self
+            .op_plans
+            .drain(..)
+            .zip(self.operators.drain(..))
+            .map(Some)
+            .collect();
+        for (j, rules) in fresh.op_plans.iter().enumerate() {
+            let same = |(prev, _): &(Vec<Arc<RulePlan>>, Box<dyn Operator>)| {
+                prev.len() == rules.len() && prev.iter().zip(rules).all(|(a, b)| **a == **b)
+            };
+            if let Some(slot) = old.iter_mut().find(|slot| slot.as_ref().is_some_and(same)) {
+                let (_, op) = slot.take().expect("matched a full slot");
+                fresh.operators[j] = op;
+                kept.extend(rules.iter().map(|p| p.name.clone()));
+            }
+        }
+        fresh.buffer = std::mem::take(&mut self.buffer);
+        fresh.arrivals = self.arrivals;
+        fresh.max_ts = self.max_ts;
+        fresh.watermark = self.watermark;
+        fresh.stats = std::mem::take(&mut self.stats);
+        for op in 0..fresh.operators.len() {
+            schedule(&mut fresh.registered, &mut fresh.timers, fresh.operators[op].as_ref(), op);
+        }
+        *self = fresh;
+        kept
     }
 
     pub fn plans(&self) -> &[Arc<RulePlan>] {
@@ -403,4 +444,52 @@ fn plan_exprs(p: &RulePlan) -> Vec<&crate::plan::TExpr> {
     }
     out.extend(p.returns.iter().map(|(_, e)| e));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plans(src: &str) -> Vec<RulePlan> {
+        let c = crate::compile("t.saql", src.as_bytes());
+        assert!(c.is_ok(), "{:?}", c.diagnostics);
+        c.plans
+    }
+
+    const TWO_RULES: &str = r#"
+        rule burst { task t fail as e with e{3,} within 1 h group by t.job_id }
+        rule spike { task t use machine m as e #time(5 min) state ss { n := count() } group by m alert ss.n > 2 }
+    "#;
+
+    fn fail(min: i64, job: &str) -> Event {
+        let mut e = Event::new(crate::schema::Stream::TaskEvent, min * 60_000);
+        e.set("type", Value::str("FAIL")).set("job_id", Value::str(job)).set("task_index", Value::Num(0.0));
+        e
+    }
+
+    #[test]
+    fn reload_keeps_the_state_of_unchanged_rules() {
+        let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+        let mut out = Vec::new();
+        engine.push(fail(0, "j1"), &mut out);
+        engine.push(fail(1, "j1"), &mut out);
+        // `spike` changes, `burst` does not: its two counted failures survive the reload.
+        let changed = TWO_RULES.replace("ss.n > 2", "ss.n > 3");
+        let kept = engine.reload(plans(&changed));
+        assert_eq!(kept, vec!["burst".to_string()]);
+        engine.push(fail(2, "j1"), &mut out);
+        assert_eq!(out.iter().filter(|a| a.rule == "burst").count(), 1, "the third failure completes the burst");
+    }
+
+    #[test]
+    fn a_changed_rule_starts_over() {
+        let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+        let mut out = Vec::new();
+        engine.push(fail(0, "j1"), &mut out);
+        engine.push(fail(1, "j1"), &mut out);
+        let changed = TWO_RULES.replace("within 1 h", "within 2 h");
+        assert_eq!(engine.reload(plans(&changed)), vec!["spike".to_string()]);
+        engine.push(fail(2, "j1"), &mut out);
+        assert!(out.is_empty(), "the changed rule lost its count: {out:?}");
+    }
 }

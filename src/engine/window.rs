@@ -67,6 +67,10 @@ impl WindowOperatorBuilder {
         self.plans.push(plan);
     }
 
+    pub fn plans(&self) -> &[Arc<RulePlan>] {
+        &self.plans
+    }
+
     pub fn source(&self) -> &SourcePlan {
         &self.plans[0].sources[0]
     }

@@ -1,0 +1,225 @@
+//! `vigil serve` configuration: flags, each with an environment variable, over an optional
+//! `vigil.toml`, over defaults.
+
+use crate::schema::Stream;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Flags of `vigil serve`. Each is optional here so that a value from `vigil.toml` applies when
+/// the flag and its variable are absent.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Folder of `*.saql` rules, reloaded when it changes or on SIGHUP [default: rules]
+    #[arg(long, env = "VIGIL_RULES")]
+    pub rules: Option<PathBuf>,
+    /// Address of the HTTP API [default: 127.0.0.1:8080]
+    #[arg(long, env = "VIGIL_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// postgres://... or sqlite://... [default: sqlite://vigil.db]
+    #[arg(long, env = "VIGIL_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Kafka bootstrap servers; no Kafka when unset
+    #[arg(long, env = "VIGIL_KAFKA_BROKERS")]
+    pub kafka_brokers: Option<String>,
+    /// Kafka consumer group [default: vigil]
+    #[arg(long, env = "VIGIL_KAFKA_GROUP")]
+    pub kafka_group: Option<String>,
+    /// Create missing stream topics at start (for brokers that do not create them)
+    #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
+    pub kafka_create_topics: bool,
+    /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
+    #[arg(long = "topic", value_parser = parse_topic)]
+    pub topics: Vec<(Stream, String)>,
+    /// Where alerts are POSTed, in Alertmanager's webhook format
+    #[arg(long, env = "VIGIL_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// Bearer token required by mutating endpoints
+    #[arg(long, env = "VIGIL_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+    /// A recorded file fed into the running service, repeatable
+    #[arg(long = "replay")]
+    pub replay: Vec<PathBuf>,
+    /// How late an event may arrive and still count, e.g. `30s` [default: 5s]
+    #[arg(long, env = "VIGIL_LATENESS", value_parser = crate::parser::parse_duration)]
+    pub lateness: Option<u64>,
+    /// The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]
+    #[arg(long, env = "VIGIL_EXTERNAL_URL")]
+    pub external_url: Option<String>,
+    /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
+    #[arg(long, env = "VIGIL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+fn parse_topic(s: &str) -> Result<(Stream, String), String> {
+    let (stream, topic) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected STREAM=TOPIC"))?;
+    let stream = Stream::from_name(stream).ok_or_else(|| {
+        let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
+        format!("unknown stream `{stream}`; expected one of {}", names.join(", "))
+    })?;
+    if topic.is_empty() {
+        return Err(format!("`{s}`: the topic name is empty"));
+    }
+    Ok((stream, topic.to_string()))
+}
+
+/// `vigil.toml`: the same settings as the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Folder of rules.
+    pub rules: Option<PathBuf>,
+    /// Address of the HTTP API.
+    pub http_addr: Option<SocketAddr>,
+    /// postgres://... or sqlite://...
+    pub database_url: Option<String>,
+    /// Kafka bootstrap servers.
+    pub kafka_brokers: Option<String>,
+    /// Kafka consumer group.
+    pub kafka_group: Option<String>,
+    /// Create missing stream topics at start.
+    #[serde(default)]
+    pub kafka_create_topics: bool,
+    /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
+    #[serde(default)]
+    pub topics: BTreeMap<String, String>,
+    /// Webhook receiver.
+    pub webhook_url: Option<String>,
+    /// Bearer token for mutating endpoints.
+    pub api_token: Option<String>,
+    /// Recorded files to feed in.
+    #[serde(default)]
+    pub replay: Vec<PathBuf>,
+    /// Allowed lateness, e.g. "30 s".
+    pub lateness: Option<String>,
+    /// URL of the API as users reach it.
+    pub external_url: Option<String>,
+}
+
+/// The settings in force.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub rules: PathBuf,
+    pub http_addr: SocketAddr,
+    pub database_url: String,
+    pub kafka_brokers: Option<String>,
+    pub kafka_group: String,
+    pub kafka_create_topics: bool,
+    pub topics: BTreeMap<Stream, String>,
+    pub webhook_url: Option<String>,
+    pub api_token: Option<String>,
+    pub replay: Vec<PathBuf>,
+    pub lateness_ms: i64,
+    pub external_url: String,
+}
+
+impl ServeConfig {
+    /// Merges flags over the file over defaults, and reports every problem at once.
+    pub fn resolve(args: ServeArgs) -> Result<ServeConfig, String> {
+        let mut problems = Vec::new();
+        let file = match &args.config {
+            Some(path) => read_file(path).unwrap_or_else(|e| {
+                problems.push(e);
+                FileConfig::default()
+            }),
+            None if Path::new("vigil.toml").exists() => read_file(Path::new("vigil.toml")).unwrap_or_else(|e| {
+                problems.push(e);
+                FileConfig::default()
+            }),
+            None => FileConfig::default(),
+        };
+        let mut topics: BTreeMap<Stream, String> = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
+        for (stream, topic) in &file.topics {
+            match parse_topic(&format!("{stream}={topic}")) {
+                Ok((s, t)) => {
+                    topics.insert(s, t);
+                }
+                Err(e) => problems.push(format!("vigil.toml [topics]: {e}")),
+            }
+        }
+        for (s, t) in args.topics {
+            topics.insert(s, t);
+        }
+        let file_lateness = file.lateness.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
+            problems.push(format!("vigil.toml lateness: {e}"));
+            None
+        });
+        let http_addr = args.http_addr.or(file.http_addr).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let database_url = args.database_url.or(file.database_url).unwrap_or_else(|| "sqlite://vigil.db".to_string());
+        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") || database_url.starts_with("sqlite:")) {
+            problems.push(format!("database URL `{database_url}`: use postgres://... or sqlite://..."));
+        }
+        let webhook_url = args.webhook_url.or(file.webhook_url);
+        if let Some(url) = &webhook_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                problems.push(format!("webhook URL `{url}`: use http://... or https://..."));
+            }
+        }
+        let api_token = args.api_token.or(file.api_token).filter(|t| !t.is_empty());
+        let replay = if args.replay.is_empty() { file.replay } else { args.replay };
+        for r in &replay {
+            if !r.exists() {
+                problems.push(format!("replay file {} does not exist", r.display()));
+            }
+        }
+        let rules = args.rules.or(file.rules).unwrap_or_else(|| PathBuf::from("rules"));
+        if !rules.is_dir() {
+            problems.push(format!("rules folder {} does not exist", rules.display()));
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        Ok(ServeConfig {
+            rules,
+            external_url: args.external_url.or(file.external_url).unwrap_or_else(|| format!("http://{http_addr}")),
+            http_addr,
+            database_url,
+            kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
+            kafka_group: args.kafka_group.or(file.kafka_group).unwrap_or_else(|| "vigil".to_string()),
+            kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+            topics,
+            webhook_url,
+            api_token,
+            replay,
+            lateness_ms: args.lateness.or(file_lateness).unwrap_or(5_000) as i64,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_problems_come_together() {
+        let dir = std::env::temp_dir().join(format!("vigil-config-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
+        let file = dir.join("vigil.toml");
+        std::fs::write(
+            &file,
+            format!("rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n", dir.join("rules")),
+        )
+        .expect("write");
+        let args = ServeArgs { config: Some(file.clone()), kafka_group: Some("from-flag".into()), ..ServeArgs::default() };
+        let c = ServeConfig::resolve(args).expect("valid");
+        assert_eq!(c.kafka_group, "from-flag");
+        assert_eq!(c.lateness_ms, 60_000);
+        assert_eq!(c.topics[&Stream::Metric], "m.topic");
+        assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
+        let bad = ServeArgs {
+            config: Some(file),
+            database_url: Some("mysql://x".into()),
+            webhook_url: Some("ftp://x".into()),
+            ..ServeArgs::default()
+        };
+        let err = ServeConfig::resolve(bad).expect_err("two problems");
+        assert_eq!(err.lines().count(), 2, "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

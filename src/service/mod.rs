@@ -1,0 +1,189 @@
+//! `vigil serve`: the engine as a service between Kafka (or HTTP ingest, or a recorded file) and
+//! the people on call, with alerts stored in PostgreSQL or SQLite, pushed to a webhook and
+//! tailed over HTTP.
+//!
+//! ```text
+//! Kafka / POST /api/v1/events / --replay --> engine thread --> alert writer --> store
+//!                                                                   |--> SSE clients
+//!                                                                   '--> webhook outbox --> receiver
+//! ```
+
+pub mod config;
+pub mod http;
+pub mod kafka;
+pub mod pipeline;
+pub mod rules;
+pub mod store;
+pub mod telemetry;
+pub mod webhook;
+
+use anyhow::{anyhow, Context, Result};
+use config::ServeConfig;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+
+/// Runs the service until SIGINT or SIGTERM.
+pub async fn serve(config: ServeConfig) -> Result<()> {
+    let telemetry = Arc::new(telemetry::Telemetry::new());
+    let store = store::Store::connect(&config.database_url)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact(&config.database_url)))?;
+    let loaded = rules::load(&config.rules).map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
+    tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
+    let infos = loaded.infos.clone();
+    let engine = crate::engine::Engine::new(loaded.plans, crate::engine::EngineConfig { lateness_ms: config.lateness_ms });
+
+    let (tx, rx, alerts_tx, alerts_rx) = pipeline::channels();
+    let (dead_tx, dead_rx) = mpsc::channel(1024);
+    let (published, _) = broadcast::channel(4096);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let health = Arc::new(pipeline::Health::default());
+    let webhook_wake = Arc::new(Notify::new());
+
+    let engine_thread = pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone());
+    let writer = tokio::spawn(pipeline::write_alerts(
+        alerts_rx,
+        store.clone(),
+        published.clone(),
+        config.webhook_url.as_ref().map(|_| config.external_url.clone()),
+        webhook_wake.clone(),
+        telemetry.clone(),
+        health.clone(),
+    ));
+    tokio::spawn(pipeline::write_dead_letters(dead_rx, store.clone(), telemetry.clone()));
+
+    if let Some(url) = &config.webhook_url {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot build the webhook client")?;
+        let deliverer = webhook::Deliverer { store: store.clone(), url: url.clone(), client, wake: webhook_wake.clone(), telemetry: telemetry.clone() };
+        tokio::spawn(deliverer.run(stop_rx.clone()));
+        tracing::info!(url = %url, "delivering alerts to the webhook");
+    }
+
+    if let Some(brokers) = &config.kafka_brokers {
+        if config.kafka_create_topics {
+            let topics: Vec<String> = config.topics.values().cloned().collect();
+            kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
+        }
+        let consumer = Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?);
+        tokio::spawn(kafka::consume(consumer.clone(), config.topics.clone(), tx.clone(), dead_tx.clone(), stop_rx.clone()));
+        tokio::spawn(kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
+    }
+
+    for file in &config.replay {
+        pipeline::replay_file(file.clone(), tx.clone(), dead_tx.clone());
+        tracing::info!(file = %file.display(), "replaying into the service");
+    }
+
+    let state = Arc::new(http::AppState {
+        store,
+        engine: tx,
+        dead: dead_tx,
+        published,
+        telemetry,
+        rules_dir: config.rules.clone(),
+        rules: std::sync::RwLock::new(infos),
+        rule_lock: tokio::sync::Mutex::new(()),
+        token: config.api_token.clone(),
+        health,
+        webhook_wake,
+    });
+    tokio::spawn(watch_rules(state.clone(), stop_rx.clone()));
+
+    let listener = tokio::net::TcpListener::bind(config.http_addr).await.with_context(|| format!("cannot listen on {}", config.http_addr))?;
+    let addr = listener.local_addr()?;
+    // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
+    eprintln!("vigil: listening on http://{addr}");
+    tracing::info!(%addr, store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
+    axum::serve(listener, http::router(state.clone())).with_graceful_shutdown(shutdown_signal()).await?;
+
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    drop(state);
+    // The engine ends when every input is closed; the writer then stores what is left.
+    let _ = tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
+    Ok(())
+}
+
+/// Reloads the rules when the folder changes (checked every second) or on SIGHUP. A folder
+/// that does not check leaves the running rules as they are.
+async fn watch_rules(state: Arc<http::AppState>, mut stop: watch::Receiver<bool>) {
+    let mut seen = rules::fingerprint(&state.rules_dir);
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        #[cfg(unix)]
+        let hangup = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hangup = std::future::pending::<()>();
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+            _ = hangup => true,
+            _ = stop.changed() => return,
+        };
+        let now = rules::fingerprint(&state.rules_dir);
+        if now == seen && !forced {
+            continue;
+        }
+        seen = now;
+        let _guard = state.rule_lock.lock().await;
+        let dir = state.rules_dir.clone();
+        let Ok(result) = tokio::task::spawn_blocking(move || rules::load(&dir)).await else { continue };
+        match result {
+            Ok(loaded) => match http::apply(&state, loaded).await {
+                Ok(kept) => tracing::info!(kept = ?kept, "rules reloaded"),
+                Err(_) => return,
+            },
+            Err(e) => {
+                state.telemetry.rule_reloads.with_label_values(&["rejected"]).inc();
+                tracing::error!("rules not reloaded, the running ones stay:\n{}", e.rendered);
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

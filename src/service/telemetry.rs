@@ -1,0 +1,83 @@
+//! The service's own metrics, exported at `/metrics` in Prometheus' text format.
+//!
+//! Metrics are labelled by rule, stream or source, never by entity: a label per machine or task
+//! would make the series count grow with the cluster.
+
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+pub struct Telemetry {
+    registry: Registry,
+    pub events_in: IntCounterVec,
+    pub malformed: IntCounterVec,
+    pub late: IntCounterVec,
+    pub alerts: IntCounterVec,
+    pub eval_latency: Histogram,
+    pub watermark_lag_ms: IntGauge,
+    pub kafka_lag: IntGaugeVec,
+    pub live_keys: IntGaugeVec,
+    pub webhook: IntCounterVec,
+    pub webhook_latency: Histogram,
+    pub store_errors: IntCounterVec,
+    pub rule_reloads: IntCounterVec,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    registry.register(Box::new(c.clone())).expect("metric registered once");
+    c
+}
+
+impl Telemetry {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let eval_latency = Histogram::with_opts(
+            HistogramOpts::new("vigil_eval_latency_seconds", "Time to evaluate one event against all rules")
+                .buckets(vec![1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5]),
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(eval_latency.clone())).expect("registered once");
+        let webhook_latency = Histogram::with_opts(
+            HistogramOpts::new("vigil_webhook_latency_seconds", "Time of one webhook call")
+                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(webhook_latency.clone())).expect("registered once");
+        let watermark_lag_ms =
+            IntGauge::new("vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark").expect("valid gauge");
+        registry.register(Box::new(watermark_lag_ms.clone())).expect("registered once");
+        let kafka_lag = IntGaugeVec::new(Opts::new("vigil_kafka_consumer_lag", "Messages behind the end of each partition"), &["topic", "partition"])
+            .expect("valid gauge");
+        registry.register(Box::new(kafka_lag.clone())).expect("registered once");
+        let live_keys = IntGaugeVec::new(Opts::new("vigil_live_keys", "Groups, partial matches and active alerts held per rule"), &["rule"])
+            .expect("valid gauge");
+        registry.register(Box::new(live_keys.clone())).expect("registered once");
+        Telemetry {
+            events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),
+            malformed: counter(&registry, "vigil_events_malformed_total", "Input that was not an event, by source", &["source"]),
+            late: counter(&registry, "vigil_events_late_total", "Events older than the watermark, by rule that would have used them", &["rule"]),
+            alerts: counter(&registry, "vigil_alerts_total", "Alerts fired, by rule and severity", &["rule", "severity"]),
+            webhook: counter(&registry, "vigil_webhook_deliveries_total", "Webhook attempts by outcome", &["outcome"]),
+            store_errors: counter(&registry, "vigil_store_errors_total", "Failed store operations", &["operation"]),
+            rule_reloads: counter(&registry, "vigil_rule_reloads_total", "Rule set reloads by outcome", &["outcome"]),
+            registry,
+            eval_latency,
+            watermark_lag_ms,
+            kafka_lag,
+            live_keys,
+            webhook_latency,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}

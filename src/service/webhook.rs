@@ -1,0 +1,148 @@
+//! Webhook delivery in Alertmanager's format (version 4), from a persistent outbox.
+//!
+//! Each alert transition is stored with a delivery row in the same transaction, so an alert is
+//! never lost while the receiver is down. A worker posts due deliveries, retries failures with
+//! exponential backoff and jitter, and after [`MAX_ATTEMPTS`] marks a delivery dead (counted,
+//! listed by the API, and redeliverable). Every call carries an `Idempotency-Key` header
+//! (`<alert id>:<status>`), so a receiver can drop the duplicate that a crash between sending
+//! and recording the delivery may cause.
+
+use super::store::Store;
+use super::telemetry::Telemetry;
+use crate::alert::Alert;
+use crate::event::format_time;
+use serde_json::{json, Value as Json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Attempts before a delivery is declared dead.
+pub const MAX_ATTEMPTS: i64 = 12;
+/// Backoff: 1 s, doubling, at most 5 minutes.
+const BACKOFF_BASE_MS: i64 = 1_000;
+const BACKOFF_MAX_MS: i64 = 300_000;
+
+/// The body Alertmanager would send for this alert, as a group of one.
+pub fn alertmanager_payload(a: &Alert, external_url: &str) -> Json {
+    let ends_at = a.ends_at.map_or_else(|| "0001-01-01T00:00:00Z".to_string(), format_time);
+    json!({
+        "version": "4",
+        "groupKey": format!("{{}}:{{alertname=\"{}\"}}", a.rule),
+        "truncatedAlerts": 0,
+        "status": a.status.as_str(),
+        "receiver": "vigil",
+        "groupLabels": { "alertname": a.rule },
+        "commonLabels": a.labels,
+        "commonAnnotations": a.annotations,
+        "externalURL": external_url,
+        "alerts": [{
+            "status": a.status.as_str(),
+            "labels": a.labels,
+            "annotations": a.annotations,
+            "startsAt": format_time(a.starts_at),
+            "endsAt": ends_at,
+            "generatorURL": format!("{external_url}/api/v1/alerts/{}", a.id),
+            "fingerprint": a.id.get(..16).unwrap_or(&a.id),
+        }],
+    })
+}
+
+/// How long to wait before attempt `attempts + 1`.
+pub fn backoff_ms(attempts: i64) -> i64 {
+    let exp = BACKOFF_BASE_MS.saturating_mul(1i64 << attempts.clamp(0, 20)).min(BACKOFF_MAX_MS);
+    // Up to 20% either way, so that receivers coming back are not hit by every sender at once.
+    let jitter = (fastrand::f64() * 0.4 - 0.2) * exp as f64;
+    (exp as f64 + jitter) as i64
+}
+
+pub struct Deliverer {
+    pub store: Store,
+    pub url: String,
+    pub client: reqwest::Client,
+    pub wake: Arc<Notify>,
+    pub telemetry: Arc<Telemetry>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Deliverer {
+    /// Delivers until `stop` turns true.
+    pub async fn run(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let wait = match self.deliver_due().await {
+                Ok(()) => match self.store.outbox_next_due().await {
+                    Ok(Some(due)) => Duration::from_millis((due - now_ms()).clamp(0, 5_000) as u64),
+                    _ => Duration::from_secs(5),
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook outbox unavailable");
+                    Duration::from_secs(1)
+                }
+            };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn deliver_due(&self) -> Result<(), super::store::StoreError> {
+        loop {
+            let due = self.store.outbox_due(now_ms(), 64).await?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            for item in due {
+                let started = std::time::Instant::now();
+                let result = self
+                    .client
+                    .post(&self.url)
+                    .header("Content-Type", "application/json")
+                    .header("Idempotency-Key", &item.idempotency_key)
+                    .body(item.payload.clone())
+                    .send()
+                    .await;
+                let failure = match result {
+                    Ok(resp) if resp.status().is_success() => None,
+                    Ok(resp) => Some(format!("receiver answered {}", resp.status())),
+                    Err(e) if e.is_timeout() => Some("receiver timed out".to_string()),
+                    Err(e) => Some(format!("cannot reach receiver: {e}")),
+                };
+                self.telemetry.webhook_latency.observe(started.elapsed().as_secs_f64());
+                match failure {
+                    None => {
+                        self.store.outbox_delivered(item.seq, now_ms()).await?;
+                        self.telemetry.webhook.with_label_values(&["delivered"]).inc();
+                    }
+                    Some(error) => {
+                        let dead = item.attempts + 1 >= MAX_ATTEMPTS;
+                        let next = now_ms() + backoff_ms(item.attempts);
+                        self.store.outbox_failed(item.seq, next, &error, dead).await?;
+                        self.telemetry.webhook.with_label_values(&[if dead { "dead" } else { "failed" }]).inc();
+                        tracing::warn!(delivery = item.seq, attempts = item.attempts + 1, dead, %error, "webhook delivery failed");
+                        // The receiver is failing; the others in this batch would most likely
+                        // fail too. Wait for the backoff instead of hammering it.
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        for attempts in 0..30 {
+            let ms = backoff_ms(attempts);
+            let exp = (BACKOFF_BASE_MS << attempts.min(20)).min(BACKOFF_MAX_MS);
+            assert!(ms >= exp * 8 / 10 && ms <= exp * 12 / 10, "attempt {attempts}: {ms}");
+        }
+    }
+}
