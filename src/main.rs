@@ -327,13 +327,19 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 fn serve(args: vigil::service::config::ServeArgs) -> Result<bool> {
     init_logging();
-    let config = vigil::service::config::ServeConfig::resolve(args).map_err(|e| anyhow::anyhow!("bad configuration:\n{e}"))?;
+    let config =
+        vigil::service::config::ServeConfig::resolve(args).map_err(|e| anyhow::anyhow!("bad configuration:\n{e}"))?;
     runtime()?.block_on(vigil::service::serve(config))?;
     Ok(true)
 }
@@ -348,9 +354,13 @@ fn produce(
 ) -> Result<bool> {
     let opened = inputs
         .iter()
-        .map(|p| vigil::input::open(p, format, &InputOptions::default()).with_context(|| format!("cannot read {}", p.display())))
+        .map(|p| {
+            vigil::input::open(p, format, &InputOptions::default())
+                .with_context(|| format!("cannot read {}", p.display()))
+        })
         .collect::<Result<Vec<_>>>()?;
-    let (sent, malformed) = runtime()?.block_on(vigil::service::kafka::produce(brokers, topic, opened, speed, create_topics))?;
+    let (sent, malformed) =
+        runtime()?.block_on(vigil::service::kafka::produce(brokers, topic, opened, speed, create_topics))?;
     eprintln!("sent {sent} events to Kafka ({malformed} malformed lines skipped)");
     Ok(malformed == 0)
 }

@@ -111,7 +111,8 @@ pub struct ServeConfig {
     pub api_token: Option<String>,
     pub replay: Vec<PathBuf>,
     pub lateness_ms: i64,
-    pub external_url: String,
+    /// When unset, the address the API is bound to.
+    pub external_url: Option<String>,
 }
 
 impl ServeConfig {
@@ -141,13 +142,17 @@ impl ServeConfig {
         for (s, t) in args.topics {
             topics.insert(s, t);
         }
-        let file_lateness = file.lateness.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
-            problems.push(format!("vigil.toml lateness: {e}"));
-            None
-        });
+        let file_lateness =
+            file.lateness.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
+                problems.push(format!("vigil.toml lateness: {e}"));
+                None
+            });
         let http_addr = args.http_addr.or(file.http_addr).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
         let database_url = args.database_url.or(file.database_url).unwrap_or_else(|| "sqlite://vigil.db".to_string());
-        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") || database_url.starts_with("sqlite:")) {
+        if !(database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://")
+            || database_url.starts_with("sqlite:"))
+        {
             problems.push(format!("database URL `{database_url}`: use postgres://... or sqlite://..."));
         }
         let webhook_url = args.webhook_url.or(file.webhook_url);
@@ -172,7 +177,7 @@ impl ServeConfig {
         }
         Ok(ServeConfig {
             rules,
-            external_url: args.external_url.or(file.external_url).unwrap_or_else(|| format!("http://{http_addr}")),
+            external_url: args.external_url.or(file.external_url),
             http_addr,
             database_url,
             kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
@@ -203,10 +208,14 @@ mod tests {
         let file = dir.join("vigil.toml");
         std::fs::write(
             &file,
-            format!("rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n", dir.join("rules")),
+            format!(
+                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n",
+                dir.join("rules")
+            ),
         )
         .expect("write");
-        let args = ServeArgs { config: Some(file.clone()), kafka_group: Some("from-flag".into()), ..ServeArgs::default() };
+        let args =
+            ServeArgs { config: Some(file.clone()), kafka_group: Some("from-flag".into()), ..ServeArgs::default() };
         let c = ServeConfig::resolve(args).expect("valid");
         assert_eq!(c.kafka_group, "from-flag");
         assert_eq!(c.lateness_ms, 60_000);

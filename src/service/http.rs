@@ -102,7 +102,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Bearer tokens compared in constant time, so response timing does not leak the token.
-async fn require_token(State(state): State<Arc<AppState>>, headers: HeaderMap, request: Request, next: Next) -> Response {
+async fn require_token(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
     if let Some(token) = &state.token {
         let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         let ok = given.is_some_and(|g| {
@@ -110,7 +115,8 @@ async fn require_token(State(state): State<Arc<AppState>>, headers: HeaderMap, r
             g.len() == token.len() && bool::from(g.as_bytes().ct_eq(token.as_bytes()))
         });
         if !ok {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "this endpoint needs `Authorization: Bearer <token>`").into_response();
+            return ApiError::new(StatusCode::UNAUTHORIZED, "this endpoint needs `Authorization: Bearer <token>`")
+                .into_response();
         }
     }
     next.run(request).await
@@ -135,9 +141,12 @@ impl FilterParams {
         let time = |name: &str, v: &Option<String>| -> ApiResult<Option<i64>> {
             v.as_deref()
                 .map(|t| {
-                    crate::event::parse_time(t)
-                        .or_else(|| t.parse().ok())
-                        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, format!("`{name}`: `{t}` is not an RFC 3339 time or epoch milliseconds")))
+                    crate::event::parse_time(t).or_else(|| t.parse().ok()).ok_or_else(|| {
+                        ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            format!("`{name}`: `{t}` is not an RFC 3339 time or epoch milliseconds"),
+                        )
+                    })
                 })
                 .transpose()
         };
@@ -145,13 +154,21 @@ impl FilterParams {
             None => None,
             Some("firing") => Some(Status::Firing),
             Some("resolved") => Some(Status::Resolved),
-            Some(other) => return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("`status`: `{other}` is not firing or resolved"))),
+            Some(other) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("`status`: `{other}` is not firing or resolved"),
+                ))
+            }
         };
         let mut key = Vec::new();
         for part in self.key.iter().flat_map(|k| k.split(',')).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, format!("`key`: `{part}` is not name=value, e.g. m.machine_id=m1")))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("`key`: `{part}` is not name=value, e.g. m.machine_id=m1"),
+                )
+            })?;
             key.push((k.to_string(), v.to_string()));
         }
         Ok(AlertFilter {
@@ -165,7 +182,10 @@ impl FilterParams {
     }
 }
 
-async fn list_alerts(State(state): State<Arc<AppState>>, Query(params): Query<FilterParams>) -> ApiResult<Json<serde_json::Value>> {
+async fn list_alerts(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<FilterParams>,
+) -> ApiResult<Json<serde_json::Value>> {
     let filter = params.filter()?;
     let limit = params.limit.unwrap_or(100).clamp(1, 1000);
     let page = state.store.list_alerts(&filter, params.cursor, limit).await?;
@@ -188,9 +208,14 @@ async fn get_alert(State(state): State<Arc<AppState>>, Path(id): Path<String>) -
 /// Server-sent events: stored transitions after `Last-Event-ID` first, then live ones. The
 /// subscription starts before the store is read, and anything a slow client missed live is read
 /// back from the store, so the stream has no gaps and no repeats.
-async fn stream_alerts(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(params): Query<FilterParams>) -> ApiResult<Response> {
+async fn stream_alerts(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(params): Query<FilterParams>,
+) -> ApiResult<Response> {
     let filter = params.filter()?;
-    let from_header = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<i64>().ok());
+    let from_header =
+        headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<i64>().ok());
     let live = state.published.subscribe();
     let last = match from_header.or(params.last_event_id) {
         Some(id) => id,
@@ -239,7 +264,11 @@ async fn ingest(State(state): State<Arc<AppState>>, body: String) -> ApiResult<J
         }
         match crate::event::decode(line, None) {
             Ok(e) => {
-                state.engine.send(Input::Event(e)).await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
+                state
+                    .engine
+                    .send(Input::Event(e))
+                    .await
+                    .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
                 accepted += 1;
             }
             Err(e) => {
@@ -266,7 +295,10 @@ async fn ingest(State(state): State<Arc<AppState>>, body: String) -> ApiResult<J
 
 async fn list_rules(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let rules = state.rules.read().map(|r| r.clone()).unwrap_or_default();
-    let summary: Vec<_> = rules.iter().map(|r| json!({ "name": r.name, "file": r.file, "model": r.model, "description": r.description })).collect();
+    let summary: Vec<_> = rules
+        .iter()
+        .map(|r| json!({ "name": r.name, "file": r.file, "model": r.model, "description": r.description }))
+        .collect();
     Json(json!({ "rules": summary }))
 }
 
@@ -288,15 +320,24 @@ async fn validate_rule(Query(p): Query<ValidateParams>, body: axum::body::Bytes)
         return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("a rule file is at most {MAX_RULE} bytes")));
     }
     let name = p.name.unwrap_or_else(|| "rule.saql".into());
-    let c = tokio::task::spawn_blocking(move || crate::compile(&name, &body)).await.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let c = tokio::task::spawn_blocking(move || crate::compile(&name, &body))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let rules: Vec<&str> = c.plans.iter().map(|p| p.name.as_str()).collect();
     Ok(Json(json!({ "valid": c.is_ok(), "rules": rules, "diagnostics": c.source().to_json(&c.diagnostics) })))
 }
 
 /// Writes `<rules>/<name>.saql` if the whole folder still checks with it, then reloads.
-async fn put_rule(State(state): State<Arc<AppState>>, Path(name): Path<String>, body: axum::body::Bytes) -> ApiResult<Json<serde_json::Value>> {
+async fn put_rule(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
     if !rules::valid_name(&name) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("`{name}` is not a rule name (letters, digits and _)")));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("`{name}` is not a rule name (letters, digits and _)"),
+        ));
     }
     if body.len() > MAX_RULE {
         return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("a rule file is at most {MAX_RULE} bytes")));
@@ -317,16 +358,28 @@ async fn put_rule(State(state): State<Arc<AppState>>, Path(name): Path<String>, 
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
     };
     let compiled = checked.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let loaded = rules::into_loaded(compiled).map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!({ "error": "the rule does not check", "diagnostics": e.json })))?;
+    let loaded = rules::into_loaded(compiled).map_err(|e| {
+        ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!({ "error": "the rule does not check", "diagnostics": e.json }))
+    })?;
     if !single {
-        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the text must define exactly one rule, named `{}`", path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default())));
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the text must define exactly one rule, named `{}`",
+                path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default()
+            ),
+        ));
     }
-    rules::write_atomically(&path, &text).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the rule: {e}")))?;
+    rules::write_atomically(&path, &text)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the rule: {e}")))?;
     let kept = apply(&state, loaded).await?;
     Ok(Json(json!({ "saved": path.display().to_string(), "kept_state": kept })))
 }
 
-async fn delete_rule(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+async fn delete_rule(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
     if !rules::valid_name(&name) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("`{name}` is not a rule name")));
     }
@@ -335,7 +388,10 @@ async fn delete_rule(State(state): State<Arc<AppState>>, Path(name): Path<String
     if !path.exists() {
         let elsewhere = state.rules.read().ok().and_then(|r| r.iter().find(|i| i.name == name).map(|i| i.file.clone()));
         return Err(match elsewhere {
-            Some(file) => ApiError::new(StatusCode::CONFLICT, format!("rule `{name}` is defined in {file} with other rules; edit that file")),
+            Some(file) => ApiError::new(
+                StatusCode::CONFLICT,
+                format!("rule `{name}` is defined in {file} with other rules; edit that file"),
+            ),
             None => ApiError::new(StatusCode::NOT_FOUND, format!("no rule `{name}`")),
         });
     }
@@ -345,8 +401,14 @@ async fn delete_rule(State(state): State<Arc<AppState>>, Path(name): Path<String
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let loaded = rules::into_loaded(compiled).map_err(|e| ApiError(StatusCode::CONFLICT, json!({ "error": "the other rules do not check without it", "diagnostics": e.json })))?;
-    std::fs::remove_file(&path).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot remove the rule: {e}")))?;
+    let loaded = rules::into_loaded(compiled).map_err(|e| {
+        ApiError(
+            StatusCode::CONFLICT,
+            json!({ "error": "the other rules do not check without it", "diagnostics": e.json }),
+        )
+    })?;
+    std::fs::remove_file(&path)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot remove the rule: {e}")))?;
     let kept = apply(&state, loaded).await?;
     Ok(Json(json!({ "deleted": name, "kept_state": kept })))
 }
@@ -354,7 +416,11 @@ async fn delete_rule(State(state): State<Arc<AppState>>, Path(name): Path<String
 /// Sends a new rule set to the engine and records it for the API.
 pub async fn apply(state: &AppState, loaded: rules::Loaded) -> ApiResult<Vec<String>> {
     let (reply, wait) = oneshot::channel();
-    state.engine.send(Input::Reload(loaded.plans, reply)).await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
+    state
+        .engine
+        .send(Input::Reload(loaded.plans, reply))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
     let kept = wait.await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
     if let Ok(mut r) = state.rules.write() {
         *r = loaded.infos;
@@ -368,13 +434,17 @@ struct LimitParams {
     limit: Option<i64>,
 }
 
-async fn dead_letters(State(state): State<Arc<AppState>>, Query(p): Query<LimitParams>) -> ApiResult<Json<serde_json::Value>> {
+async fn dead_letters(
+    State(state): State<Arc<AppState>>,
+    Query(p): Query<LimitParams>,
+) -> ApiResult<Json<serde_json::Value>> {
     let rows = state.store.dead_letters(p.limit.unwrap_or(100).clamp(1, 1000)).await?;
     Ok(Json(json!({ "dead_letters": rows })))
 }
 
 async fn webhook_state(State(state): State<Arc<AppState>>) -> ApiResult<Json<serde_json::Value>> {
-    let counts: serde_json::Map<String, serde_json::Value> = state.store.outbox_counts().await?.into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let counts: serde_json::Map<String, serde_json::Value> =
+        state.store.outbox_counts().await?.into_iter().map(|(k, v)| (k, json!(v))).collect();
     Ok(Json(json!({ "deliveries": counts })))
 }
 

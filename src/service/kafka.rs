@@ -114,7 +114,9 @@ pub async fn report_lag(consumer: Arc<StreamConsumer>, telemetry: Arc<Telemetry>
             let Ok(assignment) = c.assignment() else { return out };
             let positions = c.position().unwrap_or(assignment);
             for e in positions.elements() {
-                let Ok((_, high)) = c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2)) else { continue };
+                let Ok((_, high)) = c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2)) else {
+                    continue;
+                };
                 let pos = e.offset().to_raw().filter(|o| *o >= 0).unwrap_or(0);
                 out.push((e.topic().to_string(), e.partition(), (high - pos).max(0)));
             }
@@ -175,7 +177,11 @@ pub async fn produce(
             let payload = event.to_json().to_string();
             let producer = producer.clone();
             in_flight.push(async move {
-                producer.send(FutureRecord::<(), _>::to(&topic).payload(&payload), Duration::from_secs(30)).await.map(|_| ()).map_err(|(e, _)| e)
+                producer
+                    .send(FutureRecord::<(), _>::to(&topic).payload(&payload), Duration::from_secs(30))
+                    .await
+                    .map(|_| ())
+                    .map_err(|(e, _)| e)
             });
             while in_flight.len() >= 10_000 {
                 if let Some(r) = in_flight.next().await {

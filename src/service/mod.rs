@@ -29,10 +29,17 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     let store = store::Store::connect(&config.database_url)
         .await
         .with_context(|| format!("cannot open the store at {}", redact(&config.database_url)))?;
-    let loaded = rules::load(&config.rules).map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
+    let loaded = rules::load(&config.rules)
+        .map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
     tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
     let infos = loaded.infos.clone();
-    let engine = crate::engine::Engine::new(loaded.plans, crate::engine::EngineConfig { lateness_ms: config.lateness_ms });
+    let engine =
+        crate::engine::Engine::new(loaded.plans, crate::engine::EngineConfig { lateness_ms: config.lateness_ms });
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.http_addr))?;
+    let addr = listener.local_addr()?;
+    let external_url = config.external_url.clone().unwrap_or_else(|| format!("http://{addr}"));
 
     let (tx, rx, alerts_tx, alerts_rx) = pipeline::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
@@ -46,7 +53,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         alerts_rx,
         store.clone(),
         published.clone(),
-        config.webhook_url.as_ref().map(|_| config.external_url.clone()),
+        config.webhook_url.as_ref().map(|_| external_url.clone()),
         webhook_wake.clone(),
         telemetry.clone(),
         health.clone(),
@@ -58,7 +65,13 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             .timeout(Duration::from_secs(10))
             .build()
             .context("cannot build the webhook client")?;
-        let deliverer = webhook::Deliverer { store: store.clone(), url: url.clone(), client, wake: webhook_wake.clone(), telemetry: telemetry.clone() };
+        let deliverer = webhook::Deliverer {
+            store: store.clone(),
+            url: url.clone(),
+            client,
+            wake: webhook_wake.clone(),
+            telemetry: telemetry.clone(),
+        };
         tokio::spawn(deliverer.run(stop_rx.clone()));
         tracing::info!(url = %url, "delivering alerts to the webhook");
     }
@@ -68,11 +81,19 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             let topics: Vec<String> = config.topics.values().cloned().collect();
             kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
         }
-        let consumer = Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?);
-        tokio::spawn(kafka::consume(consumer.clone(), config.topics.clone(), tx.clone(), dead_tx.clone(), stop_rx.clone()));
+        let consumer =
+            Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?);
+        tokio::spawn(kafka::consume(
+            consumer.clone(),
+            config.topics.clone(),
+            tx.clone(),
+            dead_tx.clone(),
+            stop_rx.clone(),
+        ));
         tokio::spawn(kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
     }
 
+    let ticker = tokio::spawn(pipeline::tick(tx.clone()));
     for file in &config.replay {
         pipeline::replay_file(file.clone(), tx.clone(), dead_tx.clone());
         tracing::info!(file = %file.display(), "replaying into the service");
@@ -93,8 +114,6 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     });
     tokio::spawn(watch_rules(state.clone(), stop_rx.clone()));
 
-    let listener = tokio::net::TcpListener::bind(config.http_addr).await.with_context(|| format!("cannot listen on {}", config.http_addr))?;
-    let addr = listener.local_addr()?;
     // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
     eprintln!("vigil: listening on http://{addr}");
     tracing::info!(%addr, store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
@@ -102,9 +121,11 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
+    ticker.abort();
     drop(state);
     // The engine ends when every input is closed; the writer then stores what is left.
-    let _ = tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
+    let _ =
+        tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
     Ok(())
 }

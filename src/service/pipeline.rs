@@ -19,9 +19,24 @@ use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 pub const INPUT_CAPACITY: usize = 16_384;
 /// Batches of alerts waiting for the store.
 const ALERT_CAPACITY: usize = 1_024;
+/// Quiet time after which buffered events are released (the source is idle).
+const IDLE: Duration = Duration::from_secs(1);
+
+/// Sends [`Input::Tick`] to the engine until it stops.
+pub async fn tick(tx: mpsc::Sender<Input>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        interval.tick().await;
+        if tx.send(Input::Tick).await.is_err() {
+            return;
+        }
+    }
+}
 
 pub enum Input {
     Event(Event),
+    /// Sent twice a second; after a quiet second the newest buffered events are released.
+    Tick,
     /// Replace the rules; the reply names the rules whose state was kept.
     Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
 }
@@ -44,9 +59,15 @@ pub fn spawn_engine(
             let mut out = Vec::new();
             let mut late_seen: BTreeMap<String, u64> = BTreeMap::new();
             let mut last_gauges = Instant::now();
+            let mut last_event = Instant::now();
             while let Some(input) = rx.blocking_recv() {
                 match input {
+                    // The watermark trails the newest event, so the newest events wait for a
+                    // newer one. When none comes for a second the stream is idle: release them.
+                    Input::Tick if last_event.elapsed() >= IDLE => engine.flush(&mut out),
+                    Input::Tick => {}
                     Input::Event(event) => {
+                        last_event = Instant::now();
                         telemetry.events_in.with_label_values(&[event.stream.name()]).inc();
                         let started = Instant::now();
                         let taken = engine.push(event, &mut out);
@@ -106,7 +127,8 @@ pub async fn write_alerts(
     while let Some(batch) = rx.recv().await {
         let mut delay = Duration::from_millis(200);
         loop {
-            let payload = |a: &Alert| super::webhook::alertmanager_payload(a, webhook.as_deref().unwrap_or_default()).to_string();
+            let payload =
+                |a: &Alert| super::webhook::alertmanager_payload(a, webhook.as_deref().unwrap_or_default()).to_string();
             let result = match &webhook {
                 Some(_) => store.insert_alerts(&batch, Some(&payload)).await,
                 None => store.insert_alerts(&batch, None).await,
@@ -150,9 +172,14 @@ pub async fn write_dead_letters(mut rx: mpsc::Receiver<DeadLetter>, store: Store
 }
 
 /// Feeds a recorded file into the running service, reporting malformed lines as dead letters.
-pub fn replay_file(path: std::path::PathBuf, tx: mpsc::Sender<Input>, dead: mpsc::Sender<DeadLetter>) -> std::thread::JoinHandle<()> {
+pub fn replay_file(
+    path: std::path::PathBuf,
+    tx: mpsc::Sender<Input>,
+    dead: mpsc::Sender<DeadLetter>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let input = match crate::input::open(&path, crate::input::Format::Auto, &crate::input::InputOptions::default()) {
+        let input = match crate::input::open(&path, crate::input::Format::Auto, &crate::input::InputOptions::default())
+        {
             Ok(i) => i,
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "cannot replay");
@@ -187,7 +214,8 @@ pub fn replay_file(path: std::path::PathBuf, tx: mpsc::Sender<Input>, dead: mpsc
     })
 }
 
-pub fn channels() -> (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Vec<Alert>>, mpsc::Receiver<Vec<Alert>>) {
+pub fn channels() -> (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Vec<Alert>>, mpsc::Receiver<Vec<Alert>>)
+{
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
     let (atx, arx) = mpsc::channel(ALERT_CAPACITY);
     (tx, rx, atx, arx)

@@ -74,7 +74,8 @@ pub fn compile_folder(dir: &Path, replace: Option<(&Path, Option<&[u8]>)>) -> Re
 }
 
 pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
-    let compiled = compile_folder(dir, None).map_err(|e| LoadError { rendered: format!("cannot read {}: {e}", dir.display()), json: Vec::new() })?;
+    let compiled = compile_folder(dir, None)
+        .map_err(|e| LoadError { rendered: format!("cannot read {}: {e}", dir.display()), json: Vec::new() })?;
     into_loaded(compiled)
 }
 

@@ -34,7 +34,8 @@ impl std::error::Error for StoreError {}
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        let retryable = matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_));
+        let retryable =
+            matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_));
         StoreError { message: format!("store: {e}"), retryable }
     }
 }
@@ -166,7 +167,11 @@ impl Store {
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_string())
         } else if let Some(rest) = url.strip_prefix("sqlite:") {
-            let url = if rest.contains('?') || rest.contains(":memory:") { url.to_string() } else { format!("{url}?mode=rwc") };
+            let url = if rest.contains('?') || rest.contains(":memory:") {
+                url.to_string()
+            } else {
+                format!("{url}?mode=rwc")
+            };
             (Backend::Sqlite, url)
         } else {
             return Err(StoreError {
@@ -206,7 +211,11 @@ impl Store {
 
     /// Stores alert transitions in one transaction, idempotently by (alert id, status), with a
     /// webhook delivery for each when `webhook` is given. Returns the ones newly stored.
-    pub async fn insert_alerts(&self, alerts: &[Alert], webhook: Option<&(dyn Fn(&Alert) -> String + Sync)>) -> Result<Vec<Stored>> {
+    pub async fn insert_alerts(
+        &self,
+        alerts: &[Alert],
+        webhook: Option<&(dyn Fn(&Alert) -> String + Sync)>,
+    ) -> Result<Vec<Stored>> {
         let mut tx = self.pool.begin().await?;
         let mut stored = Vec::new();
         for a in alerts {
@@ -315,7 +324,10 @@ impl Store {
 
     /// One alert with its transitions.
     pub async fn get_alert(&self, id: &str) -> Result<Option<(Alert, Vec<Stored>)>> {
-        let Some(row) = sqlx::query("SELECT seq, body FROM alerts WHERE id = $1").bind(id.to_string()).fetch_optional(&self.pool).await?
+        let Some(row) = sqlx::query("SELECT seq, body FROM alerts WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
         else {
             return Ok(None);
         };
@@ -402,7 +414,9 @@ impl Store {
 
     /// The earliest time a pending delivery is due, if any.
     pub async fn outbox_next_due(&self) -> Result<Option<Millis>> {
-        let row = sqlx::query("SELECT MIN(next_attempt_ms) FROM webhook_outbox WHERE state = 'pending'").fetch_one(&self.pool).await?;
+        let row = sqlx::query("SELECT MIN(next_attempt_ms) FROM webhook_outbox WHERE state = 'pending'")
+            .fetch_one(&self.pool)
+            .await?;
         Ok(row.try_get::<Option<i64>, _>(0)?)
     }
 
@@ -429,16 +443,20 @@ impl Store {
 
     /// Counts of deliveries by state: pending, delivered, dead.
     pub async fn outbox_counts(&self) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query("SELECT state, COUNT(*) FROM webhook_outbox GROUP BY state ORDER BY state").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT state, COUNT(*) FROM webhook_outbox GROUP BY state ORDER BY state")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
     }
 
     /// Puts dead deliveries back in the queue, due now. Returns how many.
     pub async fn outbox_redeliver(&self, now: Millis) -> Result<u64> {
-        let done = sqlx::query("UPDATE webhook_outbox SET state = 'pending', attempts = 0, next_attempt_ms = $1 WHERE state = 'dead'")
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(
+            "UPDATE webhook_outbox SET state = 'pending', attempts = 0, next_attempt_ms = $1 WHERE state = 'dead'",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }
@@ -446,6 +464,7 @@ impl Store {
 fn stored(row: &AnyRow) -> Result<Stored> {
     let seq: i64 = row.try_get(0)?;
     let body: String = row.try_get(1)?;
-    let alert = serde_json::from_str(&body).map_err(|e| StoreError { message: format!("stored alert {seq}: {e}"), retryable: false })?;
+    let alert = serde_json::from_str(&body)
+        .map_err(|e| StoreError { message: format!("stored alert {seq}: {e}"), retryable: false })?;
     Ok(Stored { seq, alert })
 }

@@ -3,7 +3,9 @@
 //! Metrics are labelled by rule, stream or source, never by entity: a label per machine or task
 //! would make the series count grow with the cluster.
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 pub struct Telemetry {
     registry: Registry,
@@ -43,19 +45,41 @@ impl Telemetry {
         .expect("valid histogram");
         registry.register(Box::new(webhook_latency.clone())).expect("registered once");
         let watermark_lag_ms =
-            IntGauge::new("vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark").expect("valid gauge");
+            IntGauge::new("vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark")
+                .expect("valid gauge");
         registry.register(Box::new(watermark_lag_ms.clone())).expect("registered once");
-        let kafka_lag = IntGaugeVec::new(Opts::new("vigil_kafka_consumer_lag", "Messages behind the end of each partition"), &["topic", "partition"])
-            .expect("valid gauge");
+        let kafka_lag = IntGaugeVec::new(
+            Opts::new("vigil_kafka_consumer_lag", "Messages behind the end of each partition"),
+            &["topic", "partition"],
+        )
+        .expect("valid gauge");
         registry.register(Box::new(kafka_lag.clone())).expect("registered once");
-        let live_keys = IntGaugeVec::new(Opts::new("vigil_live_keys", "Groups, partial matches and active alerts held per rule"), &["rule"])
-            .expect("valid gauge");
+        let live_keys = IntGaugeVec::new(
+            Opts::new("vigil_live_keys", "Groups, partial matches and active alerts held per rule"),
+            &["rule"],
+        )
+        .expect("valid gauge");
         registry.register(Box::new(live_keys.clone())).expect("registered once");
         Telemetry {
             events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),
-            malformed: counter(&registry, "vigil_events_malformed_total", "Input that was not an event, by source", &["source"]),
-            late: counter(&registry, "vigil_events_late_total", "Events older than the watermark, by rule that would have used them", &["rule"]),
-            alerts: counter(&registry, "vigil_alerts_total", "Alerts fired, by rule and severity", &["rule", "severity"]),
+            malformed: counter(
+                &registry,
+                "vigil_events_malformed_total",
+                "Input that was not an event, by source",
+                &["source"],
+            ),
+            late: counter(
+                &registry,
+                "vigil_events_late_total",
+                "Events older than the watermark, by rule that would have used them",
+                &["rule"],
+            ),
+            alerts: counter(
+                &registry,
+                "vigil_alerts_total",
+                "Alerts fired, by rule and severity",
+                &["rule", "severity"],
+            ),
             webhook: counter(&registry, "vigil_webhook_deliveries_total", "Webhook attempts by outcome", &["outcome"]),
             store_errors: counter(&registry, "vigil_store_errors_total", "Failed store operations", &["operation"]),
             rule_reloads: counter(&registry, "vigil_rule_reloads_total", "Rule set reloads by outcome", &["outcome"]),

@@ -1,0 +1,429 @@
+//! End-to-end tests of `vigil serve`: the real binary, real HTTP, a real webhook receiver, SQLite
+//! files, and (in the tests marked as needing them) a real Kafka broker (Tansu) and the local
+//! PostgreSQL. `scripts/test.sh` starts the broker and runs them all.
+
+mod support;
+
+use serde_json::Value as Json;
+use support::*;
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique(name));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn sqlite_url(dir: &std::path::Path) -> String {
+    format!("sqlite://{}", dir.join("vigil.db").display())
+}
+
+fn rules_dir() -> String {
+    std::fs::canonicalize("rules").expect("rules folder").display().to_string()
+}
+
+#[tokio::test]
+async fn http_ingest_with_sqlite_reaches_the_store_the_stream_and_the_webhook() {
+    let dir = temp_dir("ingest");
+    let receiver = Receiver::start(0).await;
+    let db = sqlite_url(&dir);
+    let rules = rules_dir();
+    let service =
+        Service::start(&["--rules", &rules, "--database-url", &db, "--webhook-url", &receiver.url, "--lateness", "0s"]);
+    let stream =
+        SseClient::connect(&format!("{}/api/v1/alerts/stream?rule=evicted_then_failed", service.url), None).await;
+
+    let answer = post_events(&service.url, evict_then_fail("j1", 0) + "not json\n").await;
+    assert_eq!(answer["accepted"], 2);
+    assert_eq!(answer["rejected"][0]["line"], 3);
+
+    let alerts = eventually("the alert in the API", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    let id = alerts[0]["id"].as_str().expect("id").to_string();
+    assert_eq!(alerts[0]["key"]["t.job_id"], "j1");
+
+    let one = get_json(&format!("{}/api/v1/alerts/{id}", service.url)).await;
+    assert_eq!(one["alert"]["evidence"].as_array().map(Vec::len), Some(2));
+    assert_eq!(one["transitions"][0]["status"], "firing");
+
+    let streamed = eventually("the alert on the stream", || async {
+        let got = stream.received();
+        got.iter().any(|(_, a)| a["id"] == id.as_str()).then_some(got)
+    })
+    .await;
+    assert!(streamed.iter().all(|(_, a)| a["rule"] == "evicted_then_failed"), "the stream filter holds");
+
+    let calls = eventually("the webhook call", || async {
+        let calls = receiver.calls.lock().expect("lock").clone();
+        (!calls.is_empty()).then_some(calls)
+    })
+    .await;
+    let (headers, body) = &calls[0];
+    assert_eq!(body["version"], "4");
+    assert_eq!(body["status"], "firing");
+    assert_eq!(body["alerts"][0]["labels"]["alertname"], "evicted_then_failed");
+    assert_eq!(body["alerts"][0]["fingerprint"], &id[..16]);
+    assert_eq!(body["groupKey"], "{}:{alertname=\"evicted_then_failed\"}");
+    assert_eq!(headers.get("idempotency-key").and_then(|v| v.to_str().ok()), Some(format!("{id}:firing").as_str()));
+
+    let dead = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
+    assert_eq!(dead["dead_letters"][0]["source"], "http");
+    assert_eq!(dead["dead_letters"][0]["line"], 3);
+    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("vigil_events_in_total{stream=\"task_event\"} 2"), "{metrics}");
+    assert!(metrics.contains("vigil_events_malformed_total{source=\"http\"} 1"), "{metrics}");
+    assert!(metrics.contains("vigil_alerts_total{rule=\"evicted_then_failed\",severity=\"warning\"} 1"), "{metrics}");
+    stream.close();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn the_stream_resumes_from_last_event_id_with_exactly_the_missed_alerts() {
+    let dir = temp_dir("resume");
+    let db = sqlite_url(&dir);
+    let rules = rules_dir();
+    let service = Service::start(&["--rules", &rules, "--database-url", &db, "--lateness", "0s"]);
+    let url = format!("{}/api/v1/alerts/stream", service.url);
+
+    let first = SseClient::connect(&url, None).await;
+    post_events(&service.url, evict_then_fail("j1", 0)).await;
+    let seen = eventually("the first alert", || async {
+        let got = first.received();
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    let last_seen = seen[0].0;
+    first.close();
+
+    // While disconnected: more alerts (each fires and resolves: two transitions).
+    post_events(&service.url, evict_then_fail("j2", 10) + &evict_then_fail("j3", 20)).await;
+    let stored = eventually("the missed alerts stored", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        (page["alerts"].as_array().map(Vec::len) == Some(3)).then_some(page)
+    })
+    .await;
+    assert_eq!(stored["alerts"].as_array().map(Vec::len), Some(3));
+
+    let resumed = SseClient::connect(&url, Some(last_seen)).await;
+    // Everything after `last_seen`: j1's resolution, then j2 and j3 firing and resolving.
+    let got = eventually("the missed transitions", || async {
+        let got = resumed.received();
+        (got.len() >= 5).then_some(got)
+    })
+    .await;
+    let ids: Vec<i64> = got.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, ((last_seen + 1)..=(last_seen + 5)).collect::<Vec<_>>(), "no gap, no repeat, in order");
+    let jobs: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(_, a)| (a["key"]["t.job_id"].as_str().unwrap_or(""), a["status"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(jobs, [("j1", "resolved"), ("j2", "firing"), ("j2", "resolved"), ("j3", "firing"), ("j3", "resolved")]);
+
+    // Live alerts follow on the same connection, and nothing is sent twice.
+    post_events(&service.url, evict_then_fail("j4", 30)).await;
+    let got = eventually("the live alert after the backlog", || async {
+        let got = resumed.received();
+        (got.len() >= 6).then_some(got)
+    })
+    .await;
+    assert_eq!(got[5].0, last_seen + 6);
+    assert_eq!(got[5].1["key"]["t.job_id"], "j4");
+    resumed.close();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn rules_change_through_the_api_with_a_token() {
+    let dir = temp_dir("rules_api");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("copy rule");
+    let db = sqlite_url(&dir);
+    let rules_arg = rules.display().to_string();
+    let service =
+        Service::start(&["--rules", &rules_arg, "--database-url", &db, "--lateness", "0s", "--api-token", "s3cret"]);
+    let client = reqwest::Client::new();
+    let rule = "rule many_kills { task t kill machine m as e alert severity info }";
+
+    let denied =
+        client.put(format!("{}/api/v1/rules/many_kills", service.url)).body(rule).send().await.expect("answers");
+    assert_eq!(denied.status(), 401);
+    let wrong = client
+        .put(format!("{}/api/v1/rules/many_kills", service.url))
+        .bearer_auth("s3cret!")
+        .body(rule)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(wrong.status(), 401);
+
+    let bad = client
+        .put(format!("{}/api/v1/rules/many_kills", service.url))
+        .bearer_auth("s3cret")
+        .body("rule many_kills { task t kil machine m as e }")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(bad.status(), 422);
+    let body: Json = bad.json().await.expect("json");
+    assert_eq!(body["diagnostics"][0]["code"], "E0102");
+
+    let escape = client
+        .put(format!("{}/api/v1/rules/..%2Fescape", service.url))
+        .bearer_auth("s3cret")
+        .body(rule)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(escape.status(), 400);
+
+    let ok = client
+        .put(format!("{}/api/v1/rules/many_kills", service.url))
+        .bearer_auth("s3cret")
+        .body(rule)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(ok.status(), 200, "{}", ok.text().await.unwrap_or_default());
+    assert!(rules.join("many_kills.saql").exists());
+    let listed = get_json(&format!("{}/api/v1/rules", service.url)).await;
+    let names: Vec<&str> =
+        listed["rules"].as_array().expect("rules").iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["evicted_then_failed", "many_kills"]);
+
+    let kill = r#"{"stream":"task_event","ts":"2026-01-01T00:00:00Z","type":"KILL","job_id":"j1","task_index":0,"machine_id":"m1"}"#;
+    client
+        .post(format!("{}/api/v1/events", service.url))
+        .bearer_auth("s3cret")
+        .body(kill)
+        .send()
+        .await
+        .expect("ingest");
+    eventually("the new rule's alert", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=many_kills", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+
+    let validate = client
+        .post(format!("{}/api/v1/rules/validate", service.url))
+        .body("rule x { task t fail as e alert e.nope > 1 }")
+        .send()
+        .await
+        .expect("answers");
+    let v: Json = validate.json().await.expect("json");
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["diagnostics"][0]["line"], 1);
+
+    let deleted = client
+        .delete(format!("{}/api/v1/rules/many_kills", service.url))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(deleted.status(), 200);
+    assert!(!rules.join("many_kills.saql").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn a_rule_file_changed_on_disk_is_reloaded_and_a_broken_one_is_not() {
+    let dir = temp_dir("reload");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    std::fs::write(rules.join("a.saql"), "rule kills { task t kill machine m as e }").expect("write");
+    let db = sqlite_url(&dir);
+    let rules_arg = rules.display().to_string();
+    let service = Service::start(&["--rules", &rules_arg, "--database-url", &db]);
+    std::fs::write(rules.join("b.saql"), "rule fails { task t fail machine m as e }").expect("write");
+    eventually("the added rule", || async {
+        let listed = get_json(&format!("{}/api/v1/rules", service.url)).await;
+        (listed["rules"].as_array().map(Vec::len) == Some(2)).then_some(())
+    })
+    .await;
+    std::fs::write(rules.join("c.saql"), "rule broken { task t explode as e }").expect("write");
+    eventually("the rejected reload in the log", || async {
+        service.log().contains("rules not reloaded").then_some(())
+    })
+    .await;
+    let listed = get_json(&format!("{}/api/v1/rules", service.url)).await;
+    assert_eq!(listed["rules"].as_array().map(Vec::len), Some(2), "the running rules stay");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn the_readme_main_job_serves_the_bundled_sample() {
+    // `vigil serve --replay samples/datacenter.jsonl` in a fresh folder: SQLite by default.
+    let dir = temp_dir("main_job");
+    let rules = rules_dir();
+    let sample = std::fs::canonicalize("samples/datacenter.jsonl").expect("sample").display().to_string();
+    let service = Service::start_in(&["--rules", &rules, "--replay", &sample], Some(&dir));
+    let alerts = eventually("alerts from the sample", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?limit=1000", service.url)).await;
+        let n = page["alerts"].as_array().map_or(0, Vec::len);
+        (n >= 15).then_some(page)
+    })
+    .await;
+    let rules_fired: std::collections::BTreeSet<&str> =
+        alerts["alerts"].as_array().expect("alerts").iter().filter_map(|a| a["rule"].as_str()).collect();
+    assert!(rules_fired.len() >= 8, "{rules_fired:?}");
+    assert!(dir.join("vigil.db").exists(), "the embedded default store is a SQLite file");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---- Kafka and PostgreSQL ------------------------------------------------------------------
+
+/// source, topic, partition, offset, reason
+type DeadLetterRow = (String, Option<String>, Option<i32>, Option<i64>, String);
+
+async fn produce(topic: &str, payloads: &[&str]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("producer");
+    for p in payloads {
+        producer
+            .send(FutureRecord::<(), _>::to(topic).payload(*p), std::time::Duration::from_secs(30))
+            .await
+            .expect("Kafka accepts the message (is the broker running? scripts/test.sh starts it)");
+    }
+}
+
+async fn create_topics(topics: &[String]) {
+    vigil::service::kafka::ensure_topics(&kafka_brokers(), topics, 1).await.expect("topics created");
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
+    let (db_name, db_url) = create_database().await;
+    let receiver = Receiver::start(0).await;
+    let topic = unique("task_events");
+    create_topics(std::slice::from_ref(&topic)).await;
+    let group = unique("group");
+    let rules = rules_dir();
+    let brokers = kafka_brokers();
+    let topic_arg = format!("task_event={topic}");
+    let service = Service::start(&[
+        "--rules",
+        &rules,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--topic",
+        &topic_arg,
+        "--webhook-url",
+        &receiver.url,
+        "--lateness",
+        "0s",
+    ]);
+    let stream = SseClient::connect(&format!("{}/api/v1/alerts/stream", service.url), None).await;
+
+    // The topic names the stream: these messages have no "stream" field.
+    produce(
+        &topic,
+        &[
+            r#"{"ts":"2026-01-01T00:00:00Z","type":"EVICT","job_id":"k1","task_index":0,"machine_id":"m1"}"#,
+            r#"{"ts":"2026-01-01T00:04:00Z","type":"FAIL","job_id":"k1","task_index":0,"machine_id":"m2"}"#,
+        ],
+    )
+    .await;
+
+    let alerts = eventually("the alert in the API", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    let id = alerts[0]["id"].as_str().expect("id").to_string();
+
+    // In PostgreSQL itself.
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT alert_id, status FROM alert_events ORDER BY seq").fetch_all(&pool).await.expect("query");
+    assert_eq!(rows[0], (id.clone(), "firing".to_string()));
+
+    eventually("the alert on the stream", || async {
+        stream.received().iter().any(|(_, a)| a["id"] == id.as_str()).then_some(())
+    })
+    .await;
+    let bodies = eventually("the webhook call", || async {
+        let b = receiver.bodies();
+        (!b.is_empty()).then_some(b)
+    })
+    .await;
+    assert_eq!(bodies[0]["alerts"][0]["generatorURL"], format!("{}/api/v1/alerts/{id}", service.url));
+    stream.close();
+    pool.close().await;
+    drop(service);
+    drop_database(&db_name).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
+    let (db_name, db_url) = create_database().await;
+    let topic = unique("task_events");
+    create_topics(std::slice::from_ref(&topic)).await;
+    let group = unique("group");
+    let rules = rules_dir();
+    let brokers = kafka_brokers();
+    let topic_arg = format!("task_event={topic}");
+    let service = Service::start(&[
+        "--rules",
+        &rules,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--topic",
+        &topic_arg,
+        "--lateness",
+        "0s",
+    ]);
+    produce(
+        &topic,
+        &[
+            "this is not json",
+            r#"{"ts":"yesterday","type":"FAIL"}"#,
+            r#"{"stream":"nope","ts":0}"#,
+            r#"{"ts":"2026-01-01T00:00:00Z","type":"EVICT","job_id":"k2","task_index":0,"machine_id":"m1"}"#,
+            r#"{"ts":"2026-01-01T00:04:00Z","type":"FAIL","job_id":"k2","task_index":0,"machine_id":"m2"}"#,
+        ],
+    )
+    .await;
+    eventually("the alert after the garbage", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let rows: Vec<DeadLetterRow> = eventually("three dead letters", || async {
+        let rows: Vec<DeadLetterRow> = sqlx::query_as(
+            "SELECT source, topic, kafka_partition, kafka_offset, reason FROM dead_letters ORDER BY kafka_offset",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("query");
+        (rows.len() == 3).then_some(rows)
+    })
+    .await;
+    assert!(rows.iter().all(|r| r.0 == "kafka" && r.1.as_deref() == Some(topic.as_str()) && r.2 == Some(0)));
+    assert_eq!(rows.iter().map(|r| r.3).collect::<Vec<_>>(), [Some(0), Some(1), Some(2)]);
+    assert!(rows[0].4.starts_with("invalid JSON"), "{}", rows[0].4);
+    assert_eq!(rows[1].4, "field `ts`: `yesterday` is not an RFC 3339 time");
+    assert!(rows[2].4.starts_with("field `stream`: unknown stream `nope`"), "{}", rows[2].4);
+    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("vigil_events_malformed_total{source=\"kafka\"} 3"), "{metrics}");
+    pool.close().await;
+    drop(service);
+    drop_database(&db_name).await;
+}
