@@ -214,8 +214,10 @@ pub fn replay_file(
     })
 }
 
-pub fn channels() -> (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Vec<Alert>>, mpsc::Receiver<Vec<Alert>>)
-{
+/// The engine's input channel and the alert channel out of it.
+pub type Channels = (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Vec<Alert>>, mpsc::Receiver<Vec<Alert>>);
+
+pub fn channels() -> Channels {
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
     let (atx, arx) = mpsc::channel(ALERT_CAPACITY);
     (tx, rx, atx, arx)
