@@ -1215,7 +1215,15 @@ impl<'a> RuleChecker<'a> {
                 let ty = self.sources.get(source).and_then(|s| s.stream.field(field)).unwrap_or(Type::Str);
                 out.push((
                     format!("{var}.{field}"),
-                    TExpr { ty, kind: TExprKind::EntityField { var: var.to_string(), source, field } },
+                    TExpr {
+                        ty,
+                        kind: TExprKind::EntityField {
+                            var: var.to_string(),
+                            source,
+                            field,
+                            index: self.sources.get(source).map_or(0, |s| crate::event::field_position(s.stream, field)),
+                        },
+                    },
                 ));
             }
         };
@@ -1504,7 +1512,7 @@ impl<'a> RuleChecker<'a> {
                     }
                 }
                 let field = static_field(stream, &field.name);
-                typed(ty, TExprKind::EventField { var: n.clone(), source, field })
+                typed(ty, TExprKind::EventField { var: n.clone(), source, field, index: crate::event::field_position(stream, field) })
             }
             ExprKind::Name(n) if self.entities.contains_key(n) => self.entity_field(e, n, field, scope),
             ExprKind::Name(n) if scope.state && self.state.as_ref().is_some_and(|s| &s.name == n) => {
@@ -1654,7 +1662,8 @@ impl<'a> RuleChecker<'a> {
             let stream = self.sources[*source].stream;
             if let Some(f) = entity_fields(kind, stream, *role).iter().find(|f| **f == field.name) {
                 let ty = stream.field(f).unwrap_or(Type::Str);
-                return typed(ty, TExprKind::EntityField { var: var.to_string(), source: *source, field: f });
+                let index = crate::event::field_position(stream, f);
+                return typed(ty, TExprKind::EntityField { var: var.to_string(), source: *source, field: f, index });
             }
         }
         let mut names: Vec<&str> = Vec::new();

@@ -141,6 +141,18 @@ pub fn parse_time(s: &str) -> Option<Millis> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
+/// The position that stands for `ts` in field lookups by index.
+pub const TS_INDEX: usize = usize::MAX;
+
+/// Position of `field` in `stream`'s events, [`TS_INDEX`] for `ts`.
+pub fn field_position(stream: Stream, field: &str) -> usize {
+    if field == "ts" {
+        TS_INDEX
+    } else {
+        stream.field_index(field).unwrap_or(TS_INDEX - 1)
+    }
+}
+
 /// One event of a built-in stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -170,9 +182,13 @@ impl Event {
         self.stream.field_index(field).map_or(Value::Null, |i| self.fields[i].clone())
     }
 
-    /// The field at a position of the stream's schema.
-    pub fn at(&self, index: usize) -> &Value {
-        &self.fields[index]
+    /// The value at a position of the stream's schema, or the timestamp for [`TS_INDEX`].
+    pub fn value(&self, index: usize) -> Value {
+        match self.fields.get(index) {
+            Some(v) => v.clone(),
+            None if index == TS_INDEX => Value::Time(self.ts),
+            None => Value::Null,
+        }
     }
 
     /// The `type` field of task and machine events.
@@ -236,78 +252,269 @@ pub const MAX_STRING: usize = 64 * 1024;
 /// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
 /// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers can
 /// send more than Vigil reads.
+///
+/// The line is read in one pass with serde's visitor interface straight into the stream's field
+/// order: no intermediate JSON tree, and keys and strings are borrowed from the line where they
+/// have no escapes.
 pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
-    let json: Json = serde_json::from_str(line).map_err(|e| bad(None, format!("invalid JSON: {e}")))?;
-    let Json::Object(obj) = json else {
-        return Err(bad(None, "an event must be a JSON object"));
-    };
-    let stream = match obj.get("stream") {
-        Some(Json::String(s)) => Stream::from_name(s).ok_or_else(|| {
+    use serde::de::DeserializeSeed;
+    let problem = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(line);
+    let result = EventSeed { default_stream, problem: &problem }.deserialize(&mut de).and_then(|e| de.end().map(|()| e));
+    match result {
+        Ok(e) => Ok(e),
+        Err(e) => Err(problem.into_inner().unwrap_or_else(|| match e.classify() {
+            serde_json::error::Category::Data => bad(None, "an event must be a JSON object"),
+            _ => bad(None, format!("invalid JSON: {e}")),
+        })),
+    }
+}
+
+/// Every field name of every stream, numbered; keys are matched once, without allocating.
+const FIELD_NAMES: [&str; 22] = [
+    "job_id", "task_index", "machine_id", "type", "user", "priority", "sched_class", "cpu_request", "mem_request", "cpu", "mem",
+    "max_cpu", "max_mem", "disk_io", "cpi", "cpus", "memory", "detail", "host", "name", "value", "labels",
+];
+
+/// `FIELD_NAMES` position of each field of each stream, computed once.
+fn global_index(stream: Stream, i: usize) -> usize {
+    static TABLE: std::sync::OnceLock<Vec<Vec<usize>>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        Stream::ALL
+            .iter()
+            .map(|s| {
+                s.fields()
+                    .iter()
+                    .map(|(name, _)| FIELD_NAMES.iter().position(|n| n == name).expect("every stream field is in FIELD_NAMES"))
+                    .collect()
+            })
+            .collect()
+    });
+    table[stream as usize][i]
+}
+
+enum Key {
+    Stream,
+    Ts,
+    Field(usize),
+    Other,
+}
+
+struct KeySeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed {
+    type Value = Key;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field name")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(match v {
+            "stream" => Key::Stream,
+            "ts" => Key::Ts,
+            _ => FIELD_NAMES.iter().position(|n| *n == v).map_or(Key::Other, Key::Field),
+        })
+    }
+}
+
+/// One JSON value, before it is checked against the stream's schema.
+enum Raw<'de> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(std::borrow::Cow<'de, str>),
+    Bool(bool),
+    Map(Vec<(std::borrow::Cow<'de, str>, Raw<'de>)>),
+    Array,
+}
+
+impl<'de> serde::Deserialize<'de> for Raw<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RawVisitor {
+    type Value = Raw<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Raw<'de>, E> {
+        Ok(Raw::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Raw<'de>, E> {
+        Ok(Raw::Int(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Raw<'de>, E> {
+        Ok(Raw::UInt(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Raw<'de>, E> {
+        Ok(Raw::Float(v))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Raw<'de>, E> {
+        Ok(Raw::Str(std::borrow::Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Raw<'de>, E> {
+        Ok(Raw::Str(std::borrow::Cow::Owned(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Raw<'de>, E> {
+        Ok(Raw::Str(std::borrow::Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Raw<'de>, E> {
+        Ok(Raw::Null)
+    }
+    fn visit_none<E>(self) -> Result<Raw<'de>, E> {
+        Ok(Raw::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Raw<'de>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Raw::Array)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Raw<'de>, A::Error> {
+        let mut out = Vec::new();
+        while let Some((k, v)) = map.next_entry::<std::borrow::Cow<'de, str>, Raw<'de>>()? {
+            out.push((k, v));
+        }
+        Ok(Raw::Map(out))
+    }
+}
+
+impl Raw<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Raw::Null => "null",
+            Raw::Int(_) | Raw::UInt(_) | Raw::Float(_) => "a number",
+            Raw::Str(_) => "a string",
+            Raw::Bool(_) => "a bool",
+            Raw::Map(_) => "an object",
+            Raw::Array => "an array",
+        }
+    }
+
+    /// A number as JSON writes it, for numeric ids and label values.
+    fn number_text(&self) -> Option<String> {
+        match self {
+            Raw::Int(i) => Some(i.to_string()),
+            Raw::UInt(u) => Some(u.to_string()),
+            Raw::Float(f) => serde_json::Number::from_f64(*f).map(|n| n.to_string()),
+            _ => None,
+        }
+    }
+
+    fn as_f64(&self) -> Option<f64> {
+        match self {
+            Raw::Int(i) => Some(*i as f64),
+            Raw::UInt(u) => Some(*u as f64),
+            Raw::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+}
+
+struct EventSeed<'p> {
+    default_stream: Option<Stream>,
+    /// Why the line is not an event, when the reason is ours rather than the JSON parser's.
+    problem: &'p std::cell::RefCell<Option<DecodeError>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for EventSeed<'_> {
+    type Value = Event;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Event, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
+    type Value = Event;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an event object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+        let (mut stream, mut ts) = (None, None);
+        let mut fields: [Option<Raw<'de>>; FIELD_NAMES.len()] = Default::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key {
+                Key::Stream => stream = Some(map.next_value::<Raw<'de>>()?),
+                Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
+                Key::Field(i) => fields[i] = Some(map.next_value::<Raw<'de>>()?),
+                Key::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        build(stream, ts, &mut fields, self.default_stream).map_err(|e| {
+            *self.problem.borrow_mut() = Some(e);
+            serde::de::Error::custom("not an event")
+        })
+    }
+}
+
+fn build(stream: Option<Raw>, ts: Option<Raw>, fields: &mut [Option<Raw>], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+    let stream = match stream {
+        Some(Raw::Str(s)) => Stream::from_name(&s).ok_or_else(|| {
             let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
-            bad(Some("stream".into()), format!("unknown stream `{s}`; expected one of {}", names.join(", ")))
+            bad(Some("stream".into()), format!("unknown stream `{}`; expected one of {}", clip(&s), names.join(", ")))
         })?,
         Some(_) => return Err(bad(Some("stream".into()), "must be a string")),
         None => default_stream.ok_or_else(|| bad(Some("stream".into()), "missing"))?,
     };
-    let ts = match obj.get("ts") {
-        Some(Json::Number(n)) => n
-            .as_i64()
-            .or_else(|| n.as_f64().filter(|f| f.is_finite() && f.abs() < 9e15).map(|f| f as i64))
-            .ok_or_else(|| bad(Some("ts".into()), "epoch milliseconds out of range"))?,
-        Some(Json::String(s)) => {
-            parse_time(s).ok_or_else(|| bad(Some("ts".into()), format!("`{s}` is not an RFC 3339 time")))?
-        }
+    let ts = match ts {
+        Some(Raw::Int(i)) => i,
+        Some(Raw::UInt(u)) => i64::try_from(u).map_err(|_| bad(Some("ts".into()), "epoch milliseconds out of range"))?,
+        Some(Raw::Float(f)) if f.is_finite() && f.abs() < 9e15 => f as i64,
+        Some(Raw::Float(_)) => return Err(bad(Some("ts".into()), "epoch milliseconds out of range")),
+        Some(Raw::Str(s)) => parse_time(&s).ok_or_else(|| bad(Some("ts".into()), format!("`{}` is not an RFC 3339 time", clip(&s))))?,
         Some(_) => return Err(bad(Some("ts".into()), "must be RFC 3339 text or epoch milliseconds")),
         None => return Err(bad(Some("ts".into()), "missing")),
     };
     let mut event = Event::new(stream, ts);
     for (i, (name, ty)) in stream.fields().iter().enumerate() {
-        let Some(v) = obj.get(*name) else { continue };
-        event.fields[i] = convert(name, *ty, v)?;
+        if let Some(raw) = fields[global_index(stream, i)].take() {
+            event.fields[i] = convert(name, *ty, raw)?;
+        }
     }
     Ok(event)
 }
 
-fn convert(name: &str, ty: Type, v: &Json) -> Result<Value, DecodeError> {
+fn convert(name: &str, ty: Type, raw: Raw) -> Result<Value, DecodeError> {
     let field = || Some(name.to_string());
-    Ok(match (ty, v) {
-        (_, Json::Null) => Value::Null,
-        (Type::Number, Json::Number(n)) => Value::Num(n.as_f64().unwrap_or(f64::NAN)),
+    Ok(match (ty, raw) {
+        (_, Raw::Null) => Value::Null,
+        (Type::Number, r @ (Raw::Int(_) | Raw::UInt(_) | Raw::Float(_))) => Value::Num(r.as_f64().unwrap_or(f64::NAN)),
         // Numbers sent as text (CSV exports) are accepted when they parse.
-        (Type::Number, Json::String(s)) => {
-            Value::Num(s.trim().parse().map_err(|_| bad(field(), format!("`{}` is not a number", clip(s))))?)
+        (Type::Number, Raw::Str(s)) => {
+            Value::Num(s.trim().parse().map_err(|_| bad(field(), format!("`{}` is not a number", clip(&s))))?)
         }
-        // Ids are text; numeric ids (the Google trace's) are taken as their decimal text.
-        (Type::Str, Json::String(s)) if s.len() > MAX_STRING => {
+        (Type::Str, Raw::Str(s)) if s.len() > MAX_STRING => {
             return Err(bad(field(), format!("string of {} bytes is longer than {MAX_STRING}", s.len())))
         }
-        (Type::Str, Json::String(s)) => Value::str(s),
-        (Type::Str, Json::Number(n)) => Value::str(&n.to_string()),
-        (Type::Str, Json::Bool(b)) => Value::str(&b.to_string()),
-        (Type::Map, Json::Object(m)) => {
+        (Type::Str, Raw::Str(s)) => Value::str(&s),
+        // Ids are text; numeric ids (the Google trace's) are taken as their decimal text.
+        (Type::Str, r @ (Raw::Int(_) | Raw::UInt(_) | Raw::Float(_))) => Value::str(&r.number_text().unwrap_or_default()),
+        (Type::Str, Raw::Bool(b)) => Value::str(&b.to_string()),
+        (Type::Map, Raw::Map(entries)) => {
             let mut out = BTreeMap::new();
-            for (k, v) in m {
-                let text = match v {
-                    Json::String(s) => s.clone(),
-                    Json::Number(n) => n.to_string(),
-                    Json::Bool(b) => b.to_string(),
-                    _ => return Err(bad(Some(format!("{name}.{k}")), "label values are strings")),
+            for (k, v) in entries {
+                let text = match &v {
+                    Raw::Str(s) => s.to_string(),
+                    Raw::Bool(b) => b.to_string(),
+                    n => n.number_text().ok_or_else(|| bad(Some(format!("{name}.{k}")), "label values are strings"))?,
                 };
-                out.insert(k.clone(), text);
+                out.insert(k.into_owned(), text);
             }
             Value::Map(Arc::new(out))
         }
-        (ty, other) => {
-            let found = match other {
-                Json::Bool(_) => "a bool",
-                Json::Number(_) => "a number",
-                Json::String(_) => "a string",
-                Json::Array(_) => "an array",
-                Json::Object(_) => "an object",
-                Json::Null => "null",
-            };
-            return Err(bad(field(), format!("expected {ty}, found {found}")));
-        }
+        (ty, other) => return Err(bad(field(), format!("expected {ty}, found {}", other.kind()))),
     })
 }
 

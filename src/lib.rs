@@ -20,6 +20,7 @@
 
 pub mod alert;
 pub mod ast;
+pub mod bench;
 pub mod check;
 pub mod diagnostic;
 pub mod engine;

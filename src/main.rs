@@ -85,6 +85,30 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
     },
+    /// Measure throughput, latency and memory on a generated workload (see BENCHMARKS.md).
+    Bench {
+        /// Which workload.
+        #[arg(long, value_enum, default_value_t = vigil::bench::Workload::Filter)]
+        workload: vigil::bench::Workload,
+        /// Events to generate.
+        #[arg(long, default_value_t = 2_000_000)]
+        events: u64,
+        /// Distinct keys (machines; tasks for `outlier`).
+        #[arg(long, default_value_t = 1_000)]
+        keys: u64,
+        /// Rules for the `mixed` workload.
+        #[arg(long, default_value_t = 100)]
+        rules_count: usize,
+        /// Read events from this JSON-lines file instead of generating them.
+        #[arg(long)]
+        input: Option<PathBuf>,
+        /// Use these rules instead of the workload's.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
     Test {
         /// Test files or folders.
@@ -115,6 +139,10 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),
+        Command::Bench { workload, events, keys, rules_count, input, rules, json } => {
+            let options = vigil::bench::BenchOptions { workload, events, keys, rules: rules_count, input, rules_path: rules };
+            bench(&options, json)
+        }
         Command::Serve(args) => serve(args),
         Command::Produce { brokers, topic, speed, format, create_topics, inputs } => {
             produce(&brokers, topic.as_deref(), speed, format, create_topics, &inputs)
@@ -363,6 +391,16 @@ fn produce(
         runtime()?.block_on(vigil::service::kafka::produce(brokers, topic, opened, speed, create_topics))?;
     eprintln!("sent {sent} events to Kafka ({malformed} malformed lines skipped)");
     Ok(malformed == 0)
+}
+
+fn bench(options: &vigil::bench::BenchOptions, json: bool) -> Result<bool> {
+    let report = vigil::bench::run(options)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(true)
 }
 
 fn rule_tests(paths: &[PathBuf]) -> Result<bool> {

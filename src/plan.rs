@@ -218,17 +218,20 @@ pub enum TExprKind {
     Duration(u64),
     EmptySet,
     List(Vec<TExpr>),
-    /// `e.cpu`: a field of the event bound by source `source`.
+    /// `e.cpu`: a field of the event bound by source `source`, at `index` in its stream's
+    /// fields ([`crate::event::TS_INDEX`] for `ts`).
     EventField {
         var: String,
         source: usize,
         field: &'static str,
+        index: usize,
     },
     /// `t.user`: a field of an entity, read from the event of source `source`.
     EntityField {
         var: String,
         source: usize,
         field: &'static str,
+        index: usize,
     },
     /// A whole entity, compared by its key (`m1 != m2`).
     Entity {

@@ -97,9 +97,9 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
             let members: BTreeSet<String> = items.iter().map(|i| eval(i, env).to_text()).collect();
             Value::Set(Arc::new(members))
         }
-        TExprKind::EventField { source, field, .. } | TExprKind::EntityField { source, field, .. } => {
+        TExprKind::EventField { source, index, .. } | TExprKind::EntityField { source, index, .. } => {
             match env.events.get(*source).copied().flatten() {
-                Some(ev) => ev.get(field),
+                Some(ev) => ev.value(*index),
                 None => Value::Null,
             }
         }

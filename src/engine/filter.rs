@@ -11,26 +11,21 @@ use std::sync::Arc;
 pub struct FilterOperator {
     alerting: Alerting,
     regexes: Arc<RegexCache>,
-    /// Key fields of the pattern's entities: (name as shown, field on the event).
-    key_fields: Vec<(String, &'static str)>,
+    /// Positions of the key fields of the pattern's entities.
+    key_positions: Vec<usize>,
 }
 
 impl FilterOperator {
     pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
-        let src = &plan.sources[0];
-        let key_fields: Vec<(String, &'static str)> = std::iter::once(&src.subject)
-            .chain(src.object.as_ref())
-            .flat_map(|(kind, var)| kind.key_fields().iter().map(move |f| (format!("{var}.{f}"), *f)))
-            .collect();
-        let names = key_fields.iter().map(|(n, _)| n.clone()).collect();
-        FilterOperator { alerting: Alerting::new(plan, names), regexes, key_fields }
+        let (names, key_positions) = super::entity_key_positions(&plan.sources[0]).into_iter().unzip();
+        FilterOperator { alerting: Alerting::new(plan, names), regexes, key_positions }
     }
 }
 
 impl Operator for FilterOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
         let plan = self.alerting.plan().clone();
-        if !super::binds_entities(&plan.sources[0], event) {
+        if !super::binds_entities(&self.key_positions, event) {
             return;
         }
         let events = [Some(event.as_ref())];
@@ -38,7 +33,7 @@ impl Operator for FilterOperator {
         if plan.sources[0].filter.as_ref().is_some_and(|f| !holds(f, &env)) || !holds(&plan.alert.condition, &env) {
             return;
         }
-        let key = Key(self.key_fields.iter().map(|(_, f)| event.get(f)).collect());
+        let key = Key(self.key_positions.iter().map(|&i| event.value(i)).collect());
         self.alerting.matched(&key, event.ts, &env, || vec![event.to_json()], out);
     }
 

@@ -89,7 +89,8 @@ pub struct EngineConfig {
 /// Counters the engine keeps; shown in replay summaries and exported as metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
-    pub events_in: BTreeMap<&'static str, u64>,
+    /// Events taken in, by stream (indexed by `Stream as usize`).
+    pub events_in: [u64; 4],
     /// Late events, per rule that would have consumed them.
     pub late_by_rule: BTreeMap<String, u64>,
     /// Late events in all (an event late for several rules counts once here).
@@ -296,7 +297,7 @@ impl Engine {
     /// Takes one event; alerts it causes (now or by moving time on) go to `out`. Returns false
     /// when the event was late and not processed.
     pub fn push(&mut self, event: Event, out: &mut Vec<Alert>) -> bool {
-        *self.stats.events_in.entry(event.stream.name()).or_insert(0) += 1;
+        self.stats.events_in[event.stream as usize] += 1;
         if self.watermark.is_some_and(|w| event.ts <= w) {
             self.count_late(&event);
             return false;
@@ -404,10 +405,19 @@ impl Engine {
 /// Whether an event names every entity its pattern binds: `task t use machine m` needs a
 /// machine id, and an event without one is not that pattern (it would otherwise join every
 /// other machine-less event as "the same machine").
-pub(crate) fn binds_entities(src: &crate::plan::SourcePlan, event: &Event) -> bool {
+pub(crate) fn binds_entities(key_positions: &[usize], event: &Event) -> bool {
+    key_positions.iter().all(|&i| event.fields.get(i).is_some_and(|v| *v != Value::Null))
+}
+
+/// Where the key fields of a pattern's entities are in its stream's events, with their names
+/// as alerts show them (`m.machine_id`).
+pub(crate) fn entity_key_positions(src: &crate::plan::SourcePlan) -> Vec<(String, usize)> {
     std::iter::once(&src.subject)
         .chain(src.object.as_ref())
-        .all(|(kind, _)| kind.key_fields().iter().all(|f| event.get(f) != Value::Null))
+        .flat_map(|(kind, var)| {
+            kind.key_fields().iter().map(move |f| (format!("{var}.{f}"), crate::event::field_position(src.stream, f)))
+        })
+        .collect()
 }
 
 /// Every expression of a plan, for passes such as regex compilation.

@@ -57,6 +57,8 @@ pub struct SequenceOperator {
     alerting: Alerting,
     /// Step index of each source.
     step_of: Vec<usize>,
+    /// Positions of each source's entity key fields.
+    key_positions: Vec<Vec<usize>>,
     entities: Vec<EntityVar>,
     /// Entity variables bound by each source.
     binds: Vec<Vec<usize>>,
@@ -107,7 +109,7 @@ impl SequenceOperator {
         let var_bound_by =
             |var: &str, s: usize| names.iter().position(|n| n == var).is_some_and(|id| binds[s].contains(&id));
         let group_by = (0..plan.sources.len())
-            .map(|s| seq.group_by.iter().map(|e| retarget(e, s, &var_bound_by)).collect())
+            .map(|s| seq.group_by.iter().map(|e| retarget(e, s, plan.sources[s].stream, &var_bound_by)).collect())
             .collect();
 
         let absent_sources: Vec<usize> =
@@ -138,7 +140,9 @@ impl SequenceOperator {
             seq.group_by.iter().map(|e| e.to_string()).collect()
         };
         let within = seq.within_ms.map(|w| w as Millis);
+        let key_positions = plan.sources.iter().map(|s| super::entity_key_positions(s).into_iter().map(|(_, i)| i).collect()).collect();
         SequenceOperator {
+            key_positions,
             alerting: Alerting::new(plan.clone(), key_names),
             plan,
             regexes,
@@ -168,7 +172,7 @@ impl SequenceOperator {
         std::iter::once((&src.subject, Role::Subject))
             .chain(src.object.as_ref().map(|o| (o, Role::Object)))
             .zip(&self.binds[source])
-            .map(|(((kind, _), _), &id)| (id, kind.key_fields().iter().map(|f| event.get(f)).collect()))
+            .map(|(((kind, _), _), &id)| (id, kind.key_fields().iter().map(|f| event.value(crate::event::field_position(src.stream, f))).collect()))
             .collect()
     }
 
@@ -280,7 +284,7 @@ impl SequenceOperator {
 
 impl Operator for SequenceOperator {
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
-        if !super::binds_entities(&self.plan.sources[source], event) {
+        if !super::binds_entities(&self.key_positions[source], event) {
             return;
         }
         if let Some(filter) = &self.plan.sources[source].filter {
@@ -473,21 +477,18 @@ impl SequenceOperator {
 }
 
 /// Rewrites an expression so that entity fields read from `source` when it binds the entity.
-fn retarget(e: &TExpr, source: usize, bound_by: &dyn Fn(&str, usize) -> bool) -> TExpr {
+fn retarget(e: &TExpr, source: usize, stream: crate::schema::Stream, bound_by: &dyn Fn(&str, usize) -> bool) -> TExpr {
+    let re = |x: &TExpr| retarget(x, source, stream, bound_by);
     let kind = match &e.kind {
         TExprKind::EntityField { var, field, .. } if bound_by(var, source) => {
-            TExprKind::EntityField { var: var.clone(), source, field }
+            TExprKind::EntityField { var: var.clone(), source, field, index: crate::event::field_position(stream, field) }
         }
-        TExprKind::List(items) => TExprKind::List(items.iter().map(|i| retarget(i, source, bound_by)).collect()),
-        TExprKind::Call(f, items) => TExprKind::Call(*f, items.iter().map(|i| retarget(i, source, bound_by)).collect()),
-        TExprKind::Unary(op, a) => TExprKind::Unary(*op, Box::new(retarget(a, source, bound_by))),
-        TExprKind::Cardinality(a) => TExprKind::Cardinality(Box::new(retarget(a, source, bound_by))),
-        TExprKind::Binary(op, a, b) => {
-            TExprKind::Binary(*op, Box::new(retarget(a, source, bound_by)), Box::new(retarget(b, source, bound_by)))
-        }
-        TExprKind::Lookup(a, b) => {
-            TExprKind::Lookup(Box::new(retarget(a, source, bound_by)), Box::new(retarget(b, source, bound_by)))
-        }
+        TExprKind::List(items) => TExprKind::List(items.iter().map(re).collect()),
+        TExprKind::Call(f, items) => TExprKind::Call(*f, items.iter().map(re).collect()),
+        TExprKind::Unary(op, a) => TExprKind::Unary(*op, Box::new(re(a))),
+        TExprKind::Cardinality(a) => TExprKind::Cardinality(Box::new(re(a))),
+        TExprKind::Binary(op, a, b) => TExprKind::Binary(*op, Box::new(re(a)), Box::new(re(b))),
+        TExprKind::Lookup(a, b) => TExprKind::Lookup(Box::new(re(a)), Box::new(re(b))),
         other => other.clone(),
     };
     TExpr { ty: e.ty, kind }

@@ -94,6 +94,7 @@ impl WindowOperatorBuilder {
             .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
             .collect();
         WindowOperator {
+            key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
             state,
@@ -142,6 +143,8 @@ struct Group {
 pub struct WindowOperator {
     /// The single pattern, as a one-element slice for [`Env`].
     source: Vec<SourcePlan>,
+    /// Positions of the pattern's entity key fields.
+    key_positions: Vec<usize>,
     state: StatePlan,
     field_names: Vec<String>,
     size: Millis,
@@ -163,7 +166,9 @@ impl WindowOperator {
         let mut key = Vec::new();
         for k in &self.state.group_by {
             match k {
-                GroupKey::Entity { kind, .. } => key.extend(kind.key_fields().iter().map(|f| event.get(f))),
+                GroupKey::Entity { kind, .. } => {
+                    key.extend(kind.key_fields().iter().map(|f| event.value(crate::event::field_position(event.stream, f))))
+                }
                 GroupKey::Value(e) => key.push(eval(e, &env)),
             }
         }
@@ -327,7 +332,7 @@ fn evidence(
 
 impl Operator for WindowOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
-        if !super::binds_entities(&self.source[0], event) {
+        if !super::binds_entities(&self.key_positions, event) {
             return;
         }
         if let Some(filter) = &self.source[0].filter {

@@ -1,0 +1,255 @@
+//! `vigil bench`: generated (or given) JSON-lines data through a rule set, measured.
+//!
+//! Reports events per second (reading the file, decoding and evaluating, on one core), alerts,
+//! peak memory, live keys, and the latency from reading the line of the event that made an
+//! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
+
+use crate::engine::{Engine, EngineConfig};
+use crate::event::decode;
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// (a) one filter rule: `cpu > 0.95` (Flink Q1).
+    Filter,
+    /// (b) a tumbling 10 s window per machine: avg(cpu), max(mem), count (Flink Q2).
+    Tumbling,
+    /// (b) a sliding window (1 min every 10 s) per key.
+    Sliding,
+    /// (c) per machine, cpu > 0.9 followed within 30 s by mem > 0.9 (Flink Q3).
+    Sequence,
+    /// (d) per-job outliers (median absolute deviation) over 1,000 peers per window.
+    Outlier,
+    /// (e) many mixed rules at once (`--rules-count`).
+    Mixed,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub workload: Workload,
+    pub events: u64,
+    /// Distinct keys: machines for most workloads, tasks for `outlier`, group keys for windows.
+    pub keys: u64,
+    /// Rules for `mixed`.
+    pub rules: usize,
+    /// Use this file instead of generating one.
+    pub input: Option<PathBuf>,
+    /// Use these rules instead of the workload's.
+    pub rules_path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub workload: String,
+    pub rules: usize,
+    pub events: u64,
+    pub malformed: u64,
+    pub seconds: f64,
+    pub events_per_second: f64,
+    pub alerts: u64,
+    pub peak_rss_bytes: Option<u64>,
+    pub live_keys: usize,
+    /// Resident memory growth during the run divided by live keys.
+    pub bytes_per_live_key: Option<f64>,
+    pub latency_p50_us: Option<f64>,
+    pub latency_p99_us: Option<f64>,
+    pub latency_max_us: Option<f64>,
+    pub startup_seconds: f64,
+}
+
+impl BenchReport {
+    pub fn text(&self) -> String {
+        let mb = |b: Option<u64>| b.map_or("n/a".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0));
+        let us = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} µs"));
+        format!(
+            "workload {} ({} rules)\n  events       {} ({} malformed) in {:.3} s, start-up {:.3} s\n  throughput   {:.0} events/s\n  alerts       {}\n  memory       peak {}, {} live keys, {} per key\n  latency      p50 {}, p99 {}, max {} (line read -> alert out)\n",
+            self.workload,
+            self.rules,
+            self.events,
+            self.malformed,
+            self.seconds,
+            self.startup_seconds,
+            self.events_per_second,
+            self.alerts,
+            mb(self.peak_rss_bytes),
+            self.live_keys,
+            self.bytes_per_live_key.map_or("n/a".into(), |b| format!("{b:.0} bytes")),
+            us(self.latency_p50_us),
+            us(self.latency_p99_us),
+            us(self.latency_max_us),
+        )
+    }
+}
+
+/// The rules of a workload.
+pub fn rules_for(options: &BenchOptions) -> String {
+    match options.workload {
+        Workload::Filter => "rule q1 { task t use machine m as e where e.cpu > 0.95 }".into(),
+        Workload::Tumbling => "rule q2 {\n  task t use machine m as e #time(10 s)\n  state ss { avg_cpu := avg(e.cpu), max_mem := max(e.mem), n := count() } group by m\n  alert ss.avg_cpu > 0.9\n}".into(),
+        Workload::Sliding => "rule sliding {\n  task t use machine m as e #time(1 min, 10 s)\n  state ss { avg_cpu := avg(e.cpu), n := count() } group by m\n  alert ss.avg_cpu > 0.9\n}".into(),
+        Workload::Sequence => "rule q3 {\n  task t1 use machine m as e1 where e1.cpu > 0.9\n  task t2 use machine m as e2 where e2.mem > 0.9\n  with e1 -> e2 within 30 s\n}".into(),
+        Workload::Outlier => "rule peers {\n  task t use machine m as e #time(10 s)\n  state ss { cpu := avg(e.cpu) } group by t\n  cluster(points = all(ss.cpu) per t.job_id, method = mad(3.5))\n  alert cluster.outlier\n}".into(),
+        Workload::Mixed => mixed_rules(options.rules, options.keys),
+    }
+}
+
+/// `n` rules of four kinds. Filters and sequences each watch one machine (an equality the
+/// dispatcher can index); windows share one state and differ in their thresholds.
+pub fn mixed_rules(n: usize, machines: u64) -> String {
+    let mut out = String::new();
+    for i in 0..n {
+        let m = i as u64 % machines.max(1);
+        let threshold = 0.5 + (i % 50) as f64 / 100.0;
+        let rule = match i % 4 {
+            0 => format!("rule filter_{i} {{ task t use machine m as e where e.machine_id == \"m{m}\" and e.cpu > {threshold} }}\n"),
+            1 => format!(
+                "rule window_{i} {{ task t use machine m as e #time(10 s) state ss {{ avg_cpu := avg(e.cpu), max_mem := max(e.mem), n := count() }} group by m alert ss.avg_cpu > {threshold} }}\n"
+            ),
+            2 => format!(
+                "rule sequence_{i} {{ task t1 use machine m as e1 where e1.machine_id == \"m{m}\" and e1.cpu > 0.9 task t2 use machine m as e2 where e2.mem > 0.9 with e1 -> e2 within 30 s }}\n"
+            ),
+            _ => format!("rule mem_{i} {{ task t use machine m as e where e.machine_id == \"m{m}\" and e.mem > {threshold} }}\n"),
+        };
+        out.push_str(&rule);
+    }
+    out
+}
+
+/// Writes `events` task_usage lines (`ts` +1 ms each, keys round-robin, uniform cpu and mem).
+pub fn generate(path: &Path, options: &BenchOptions) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut rng = fastrand::Rng::with_seed(42);
+    let keys = options.keys.max(1);
+    for i in 0..options.events {
+        let k = i % keys;
+        let (job, task, machine) = match options.workload {
+            // 1,000 peers per job: tasks of a few jobs, spread over the machines.
+            Workload::Outlier => (k / 1000, k % 1000, k % 1000),
+            _ => (k % 100, i % 1000, k),
+        };
+        let cpu = (rng.f64() * 1000.0).round() / 1000.0;
+        let mem = (rng.f64() * 1000.0).round() / 1000.0;
+        writeln!(
+            w,
+            "{{\"stream\":\"task_usage\",\"ts\":{},\"job_id\":\"j{job}\",\"task_index\":{task},\"machine_id\":\"m{machine}\",\"cpu\":{cpu},\"mem\":{mem}}}",
+            1_767_225_600_000u64 + i
+        )?;
+    }
+    w.flush()
+}
+
+/// Peak resident memory of this process, from Linux's /proc.
+pub fn peak_rss() -> Option<u64> {
+    proc_status_kb("VmHWM:").map(|kb| kb * 1024)
+}
+
+pub fn current_rss() -> Option<u64> {
+    proc_status_kb("VmRSS:").map(|kb| kb * 1024)
+}
+
+fn proc_status_kb(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    Some(sorted[i])
+}
+
+/// Runs one benchmark. Start-up (compiling the rules, building the engine) is timed apart.
+pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
+    let started = Instant::now();
+    let input = match &options.input {
+        Some(p) => p.clone(),
+        None => {
+            let p = std::env::temp_dir().join(format!("vigil-bench-{}-{:?}.jsonl", std::process::id(), options.workload));
+            generate(&p, options)?;
+            p
+        }
+    };
+    let generated = options.input.is_none();
+    let result = run_on(options, &input, started);
+    if generated {
+        let _ = std::fs::remove_file(&input);
+    }
+    result
+}
+
+fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Result<BenchReport> {
+    let (text, name) = match &options.rules_path {
+        Some(p) => (std::fs::read_to_string(p)?, p.display().to_string()),
+        None => (rules_for(options), format!("{:?}", options.workload).to_lowercase()),
+    };
+    let t0 = Instant::now();
+    let compiled = crate::compile(&name, text.as_bytes());
+    if !compiled.is_ok() {
+        anyhow::bail!("the benchmark rules do not check:\n{}", compiled.source().render(&compiled.diagnostics, false));
+    }
+    let rules = compiled.plans.len();
+    let mut engine = Engine::new(compiled.plans, EngineConfig { lateness_ms: 0 });
+    let startup = t0.elapsed().as_secs_f64();
+    let rss_before = current_rss();
+
+    let mut reader = BufReader::with_capacity(1 << 20, std::fs::File::open(input)?);
+    let mut line = String::with_capacity(256);
+    let mut alerts = Vec::new();
+    let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
+    let mut latencies: Vec<f64> = Vec::new();
+    let t = Instant::now();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            break;
+        }
+        let read_at = Instant::now();
+        match decode(line.trim_end(), None) {
+            Ok(e) => {
+                events += 1;
+                engine.push(e, &mut alerts);
+            }
+            Err(_) => malformed += 1,
+        }
+        if !alerts.is_empty() {
+            // Sampled: the clock read is cheap, the vector would not be for millions of alerts.
+            if latencies.len() < 1_000_000 {
+                latencies.push(read_at.elapsed().as_secs_f64() * 1e6);
+            }
+            fired += alerts.iter().filter(|a| a.status == crate::alert::Status::Firing).count() as u64;
+            alerts.clear();
+        }
+    }
+    engine.flush(&mut alerts);
+    fired += alerts.iter().filter(|a| a.status == crate::alert::Status::Firing).count() as u64;
+    let seconds = t.elapsed().as_secs_f64();
+    let live_keys: usize = engine.live_keys().values().sum();
+    let grown = match (rss_before, current_rss()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
+        _ => None,
+    };
+    latencies.sort_by(f64::total_cmp);
+    let _ = started;
+    Ok(BenchReport {
+        workload: name,
+        rules,
+        events,
+        malformed,
+        seconds,
+        events_per_second: events as f64 / seconds.max(1e-9),
+        alerts: fired,
+        peak_rss_bytes: peak_rss(),
+        live_keys,
+        bytes_per_live_key: grown.filter(|_| live_keys > 0).map(|g| g / live_keys as f64),
+        latency_p50_us: percentile(&latencies, 0.5),
+        latency_p99_us: percentile(&latencies, 0.99),
+        latency_max_us: latencies.last().copied(),
+        startup_seconds: startup,
+    })
+}
