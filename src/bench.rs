@@ -19,8 +19,10 @@ pub enum Workload {
     Tumbling,
     /// (b) a sliding window (1 min every 10 s) per key.
     Sliding,
-    /// (c) per machine, cpu > 0.9 followed within 30 s by mem > 0.9 (Flink Q3).
+    /// Per machine, cpu > 0.9 followed within 30 s by mem > 0.9 (Flink Q3).
     Sequence,
+    /// (c) the same pattern within 100 s, which keeps about 10,000 partial matches live.
+    Matches,
     /// (d) per-job outliers (median absolute deviation) over 1,000 peers per window.
     Outlier,
     /// (e) many mixed rules at once (`--rules-count`).
@@ -35,6 +37,8 @@ pub struct BenchOptions {
     pub keys: u64,
     /// Rules for `mixed`.
     pub rules: usize,
+    /// Event time between two generated events, in microseconds.
+    pub step_us: u64,
     /// Use this file instead of generating one.
     pub input: Option<PathBuf>,
     /// Use these rules instead of the workload's.
@@ -91,18 +95,20 @@ pub fn rules_for(options: &BenchOptions) -> String {
         Workload::Tumbling => "rule q2 {\n  task t use machine m as e #time(10 s)\n  state ss { avg_cpu := avg(e.cpu), max_mem := max(e.mem), n := count() } group by m\n  alert ss.avg_cpu > 0.9\n}".into(),
         Workload::Sliding => "rule sliding {\n  task t use machine m as e #time(1 min, 10 s)\n  state ss { avg_cpu := avg(e.cpu), n := count() } group by m\n  alert ss.avg_cpu > 0.9\n}".into(),
         Workload::Sequence => "rule q3 {\n  task t1 use machine m as e1 where e1.cpu > 0.9\n  task t2 use machine m as e2 where e2.mem > 0.9\n  with e1 -> e2 within 30 s\n}".into(),
+        Workload::Matches => "rule matches {\n  task t1 use machine m as e1 where e1.cpu > 0.9\n  task t2 use machine m as e2 where e2.mem > 0.999\n  with e1 -> e2 within 100 s\n}".into(),
         Workload::Outlier => "rule peers {\n  task t use machine m as e #time(10 s)\n  state ss { cpu := avg(e.cpu) } group by t\n  cluster(points = all(ss.cpu) per t.job_id, method = mad(3.5))\n  alert cluster.outlier\n}".into(),
         Workload::Mixed => mixed_rules(options.rules, options.keys),
     }
 }
 
 /// `n` rules of four kinds. Filters and sequences each watch one machine (an equality the
-/// dispatcher can index); windows share one state and differ in their thresholds.
+/// dispatcher can index); windows share one state and differ in their thresholds. Thresholds
+/// are high, as real alerting rules are: the workload measures evaluation, not alert output.
 pub fn mixed_rules(n: usize, machines: u64) -> String {
     let mut out = String::new();
     for i in 0..n {
         let m = i as u64 % machines.max(1);
-        let threshold = 0.5 + (i % 50) as f64 / 100.0;
+        let threshold = 0.95 + (i % 5) as f64 / 100.0;
         let rule = match i % 4 {
             0 => format!("rule filter_{i} {{ task t use machine m as e where e.machine_id == \"m{m}\" and e.cpu > {threshold} }}\n"),
             1 => format!(
@@ -118,7 +124,8 @@ pub fn mixed_rules(n: usize, machines: u64) -> String {
     out
 }
 
-/// Writes `events` task_usage lines (`ts` +1 ms each, keys round-robin, uniform cpu and mem).
+/// Writes `events` task_usage lines (`ts` advancing `step_us` each, keys round-robin, uniform
+/// cpu and mem).
 pub fn generate(path: &Path, options: &BenchOptions) -> std::io::Result<()> {
     let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut rng = fastrand::Rng::with_seed(42);
@@ -135,7 +142,7 @@ pub fn generate(path: &Path, options: &BenchOptions) -> std::io::Result<()> {
         writeln!(
             w,
             "{{\"stream\":\"task_usage\",\"ts\":{},\"job_id\":\"j{job}\",\"task_index\":{task},\"machine_id\":\"m{machine}\",\"cpu\":{cpu},\"mem\":{mem}}}",
-            1_767_225_600_000u64 + i
+            1_767_225_600_000u64 + i * options.step_us / 1000
         )?;
     }
     w.flush()
@@ -170,7 +177,8 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     let input = match &options.input {
         Some(p) => p.clone(),
         None => {
-            let p = std::env::temp_dir().join(format!("vigil-bench-{}-{:?}.jsonl", std::process::id(), options.workload));
+            let p =
+                std::env::temp_dir().join(format!("vigil-bench-{}-{:?}.jsonl", std::process::id(), options.workload));
             generate(&p, options)?;
             p
         }

@@ -1221,7 +1221,10 @@ impl<'a> RuleChecker<'a> {
                             var: var.to_string(),
                             source,
                             field,
-                            index: self.sources.get(source).map_or(0, |s| crate::event::field_position(s.stream, field)),
+                            index: self
+                                .sources
+                                .get(source)
+                                .map_or(0, |s| crate::event::field_position(s.stream, field)),
                         },
                     },
                 ));
@@ -1512,7 +1515,15 @@ impl<'a> RuleChecker<'a> {
                     }
                 }
                 let field = static_field(stream, &field.name);
-                typed(ty, TExprKind::EventField { var: n.clone(), source, field, index: crate::event::field_position(stream, field) })
+                typed(
+                    ty,
+                    TExprKind::EventField {
+                        var: n.clone(),
+                        source,
+                        field,
+                        index: crate::event::field_position(stream, field),
+                    },
+                )
             }
             ExprKind::Name(n) if self.entities.contains_key(n) => self.entity_field(e, n, field, scope),
             ExprKind::Name(n) if scope.state && self.state.as_ref().is_some_and(|s| &s.name == n) => {
@@ -1553,10 +1564,11 @@ impl<'a> RuleChecker<'a> {
                 }
                 let (from, to) = (*from as usize, *to as usize);
                 let t = self.state_field(n, to, field, true, Some(base.span));
-                if t.ty == Type::Error {
-                    return t;
-                }
-                typed(Type::List, TExprKind::StateRange { state: n.clone(), from, to, field: field.name.clone() })
+                let TExprKind::StateField { index, .. } = t.kind else { return t };
+                typed(
+                    Type::List,
+                    TExprKind::StateRange { state: n.clone(), from, to, field: field.name.clone(), index },
+                )
             }
             ExprKind::ClusterRef if scope.cluster => {
                 const FIELDS: [(&str, Type); 6] = [
@@ -1635,7 +1647,8 @@ impl<'a> RuleChecker<'a> {
             ));
             return error_expr();
         }
-        typed(ty, TExprKind::StateField { state: state.to_string(), ago, field: field.name.clone() })
+        let index = names.iter().position(|n| *n == field.name).unwrap_or(0);
+        typed(ty, TExprKind::StateField { state: state.to_string(), ago, field: field.name.clone(), index })
     }
 
     fn entity_field(&mut self, e: &Expr, var: &str, field: &Ident, scope: &Scope) -> TExpr {

@@ -260,7 +260,8 @@ pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, Decod
     use serde::de::DeserializeSeed;
     let problem = std::cell::RefCell::new(None);
     let mut de = serde_json::Deserializer::from_str(line);
-    let result = EventSeed { default_stream, problem: &problem }.deserialize(&mut de).and_then(|e| de.end().map(|()| e));
+    let result =
+        EventSeed { default_stream, problem: &problem }.deserialize(&mut de).and_then(|e| de.end().map(|()| e));
     match result {
         Ok(e) => Ok(e),
         Err(e) => Err(problem.into_inner().unwrap_or_else(|| match e.classify() {
@@ -272,8 +273,28 @@ pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, Decod
 
 /// Every field name of every stream, numbered; keys are matched once, without allocating.
 const FIELD_NAMES: [&str; 22] = [
-    "job_id", "task_index", "machine_id", "type", "user", "priority", "sched_class", "cpu_request", "mem_request", "cpu", "mem",
-    "max_cpu", "max_mem", "disk_io", "cpi", "cpus", "memory", "detail", "host", "name", "value", "labels",
+    "job_id",
+    "task_index",
+    "machine_id",
+    "type",
+    "user",
+    "priority",
+    "sched_class",
+    "cpu_request",
+    "mem_request",
+    "cpu",
+    "mem",
+    "max_cpu",
+    "max_mem",
+    "disk_io",
+    "cpi",
+    "cpus",
+    "memory",
+    "detail",
+    "host",
+    "name",
+    "value",
+    "labels",
 ];
 
 /// `FIELD_NAMES` position of each field of each stream, computed once.
@@ -285,7 +306,9 @@ fn global_index(stream: Stream, i: usize) -> usize {
             .map(|s| {
                 s.fields()
                     .iter()
-                    .map(|(name, _)| FIELD_NAMES.iter().position(|n| n == name).expect("every stream field is in FIELD_NAMES"))
+                    .map(|(name, _)| {
+                        FIELD_NAMES.iter().position(|n| n == name).expect("every stream field is in FIELD_NAMES")
+                    })
                     .collect()
             })
             .collect()
@@ -459,7 +482,12 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
     }
 }
 
-fn build(stream: Option<Raw>, ts: Option<Raw>, fields: &mut [Option<Raw>], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+fn build(
+    stream: Option<Raw>,
+    ts: Option<Raw>,
+    fields: &mut [Option<Raw>],
+    default_stream: Option<Stream>,
+) -> Result<Event, DecodeError> {
     let stream = match stream {
         Some(Raw::Str(s)) => Stream::from_name(&s).ok_or_else(|| {
             let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
@@ -470,10 +498,14 @@ fn build(stream: Option<Raw>, ts: Option<Raw>, fields: &mut [Option<Raw>], defau
     };
     let ts = match ts {
         Some(Raw::Int(i)) => i,
-        Some(Raw::UInt(u)) => i64::try_from(u).map_err(|_| bad(Some("ts".into()), "epoch milliseconds out of range"))?,
+        Some(Raw::UInt(u)) => {
+            i64::try_from(u).map_err(|_| bad(Some("ts".into()), "epoch milliseconds out of range"))?
+        }
         Some(Raw::Float(f)) if f.is_finite() && f.abs() < 9e15 => f as i64,
         Some(Raw::Float(_)) => return Err(bad(Some("ts".into()), "epoch milliseconds out of range")),
-        Some(Raw::Str(s)) => parse_time(&s).ok_or_else(|| bad(Some("ts".into()), format!("`{}` is not an RFC 3339 time", clip(&s))))?,
+        Some(Raw::Str(s)) => {
+            parse_time(&s).ok_or_else(|| bad(Some("ts".into()), format!("`{}` is not an RFC 3339 time", clip(&s))))?
+        }
         Some(_) => return Err(bad(Some("ts".into()), "must be RFC 3339 text or epoch milliseconds")),
         None => return Err(bad(Some("ts".into()), "missing")),
     };
@@ -500,7 +532,9 @@ fn convert(name: &str, ty: Type, raw: Raw) -> Result<Value, DecodeError> {
         }
         (Type::Str, Raw::Str(s)) => Value::str(&s),
         // Ids are text; numeric ids (the Google trace's) are taken as their decimal text.
-        (Type::Str, r @ (Raw::Int(_) | Raw::UInt(_) | Raw::Float(_))) => Value::str(&r.number_text().unwrap_or_default()),
+        (Type::Str, r @ (Raw::Int(_) | Raw::UInt(_) | Raw::Float(_))) => {
+            Value::str(&r.number_text().unwrap_or_default())
+        }
         (Type::Str, Raw::Bool(b)) => Value::str(&b.to_string()),
         (Type::Map, Raw::Map(entries)) => {
             let mut out = BTreeMap::new();

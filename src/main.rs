@@ -99,6 +99,9 @@ enum Command {
         /// Rules for the `mixed` workload.
         #[arg(long, default_value_t = 100)]
         rules_count: usize,
+        /// Event time between generated events, in microseconds (1000: one event per ms).
+        #[arg(long, default_value_t = 1000)]
+        step_us: u64,
         /// Read events from this JSON-lines file instead of generating them.
         #[arg(long)]
         input: Option<PathBuf>,
@@ -139,8 +142,16 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),
-        Command::Bench { workload, events, keys, rules_count, input, rules, json } => {
-            let options = vigil::bench::BenchOptions { workload, events, keys, rules: rules_count, input, rules_path: rules };
+        Command::Bench { workload, events, keys, rules_count, step_us, input, rules, json } => {
+            let options = vigil::bench::BenchOptions {
+                workload,
+                events,
+                keys,
+                rules: rules_count,
+                step_us,
+                input,
+                rules_path: rules,
+            };
             bench(&options, json)
         }
         Command::Serve(args) => serve(args),

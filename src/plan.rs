@@ -238,11 +238,12 @@ pub enum TExprKind {
         var: String,
         kind: EntityKind,
     },
-    /// `ss[ago].field`.
+    /// `ss[ago].field`; `index` is the field's position in the state.
     StateField {
         state: String,
         ago: usize,
         field: String,
+        index: usize,
     },
     /// `ss[from..to].field`, oldest last.
     StateRange {
@@ -250,6 +251,7 @@ pub enum TExprKind {
         from: usize,
         to: usize,
         field: String,
+        index: usize,
     },
     Baseline(String),
     ClusterField(&'static str),
@@ -327,8 +329,8 @@ fn write_texpr(f: &mut fmt::Formatter<'_>, e: &TExpr, parent: u8) -> fmt::Result
             write!(f, "{var}.{field}")
         }
         TExprKind::Entity { var, .. } => f.write_str(var),
-        TExprKind::StateField { state, ago, field } => write!(f, "{state}[{ago}].{field}"),
-        TExprKind::StateRange { state, from, to, field } => write!(f, "{state}[{from}..{to}].{field}"),
+        TExprKind::StateField { state, ago, field, .. } => write!(f, "{state}[{ago}].{field}"),
+        TExprKind::StateRange { state, from, to, field, .. } => write!(f, "{state}[{from}..{to}].{field}"),
         TExprKind::Baseline(name) => f.write_str(name),
         TExprKind::ClusterField(field) => write!(f, "cluster.{field}"),
         TExprKind::Call(func, args) => {

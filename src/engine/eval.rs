@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Closed windows of one group, newest first; each holds the state fields in plan order.
-pub type History = VecDeque<Arc<Vec<Value>>>;
+pub type History = VecDeque<Arc<[Value]>>;
 
 /// Per-group outcome of a rule's cluster step.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,11 +104,11 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
             }
         }
         TExprKind::Entity { var, kind } => entity_identity(var, *kind, env),
-        TExprKind::StateField { ago, field, .. } => state_value(env, *ago, field),
-        TExprKind::StateRange { from, to, field, .. } => {
+        TExprKind::StateField { ago, index, .. } => state_value(env, *ago, *index),
+        TExprKind::StateRange { from, to, index, .. } => {
             let mut out = Vec::with_capacity(to - from + 1);
             for ago in *from..=*to {
-                match state_value(env, ago, field) {
+                match state_value(env, ago, *index) {
                     Value::Num(n) => out.push(n),
                     _ => return Value::Null,
                 }
@@ -151,10 +151,9 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
     }
 }
 
-fn state_value(env: &Env, ago: usize, field: &str) -> Value {
-    let Some((names, history)) = env.state else { return Value::Null };
-    let Some(window) = history.get(ago) else { return Value::Null };
-    names.iter().position(|n| n == field).map_or(Value::Null, |i| window[i].clone())
+fn state_value(env: &Env, ago: usize, index: usize) -> Value {
+    let Some((_, history)) = env.state else { return Value::Null };
+    history.get(ago).and_then(|w| w.get(index)).cloned().unwrap_or(Value::Null)
 }
 
 /// An entity compared as a whole is its key fields, read from an event that binds it.

@@ -30,7 +30,8 @@ impl Operator for FilterOperator {
         }
         let events = [Some(event.as_ref())];
         let env = Env::events(&plan.sources, &events, &self.regexes);
-        if plan.sources[0].filter.as_ref().is_some_and(|f| !holds(f, &env)) || !holds(&plan.alert.condition, &env) {
+        // The engine has checked the pattern's filter.
+        if !holds(&plan.alert.condition, &env) {
             return;
         }
         let key = Key(self.key_positions.iter().map(|&i| event.value(i)).collect());

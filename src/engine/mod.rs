@@ -27,10 +27,12 @@ mod window;
 
 pub use eval::{ClusterResult, Env, History, RegexCache};
 pub use lifecycle::{Lifecycle, Transition};
+pub use outlier::judge as judge_peers;
 
 use crate::alert::Alert;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{Model, RulePlan};
+use crate::schema::Stream;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -123,19 +125,119 @@ impl Ord for Pending {
 type Served = (Vec<Arc<RulePlan>>, Box<dyn Operator>);
 
 /// Where events of one stream go: (operator, source within its rule), for every event of the
-/// stream and by the value of its `type` field. Rules that select FAIL events never see others.
+/// stream, by the value of its `type` field, and by the value of a field a pattern's filter
+/// requires (`where e.machine_id == "m7" and ...`). Rules that select FAIL events never see
+/// others, and a thousand rules that each watch one machine cost one lookup, not a thousand
+/// evaluations.
 #[derive(Default)]
 struct StreamRoutes {
-    any: Vec<(usize, usize)>,
-    by_type: HashMap<Box<str>, Vec<(usize, usize)>>,
+    any: Vec<Target>,
+    by_type: HashMap<Box<str>, Vec<Target>>,
+    /// Field position -> required value -> targets, with the type they also require.
+    by_value: Vec<(usize, ValueIndex)>,
+}
+
+/// Required value -> the targets that need it, with the event type they also require.
+type ValueIndex = HashMap<Box<str>, Vec<(Target, Option<&'static str>)>>;
+
+/// An operator's source that an event may go to, and the filter it must pass first.
+#[derive(Clone, Copy)]
+struct Target {
+    op: usize,
+    source: usize,
+    filter: Option<usize>,
 }
 
 impl StreamRoutes {
-    fn add(&mut self, event_type: Option<&str>, target: (usize, usize)) {
-        match event_type {
+    fn add(&mut self, src: &crate::plan::SourcePlan, required: Option<(usize, String)>, target: Target) {
+        if let Some((field, value)) = required {
+            let slot = match self.by_value.iter().position(|(f, _)| *f == field) {
+                Some(i) => i,
+                None => {
+                    self.by_value.push((field, HashMap::new()));
+                    self.by_value.len() - 1
+                }
+            };
+            self.by_value[slot].1.entry(value.into_boxed_str()).or_default().push((target, src.event_type));
+            return;
+        }
+        match src.event_type {
             None => self.any.push(target),
             Some(t) => self.by_type.entry(t.into()).or_default().push(target),
         }
+    }
+}
+
+/// A pattern filter, evaluated once per event however many rules share it.
+struct SharedFilter {
+    plan: Arc<RulePlan>,
+    source: usize,
+}
+
+impl SharedFilter {
+    fn holds(&self, event: &Event, regexes: &RegexCache) -> bool {
+        let Some(filter) = &self.plan.sources[self.source].filter else { return true };
+        let mut events: [Option<&Event>; 8] = [None; 8];
+        let mut spill: Vec<Option<&Event>>;
+        let events: &mut [Option<&Event>] = if self.plan.sources.len() <= 8 {
+            &mut events[..self.plan.sources.len()]
+        } else {
+            spill = vec![None; self.plan.sources.len()];
+            &mut spill
+        };
+        events[self.source] = Some(event);
+        eval::holds(filter, &Env::events(&self.plan.sources, events, regexes))
+    }
+}
+
+/// The value a field of `source`'s events must have for the rule to use them: from the
+/// pattern's own filter, or carried over from another pattern through a shared entity
+/// (`task t1 use machine m as e1 where e1.machine_id == "m7"` makes every pattern that binds `m`
+/// need machine "m7" too).
+fn required_for(plan: &RulePlan, source: usize) -> Option<(usize, String)> {
+    let own = &plan.sources[source];
+    if let Some((index, v)) = own.filter.as_ref().and_then(required_value) {
+        return Some((index, v.to_string()));
+    }
+    for (i, other) in plan.sources.iter().enumerate() {
+        if i == source {
+            continue;
+        }
+        let Some((index, value)) = other.filter.as_ref().and_then(required_value) else { continue };
+        let Some((field, _)) = other.stream.fields().get(index) else { continue };
+        let entities = std::iter::once(&other.subject).chain(other.object.as_ref());
+        for (kind, var) in entities {
+            if kind.key_fields() != [*field] {
+                continue;
+            }
+            let shared = std::iter::once(&own.subject).chain(own.object.as_ref()).any(|(k, v)| k == kind && v == var);
+            if shared {
+                if let Some(pos) = own.stream.field_index(field) {
+                    return Some((pos, value.to_string()));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A string equality every match of a filter needs (`e.machine_id == "m7"`, possibly inside
+/// `and`), as (field position, value).
+fn required_value(filter: &crate::plan::TExpr) -> Option<(usize, &str)> {
+    use crate::ast::BinOp;
+    use crate::plan::TExprKind as K;
+    match &filter.kind {
+        K::Binary(BinOp::And, a, b) => required_value(a).or_else(|| required_value(b)),
+        K::Binary(BinOp::Eq, a, b) => match (&a.kind, &b.kind) {
+            (K::EventField { index, .. } | K::EntityField { index, .. }, K::Str(v))
+            | (K::Str(v), K::EventField { index, .. } | K::EntityField { index, .. })
+                if *index != crate::event::TS_INDEX =>
+            {
+                Some((*index, v.as_str()))
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -162,6 +264,9 @@ pub struct Engine {
     op_plans: Vec<Vec<Arc<RulePlan>>>,
     /// Routing by stream (indexed by `Stream as usize`).
     routes: [StreamRoutes; 4],
+    filters: Vec<SharedFilter>,
+    /// Per event: 0 not yet evaluated, 1 passes, 2 fails, by filter.
+    filter_memo: Vec<u8>,
     config: EngineConfig,
     buffer: BinaryHeap<Reverse<Pending>>,
     arrivals: u64,
@@ -188,6 +293,17 @@ impl Engine {
         let mut operators: Vec<Box<dyn Operator>> = Vec::new();
         let mut op_plans: Vec<Vec<Arc<RulePlan>>> = Vec::new();
         let mut routes: [StreamRoutes; 4] = Default::default();
+        let mut filters: Vec<SharedFilter> = Vec::new();
+        let mut filter_ids: HashMap<(String, usize, Stream, Option<&'static str>), usize> = HashMap::new();
+        let mut filter_of = |plan: &Arc<RulePlan>, source: usize| -> Option<usize> {
+            let src = &plan.sources[source];
+            let f = src.filter.as_ref()?;
+            let key = (f.to_string(), source, src.stream, src.event_type);
+            Some(*filter_ids.entry(key).or_insert_with(|| {
+                filters.push(SharedFilter { plan: plan.clone(), source });
+                filters.len() - 1
+            }))
+        };
         let mut shared: HashMap<String, usize> = HashMap::new();
         let mut windows: Vec<window::WindowOperatorBuilder> = Vec::new();
         for plan in &plans {
@@ -202,7 +318,8 @@ impl Engine {
                     operators.push(op);
                     op_plans.push(vec![plan.clone()]);
                     for (i, src) in plan.sources.iter().enumerate() {
-                        routes[src.stream as usize].add(src.event_type, (op_index, i));
+                        let target = Target { op: op_index, source: i, filter: filter_of(plan, i) };
+                        routes[src.stream as usize].add(src, required_for(plan, i), target);
                     }
                 }
                 Model::TimeSeries | Model::Invariant | Model::Outlier => {
@@ -220,7 +337,8 @@ impl Engine {
         for builder in windows {
             let op_index = operators.len();
             let src = builder.source().clone();
-            routes[src.stream as usize].add(src.event_type, (op_index, 0));
+            let target = Target { op: op_index, source: 0, filter: filter_of(&builder.plans()[0], 0) };
+            routes[src.stream as usize].add(&src, required_for(&builder.plans()[0], 0), target);
             op_plans.push(builder.plans().to_vec());
             operators.push(Box::new(builder.build()));
         }
@@ -230,6 +348,8 @@ impl Engine {
             operators,
             op_plans,
             routes,
+            filter_memo: vec![0; filters.len()],
+            filters,
             config,
             buffer: BinaryHeap::new(),
             arrivals: 0,
@@ -344,11 +464,26 @@ impl Engine {
 
     fn dispatch(&mut self, event: &Arc<Event>, out: &mut Vec<Alert>) {
         let before = out.len();
+        self.filter_memo.iter_mut().for_each(|m| *m = 0);
         let routes = &self.routes[event.stream as usize];
         let typed = event.event_type().and_then(|t| routes.by_type.get(t));
-        for &(op, source) in routes.any.iter().chain(typed.into_iter().flatten()) {
-            self.operators[op].on_event(source, event, out);
-            schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
+        let by_value = routes.by_value.iter().flat_map(|(field, index)| match event.fields.get(*field) {
+            Some(Value::Str(v)) => index.get(&**v).map_or(&[][..], |t| t.as_slice()),
+            _ => &[][..],
+        });
+        let indexed =
+            by_value.filter(|(_, t)| t.is_none_or(|t| event.event_type() == Some(t))).map(|(target, _)| target);
+        for target in routes.any.iter().chain(typed.into_iter().flatten()).chain(indexed) {
+            if let Some(f) = target.filter {
+                if self.filter_memo[f] == 0 {
+                    self.filter_memo[f] = if self.filters[f].holds(event, &self.regexes) { 1 } else { 2 };
+                }
+                if self.filter_memo[f] == 2 {
+                    continue;
+                }
+            }
+            self.operators[target.op].on_event(target.source, event, out);
+            schedule(&mut self.registered, &mut self.timers, self.operators[target.op].as_ref(), target.op);
         }
         self.finish(before, event.ts, out);
     }

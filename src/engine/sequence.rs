@@ -140,7 +140,8 @@ impl SequenceOperator {
             seq.group_by.iter().map(|e| e.to_string()).collect()
         };
         let within = seq.within_ms.map(|w| w as Millis);
-        let key_positions = plan.sources.iter().map(|s| super::entity_key_positions(s).into_iter().map(|(_, i)| i).collect()).collect();
+        let key_positions =
+            plan.sources.iter().map(|s| super::entity_key_positions(s).into_iter().map(|(_, i)| i).collect()).collect();
         SequenceOperator {
             key_positions,
             alerting: Alerting::new(plan.clone(), key_names),
@@ -172,7 +173,15 @@ impl SequenceOperator {
         std::iter::once((&src.subject, Role::Subject))
             .chain(src.object.as_ref().map(|o| (o, Role::Object)))
             .zip(&self.binds[source])
-            .map(|(((kind, _), _), &id)| (id, kind.key_fields().iter().map(|f| event.value(crate::event::field_position(src.stream, f))).collect()))
+            .map(|(((kind, _), _), &id)| {
+                (
+                    id,
+                    kind.key_fields()
+                        .iter()
+                        .map(|f| event.value(crate::event::field_position(src.stream, f)))
+                        .collect(),
+                )
+            })
             .collect()
     }
 
@@ -287,13 +296,7 @@ impl Operator for SequenceOperator {
         if !super::binds_entities(&self.key_positions[source], event) {
             return;
         }
-        if let Some(filter) = &self.plan.sources[source].filter {
-            let mut events: Vec<Option<&Event>> = vec![None; self.plan.sources.len()];
-            events[source] = Some(event);
-            if !holds(filter, &Env::events(&self.plan.sources, &events, &self.regexes)) {
-                return;
-            }
-        }
+        // The engine has checked the pattern's filter.
         let step = self.step_of[source];
         let kind = self.steps()[step].kind;
         let key = self.partition_key(source, event);
@@ -480,9 +483,12 @@ impl SequenceOperator {
 fn retarget(e: &TExpr, source: usize, stream: crate::schema::Stream, bound_by: &dyn Fn(&str, usize) -> bool) -> TExpr {
     let re = |x: &TExpr| retarget(x, source, stream, bound_by);
     let kind = match &e.kind {
-        TExprKind::EntityField { var, field, .. } if bound_by(var, source) => {
-            TExprKind::EntityField { var: var.clone(), source, field, index: crate::event::field_position(stream, field) }
-        }
+        TExprKind::EntityField { var, field, .. } if bound_by(var, source) => TExprKind::EntityField {
+            var: var.clone(),
+            source,
+            field,
+            index: crate::event::field_position(stream, field),
+        },
         TExprKind::List(items) => TExprKind::List(items.iter().map(re).collect()),
         TExprKind::Call(f, items) => TExprKind::Call(*f, items.iter().map(re).collect()),
         TExprKind::Unary(op, a) => TExprKind::Unary(*op, Box::new(re(a))),

@@ -24,12 +24,13 @@ pub enum Acc {
         mean: f64,
         m2: f64,
     },
-    Percentile {
-        values: Vec<f64>,
-        p: f64,
-    },
-    Distinct(HashSet<String>),
-    Set(BTreeSet<String>),
+    // The collecting accumulators are boxed so that the common ones stay small (clippy's
+    // box_collection lint does not weigh enum size).
+    Percentile(Box<(Vec<f64>, f64)>),
+    #[allow(clippy::box_collection)]
+    Distinct(Box<HashSet<String>>),
+    #[allow(clippy::box_collection)]
+    Set(Box<BTreeSet<String>>),
     First(Value),
     Last(Value),
 }
@@ -44,9 +45,9 @@ impl Acc {
             AggFunc::Min => Acc::Min(None),
             AggFunc::Max => Acc::Max(None),
             AggFunc::Stddev => Acc::Stddev { n: 0, mean: 0.0, m2: 0.0 },
-            AggFunc::Percentile(p) => Acc::Percentile { values: Vec::new(), p },
-            AggFunc::DistinctCount => Acc::Distinct(HashSet::new()),
-            AggFunc::Set => Acc::Set(BTreeSet::new()),
+            AggFunc::Percentile(p) => Acc::Percentile(Box::new((Vec::new(), p))),
+            AggFunc::DistinctCount => Acc::Distinct(Box::default()),
+            AggFunc::Set => Acc::Set(Box::default()),
             AggFunc::First => Acc::First(Value::Null),
             AggFunc::Last => Acc::Last(Value::Null),
         }
@@ -83,7 +84,7 @@ impl Acc {
                     *m2 += delta * (x - *mean);
                 }
             }
-            Acc::Percentile { values, .. } => values.extend(num),
+            Acc::Percentile(b) => b.0.extend(num),
             Acc::Distinct(s) => {
                 if *v != Value::Null {
                     s.insert(v.to_text());
@@ -114,9 +115,9 @@ impl Acc {
             Acc::Avg { sum, n } if *n > 0 => Value::Num(sum / *n as f64),
             Acc::Min(Some(x)) | Acc::Max(Some(x)) => Value::Num(*x),
             Acc::Stddev { n, m2, .. } if *n >= 2 => Value::Num((m2 / (*n - 1) as f64).sqrt()),
-            Acc::Percentile { values, p } if !values.is_empty() => Value::Num(percentile(values, *p)),
+            Acc::Percentile(b) if !b.0.is_empty() => Value::Num(percentile(&b.0, b.1)),
             Acc::Distinct(s) => Value::Num(s.len() as f64),
-            Acc::Set(s) => Value::Set(Arc::new(s.clone())),
+            Acc::Set(s) => Value::Set(Arc::new((**s).clone())),
             Acc::First(v) | Acc::Last(v) => v.clone(),
             _ => Value::Null,
         }

@@ -88,12 +88,14 @@ impl WindowOperatorBuilder {
             .max()
             .unwrap_or(0)
             .max(history);
-        let dependents = self
+        let dependents: Vec<Dependent> = self
             .plans
             .into_iter()
             .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
             .collect();
         WindowOperator {
+            has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
+            rebuild: rebuild_positions(&state, first.sources[0].stream),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
@@ -128,14 +130,18 @@ struct Dependent {
 }
 
 struct Group {
-    /// Open windows by start, each with one accumulator per state field.
-    open: BTreeMap<Millis, Vec<Acc>>,
+    /// Open windows by start (oldest first), each with one accumulator per state field. A
+    /// tumbling window has one open at a time, a sliding one size/slide.
+    open: Vec<(Millis, Box<[Acc]>)>,
     history: History,
-    /// The group's latest event: every event of a group has the same key values, so this is
-    /// where the alert reads `m.machine_id` and the other group keys.
-    last_event: Arc<Event>,
+    /// The group's latest event, kept only when the group key cannot rebuild what the alert
+    /// reads: every event of a group has the same key values, so usually a stand-in event made
+    /// from the key serves.
+    last_event: Option<Arc<Event>>,
     /// Closed windows since the group's last event.
     idle: usize,
+    /// Whether the window that just closed had events.
+    active: bool,
     /// Per dependent rule with an invariant.
     baselines: Vec<Baseline>,
 }
@@ -153,6 +159,9 @@ pub struct WindowOperator {
     /// Empty windows after which an idle group is forgotten.
     remember: usize,
     groups: HashMap<Key, Group>,
+    has_invariant: bool,
+    /// Where each key value goes in a stand-in event, when every group key is a plain field.
+    rebuild: Option<Vec<usize>>,
     /// End of the next window to close.
     next_close: Option<Millis>,
     dependents: Vec<Dependent>,
@@ -166,9 +175,9 @@ impl WindowOperator {
         let mut key = Vec::new();
         for k in &self.state.group_by {
             match k {
-                GroupKey::Entity { kind, .. } => {
-                    key.extend(kind.key_fields().iter().map(|f| event.value(crate::event::field_position(event.stream, f))))
-                }
+                GroupKey::Entity { kind, .. } => key.extend(
+                    kind.key_fields().iter().map(|f| event.value(crate::event::field_position(event.stream, f))),
+                ),
                 GroupKey::Value(e) => key.push(eval(e, &env)),
             }
         }
@@ -178,47 +187,49 @@ impl WindowOperator {
         Key(key)
     }
 
-    fn empty_window(&self) -> Vec<Acc> {
+    fn empty_window(&self) -> Box<[Acc]> {
         self.state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect()
     }
 
     /// Closes the window ending at `end` for every group and lets each dependent rule judge it.
     fn close(&mut self, end: Millis, out: &mut Vec<Alert>) {
         let start = end - self.size;
-        let mut had_events: HashMap<Key, bool> = HashMap::with_capacity(self.groups.len());
-        for (key, group) in self.groups.iter_mut() {
-            let accs = group.open.remove(&start);
-            let active = accs.is_some();
-            let accs =
-                accs.unwrap_or_else(|| self.state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect());
-            group.history.push_front(Arc::new(accs.iter().map(Acc::result).collect()));
+        let empty = self.empty_window();
+        for group in self.groups.values_mut() {
+            let accs = match group.open.first() {
+                Some((s, _)) if *s == start => Some(group.open.remove(0).1),
+                _ => None,
+            };
+            group.active = accs.is_some();
+            let accs = accs.unwrap_or_else(|| empty.clone());
+            group.history.push_front(accs.iter().map(Acc::result).collect());
             group.history.truncate(self.history);
-            group.idle = if active { 0 } else { group.idle + 1 };
-            had_events.insert(key.clone(), active);
+            group.idle = if group.active { 0 } else { group.idle + 1 };
         }
-        for d in 0..self.dependents.len() {
-            let clusters = self.cluster(d, &had_events);
-            let plan = self.dependents[d].plan.clone();
-            let mut keys: Vec<&Key> = self.groups.keys().collect();
-            // A stable order makes the alerts of one close come out the same on every run.
-            keys.sort_by(|a, b| compare_keys(a, b));
-            let keys: Vec<Key> = keys.into_iter().cloned().collect();
-            for key in keys {
-                let Group { history, last_event, baselines, .. } = self.groups.get_mut(&key).expect("listed above");
-                let events = [Some(last_event.as_ref())];
-                let cluster = clusters.get(&key);
-                let active = had_events[&key];
+        // A stable order makes the alerts of one close come out the same on every run.
+        let mut keys: Vec<Key> = self.groups.keys().cloned().collect();
+        keys.sort_by(compare_keys);
+        let clusters: Vec<HashMap<Key, ClusterResult>> = (0..self.dependents.len()).map(|d| self.cluster(d)).collect();
+        let (size, slide) = (self.size, self.slide);
+        let names = &self.field_names;
+        // Group by group, each judged by every rule that shares the state: one lookup per group.
+        for key in &keys {
+            let Group { history, last_event, baselines, active, .. } = self.groups.get_mut(key).expect("listed above");
+            let stand_in = stand_in(last_event, &self.rebuild, key, self.source[0].stream);
+            let events = [Some(stand_in.as_ref())];
+            let active = *active;
+            for (d, dependent) in self.dependents.iter_mut().enumerate() {
+                let plan = &dependent.plan;
+                let cluster = clusters[d].get(key);
                 let env = Env {
                     sources: &self.source,
                     events: &events,
-                    state: Some((&self.field_names, history)),
+                    state: Some((names, history)),
                     baselines: None,
                     cluster,
                     regexes: &self.regexes,
                 };
-                let alerting = &mut self.dependents[d].alerting;
-                let names = &self.field_names;
-                let (size, slide) = (self.size, self.slide);
+                let alerting = &mut dependent.alerting;
                 match &plan.invariant {
                     // No alert while a group trains; windows without events teach nothing.
                     Some(inv) if baselines[d].training(inv) => {
@@ -231,7 +242,7 @@ impl WindowOperator {
                         let fires = holds(&plan.alert.condition, &judged);
                         let evidence =
                             || evidence(names, history, end, size, slide, Some(&baselines[d].values), cluster);
-                        alerting.observe(&key, end, fires, &judged, evidence, out);
+                        alerting.observe(key, end, fires, &judged, evidence, out);
                         if active {
                             baselines[d].after_alert(inv, &env);
                         }
@@ -239,7 +250,7 @@ impl WindowOperator {
                     None => {
                         let fires = holds(&plan.alert.condition, &env);
                         let evidence = || evidence(names, history, end, size, slide, None, cluster);
-                        alerting.observe(&key, end, fires, &env, evidence, out);
+                        alerting.observe(key, end, fires, &env, evidence, out);
                     }
                 }
             }
@@ -252,15 +263,16 @@ impl WindowOperator {
     }
 
     /// Runs dependent `d`'s cluster step over the groups that had events in the window.
-    fn cluster(&self, d: usize, had_events: &HashMap<Key, bool>) -> HashMap<Key, ClusterResult> {
+    fn cluster(&self, d: usize) -> HashMap<Key, ClusterResult> {
         let plan = &self.dependents[d].plan;
         let Some(c) = &plan.cluster else { return HashMap::new() };
         let mut peers: HashMap<Key, Vec<(Key, Vec<f64>)>> = HashMap::new();
         for (key, group) in &self.groups {
-            if !had_events[key] {
+            if !group.active {
                 continue;
             }
-            let events = [Some(group.last_event.as_ref())];
+            let stand_in = stand_in(&group.last_event, &self.rebuild, key, self.source[0].stream);
+            let events = [Some(stand_in.as_ref())];
             let env = Env {
                 sources: &self.source,
                 events: &events,
@@ -284,6 +296,50 @@ impl WindowOperator {
         }
         out
     }
+}
+
+/// Field positions that the key values of a group fill in a stand-in event, if every group key
+/// is an entity or a plain field of the pattern's event.
+fn rebuild_positions(state: &StatePlan, stream: crate::schema::Stream) -> Option<Vec<usize>> {
+    use crate::plan::TExprKind;
+    let mut out = Vec::new();
+    for k in &state.group_by {
+        match k {
+            GroupKey::Entity { kind, .. } => {
+                out.extend(kind.key_fields().iter().map(|f| crate::event::field_position(stream, f)))
+            }
+            GroupKey::Value(e) => match &e.kind {
+                TExprKind::EventField { index, .. } | TExprKind::EntityField { index, .. }
+                    if *index != crate::event::TS_INDEX =>
+                {
+                    out.push(*index)
+                }
+                _ => return None,
+            },
+        }
+    }
+    Some(out)
+}
+
+/// The event a group's alert reads its key values from.
+fn stand_in(
+    last: &Option<Arc<Event>>,
+    rebuild: &Option<Vec<usize>>,
+    key: &Key,
+    stream: crate::schema::Stream,
+) -> Arc<Event> {
+    if let Some(e) = last {
+        return e.clone();
+    }
+    let mut e = Event::new(stream, 0);
+    if let Some(positions) = rebuild {
+        for (pos, v) in positions.iter().zip(&key.0) {
+            if let Some(slot) = e.fields.get_mut(*pos) {
+                *slot = v.clone();
+            }
+        }
+    }
+    Arc::new(e)
 }
 
 fn compare_keys(a: &Key, b: &Key) -> std::cmp::Ordering {
@@ -335,12 +391,7 @@ impl Operator for WindowOperator {
         if !super::binds_entities(&self.key_positions, event) {
             return;
         }
-        if let Some(filter) = &self.source[0].filter {
-            let events = [Some(event.as_ref())];
-            if !holds(filter, &Env::events(&self.source, &events, &self.regexes)) {
-                return;
-            }
-        }
+        // The engine has checked the pattern's filter.
         let events = [Some(event.as_ref())];
         let env = Env::events(&self.source, &events, &self.regexes);
         let args: Vec<Value> =
@@ -350,18 +401,31 @@ impl Operator for WindowOperator {
         let first_start = last_start - self.size + self.slide;
         let empty = self.empty_window();
         let baselines = self.dependents.len();
+        let has_invariant = self.has_invariant;
+        let keep_event = self.rebuild.is_none();
         let group = self.groups.entry(key).or_insert_with(|| Group {
-            open: BTreeMap::new(),
+            open: Vec::new(),
             history: History::new(),
-            last_event: event.clone(),
+            last_event: None,
             idle: 0,
-            baselines: vec![Baseline::default(); baselines],
+            active: false,
+            // Only rules with an invariant keep a baseline per group.
+            baselines: if has_invariant { vec![Baseline::default(); baselines] } else { Vec::new() },
         });
-        group.last_event = event.clone();
+        if keep_event {
+            group.last_event = Some(event.clone());
+        }
         let mut start = first_start;
         while start <= last_start {
-            let accs = group.open.entry(start).or_insert_with(|| empty.clone());
-            for (acc, v) in accs.iter_mut().zip(&args) {
+            let slot = match group.open.iter().position(|(s, _)| *s == start) {
+                Some(i) => i,
+                None => {
+                    // Starts arrive in increasing order, so the new window goes last.
+                    group.open.push((start, empty.clone()));
+                    group.open.len() - 1
+                }
+            };
+            for (acc, v) in group.open[slot].1.iter_mut().zip(&args) {
                 acc.add(v);
             }
             start += self.slide;
