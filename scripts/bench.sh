@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the end-to-end benchmark workloads of BENCHMARKS.md, three times each, and prints the
+# median events/s of each. Release build; takes a few minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked --quiet
+vigil=target/release/vigil
+median() { sort -n | sed -n 2p; }
+run() {
+  local label=$1; shift
+  local rates=()
+  for _ in 1 2 3; do
+    rates+=("$($vigil bench --json "$@" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["events_per_second"]))')")
+  done
+  printf '%-44s %12s events/s   (runs: %s)\n' "$label" "$(printf '%s\n' "${rates[@]}" | median)" "${rates[*]}"
+}
+run "(a) filter, Flink Q1"                 --workload filter
+run "(b) tumbling 10 s, 1,000 keys, Q2"    --workload tumbling
+run "(b) tumbling 10 s, 100,000 keys"      --workload tumbling --keys 100000 --step-us 10 --events 3000000
+run "(b) sliding 1 min/10 s, 100,000 keys" --workload sliding --keys 100000 --step-us 10 --events 3000000
+run "(c) sequence, ~10,000 partial matches" --workload matches
+run "    sequence, Flink Q3"               --workload sequence
+run "(d) outliers, 1,000 peers per window" --workload outlier --keys 10000 --step-us 100 --events 1000000
+for n in 1 10 100 1000; do
+  run "(e) mixed, $n rules" --workload mixed --rules-count "$n" --events 1000000
+done
