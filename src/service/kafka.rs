@@ -25,6 +25,9 @@ pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::e
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")
+        // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system
+        // wants events as soon as they are there.
+        .set("fetch.wait.max.ms", "10")
         .create()
 }
 

@@ -1,0 +1,159 @@
+//! Workload (f): Kafka -> `vigil serve` -> PostgreSQL -> server-sent events, measured.
+//!
+//! ```text
+//! cargo build --release
+//! cargo run --release --example e2e_latency -- BROKERS POSTGRES_URL [RATE] [SECONDS]
+//! ```
+//!
+//! Starts `target/release/vigil serve` against the broker and the database, then produces
+//! `task_usage` events stamped with the wall clock at RATE events/s for SECONDS. A filter rule
+//! fires on about one event in a thousand; each alert is timed from its event's timestamp (when
+//! the event was produced) to its arrival on the alert stream, which is after it was stored in
+//! PostgreSQL. Then it sends as fast as it can and reports the sustained rate the service took.
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn events_in(url: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .filter(|l| l.starts_with("vigil_events_in_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(brokers), Some(db)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: e2e_latency BROKERS POSTGRES_URL [RATE] [SECONDS]");
+        std::process::exit(2);
+    };
+    let rate: u64 = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(50_000);
+    let seconds: u64 = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let dir = std::env::temp_dir().join(format!("vigil-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(dir.join("hot.saql"), "rule hot { task t use machine m as e where e.cpu > 0.999 }\n").expect("rule");
+    let topic = format!("e2e_usage_{}", std::process::id());
+    vigil::service::kafka::ensure_topics(brokers, std::slice::from_ref(&topic), 1).await.expect("topic");
+
+    let mut child = Command::new("target/release/vigil")
+        .args(["serve", "--http-addr", "127.0.0.1:0", "--lateness", "0s", "--kafka-group", &topic])
+        .args(["--rules", dir.to_str().expect("utf-8"), "--database-url", db, "--kafka-brokers", brokers])
+        .args(["--topic", &format!("task_usage={topic}")])
+        .env("VIGIL_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vigil starts (build it with cargo build --release)");
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("vigil: listening on ") {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    let url = rx.recv_timeout(Duration::from_secs(60)).expect("vigil listening");
+
+    // Alert stream: latency = arrival - the event's timestamp.
+    let latencies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let sink = latencies.clone();
+    let stream_url = format!("{url}/api/v1/alerts/stream?status=firing");
+    tokio::spawn(async move {
+        let mut resp = reqwest::get(&stream_url).await.expect("stream");
+        let mut buf = String::new();
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data:")) {
+                    if let Ok(a) = serde_json::from_str::<vigil::alert::Alert>(data.trim()) {
+                        sink.lock().expect("lock").push(now_ms() - a.time);
+                    }
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "1")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer");
+    let send = |i: u64| {
+        let line = format!(
+            "{{\"ts\":{},\"job_id\":\"j{}\",\"task_index\":{},\"machine_id\":\"m{}\",\"cpu\":{},\"mem\":0.5}}",
+            now_ms(),
+            i % 100,
+            i % 1000,
+            i % 1000,
+            ((i * 7919) % 10_000) as f64 / 10_000.0
+        );
+        let p = producer.clone();
+        let topic = topic.clone();
+        async move { p.send(FutureRecord::<(), _>::to(&topic).payload(&line), Duration::from_secs(30)).await.is_ok() }
+    };
+
+    // Paced phase: RATE events/s in 10 ms slices.
+    let start = Instant::now();
+    let per_slice = (rate / 100).max(1);
+    let mut sent = 0u64;
+    let mut pending = Vec::new();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let slice_start = Instant::now();
+        for _ in 0..per_slice {
+            pending.push(tokio::spawn(send(sent)));
+            sent += 1;
+        }
+        if pending.len() > 100_000 {
+            for p in pending.drain(..) {
+                let _ = p.await;
+            }
+        }
+        if let Some(rest) = Duration::from_millis(10).checked_sub(slice_start.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+    }
+    for p in pending.drain(..) {
+        let _ = p.await;
+    }
+    let offered = sent as f64 / start.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while events_in(&url).await < sent && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut l = latencies.lock().expect("lock").clone();
+    l.sort_unstable();
+    let pct = |p: f64| l.get(((l.len().saturating_sub(1)) as f64 * p) as usize).copied().unwrap_or(-1);
+    println!("paced: {sent} events at {offered:.0} events/s offered; {} alerts", l.len());
+    println!("detection latency (event produced -> alert on the stream, stored first): p50 {} ms, p99 {} ms, max {} ms", pct(0.5), pct(0.99), pct(1.0));
+
+    // Sustained: as fast as the producer can, then how fast the service took it in.
+    let before = events_in(&url).await;
+    let burst = 500_000u64;
+    let t = Instant::now();
+    let mut futures = Vec::with_capacity(burst as usize);
+    for i in 0..burst {
+        futures.push(tokio::spawn(send(sent + i)));
+    }
+    for f in futures {
+        let _ = f.await;
+    }
+    while events_in(&url).await < before + burst && t.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = events_in(&url).await - before;
+    println!("sustained: {took} events in {:.2} s = {:.0} events/s through Kafka into the engine", t.elapsed().as_secs_f64(), took as f64 / t.elapsed().as_secs_f64());
+    let _ = child.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
