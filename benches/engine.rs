@@ -8,15 +8,7 @@ use vigil::event::{decode, Event, Value};
 use vigil::schema::Stream;
 
 fn shipped_rules() -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for dir in ["rules", "rules/metrics"] {
-        let mut paths: Vec<_> = std::fs::read_dir(dir).expect("rules").map(|e| e.expect("entry").path()).collect();
-        paths.sort();
-        for p in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "saql")) {
-            out.push((p.display().to_string(), std::fs::read(&p).expect("readable")));
-        }
-    }
-    out
+    vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder")
 }
 
 fn usage(i: u64, machines: u64) -> Event {

@@ -60,7 +60,11 @@ async fn main() {
             }
         }
     });
-    let url = rx.recv_timeout(Duration::from_secs(60)).expect("vigil listening");
+    let Ok(url) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("vigil did not start");
+    };
 
     // Alert stream: latency = arrival - the event's timestamp.
     let latencies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
@@ -136,7 +140,12 @@ async fn main() {
     l.sort_unstable();
     let pct = |p: f64| l.get(((l.len().saturating_sub(1)) as f64 * p) as usize).copied().unwrap_or(-1);
     println!("paced: {sent} events at {offered:.0} events/s offered; {} alerts", l.len());
-    println!("detection latency (event produced -> alert on the stream, stored first): p50 {} ms, p99 {} ms, max {} ms", pct(0.5), pct(0.99), pct(1.0));
+    println!(
+        "detection latency (event produced -> alert on the stream, stored first): p50 {} ms, p99 {} ms, max {} ms",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
 
     // Sustained: as fast as the producer can, then how fast the service took it in.
     let before = events_in(&url).await;
@@ -153,7 +162,12 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = events_in(&url).await - before;
-    println!("sustained: {took} events in {:.2} s = {:.0} events/s through Kafka into the engine", t.elapsed().as_secs_f64(), took as f64 / t.elapsed().as_secs_f64());
+    println!(
+        "sustained: {took} events in {:.2} s = {:.0} events/s through Kafka into the engine",
+        t.elapsed().as_secs_f64(),
+        took as f64 / t.elapsed().as_secs_f64()
+    );
     let _ = child.kill();
+    let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -59,6 +59,29 @@ impl Compiled {
     }
 }
 
+/// The `*.saql` files under `dir`, recursively, sorted.
+pub fn rule_files(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let p = entry?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "saql") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every rule file under `dir` as (name, content), ready for [`compile_all`].
+pub fn read_rule_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    rule_files(dir)?.into_iter().map(|p| Ok((p.display().to_string(), std::fs::read(&p)?))).collect()
+}
+
 /// Stack for parsing and checking. pest descends recursively, one deep frame chain per bracket
 /// level; [`parser::MAX_NESTING`] bounds the levels and this bounds the frames, whatever thread
 /// (a test harness's, an async runtime's) the caller happens to be on.

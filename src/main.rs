@@ -179,28 +179,12 @@ fn rule_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for path in paths {
         let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
         if meta.is_dir() {
-            walk(path, &mut files)?;
+            files.extend(vigil::rule_files(path).with_context(|| format!("cannot list {}", path.display()))?);
         } else {
             files.push(path.clone());
         }
     }
     Ok(files)
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else if p.extension().is_some_and(|e| e == "saql") {
-            out.push(p);
-        }
-    }
-    Ok(())
 }
 
 fn load(paths: &[PathBuf]) -> Result<Vec<Compiled>> {

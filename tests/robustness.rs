@@ -90,17 +90,8 @@ fn many_broken_rules_are_all_reported() {
 }
 
 fn shipped_rules() -> Vec<String> {
-    let mut out = Vec::new();
-    for dir in ["rules", "rules/metrics"] {
-        for entry in std::fs::read_dir(dir).expect("rules folder") {
-            let p = entry.expect("entry").path();
-            if p.extension().is_some_and(|e| e == "saql") {
-                out.push(std::fs::read_to_string(p).expect("readable"));
-            }
-        }
-    }
-    out.sort();
-    out
+    let files = vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    files.into_iter().map(|(_, bytes)| String::from_utf8(bytes).expect("rules are UTF-8")).collect()
 }
 
 proptest! {

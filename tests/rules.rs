@@ -1,25 +1,9 @@
 //! Every rule shipped in `rules/` checks clean, and the scenario rules of saql.md are all there.
 
-use std::path::{Path, PathBuf};
-
-fn saql_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("rules folder is readable") {
-        let path = entry.expect("readable entry").path();
-        if path.is_dir() {
-            saql_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "saql") {
-            out.push(path);
-        }
-    }
-}
+use std::path::Path;
 
 fn compile_rules() -> Vec<vigil::Compiled> {
-    let mut files = Vec::new();
-    saql_files(Path::new("rules"), &mut files);
-    files.sort();
-    let inputs: Vec<(String, Vec<u8>)> =
-        files.iter().map(|f| (f.display().to_string(), std::fs::read(f).expect("readable rule"))).collect();
-    vigil::compile_all(&inputs)
+    vigil::compile_all(&vigil::read_rule_files(Path::new("rules")).expect("rules folder is readable"))
 }
 
 #[test]

@@ -293,22 +293,23 @@ async fn produce(topic: &str, payloads: &[&str]) {
     }
 }
 
-async fn create_topics(topics: &[String]) {
-    vigil::service::kafka::ensure_topics(&kafka_brokers(), topics, 1).await.expect("topics created");
+/// A service reading `task_event` from a fresh topic into a fresh PostgreSQL database.
+struct KafkaSetup {
+    service: Service,
+    topic: String,
+    db_name: String,
+    db_url: String,
 }
 
-#[tokio::test]
-#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
-async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
+async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
     let (db_name, db_url) = create_database().await;
-    let receiver = Receiver::start(0).await;
     let topic = unique("task_events");
-    create_topics(std::slice::from_ref(&topic)).await;
-    let group = unique("group");
-    let rules = rules_dir();
-    let brokers = kafka_brokers();
-    let topic_arg = format!("task_event={topic}");
-    let service = Service::start(&[
+    vigil::service::kafka::ensure_topics(&kafka_brokers(), std::slice::from_ref(&topic), 1)
+        .await
+        .expect("topics created");
+    let (group, rules, brokers, topic_arg) =
+        (unique("group"), rules_dir(), kafka_brokers(), format!("task_event={topic}"));
+    let mut args = vec![
         "--rules",
         &rules,
         "--database-url",
@@ -319,11 +320,19 @@ async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
         &group,
         "--topic",
         &topic_arg,
-        "--webhook-url",
-        &receiver.url,
         "--lateness",
         "0s",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let service = Service::start(&args);
+    KafkaSetup { service, topic, db_name, db_url }
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
+    let receiver = Receiver::start(0).await;
+    let KafkaSetup { service, topic, db_name, db_url } = start_with_kafka(&["--webhook-url", &receiver.url]).await;
     let stream = SseClient::connect(&format!("{}/api/v1/alerts/stream", service.url), None).await;
 
     // The topic names the stream: these messages have no "stream" field.
@@ -368,27 +377,7 @@ async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
 #[tokio::test]
 #[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
 async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
-    let (db_name, db_url) = create_database().await;
-    let topic = unique("task_events");
-    create_topics(std::slice::from_ref(&topic)).await;
-    let group = unique("group");
-    let rules = rules_dir();
-    let brokers = kafka_brokers();
-    let topic_arg = format!("task_event={topic}");
-    let service = Service::start(&[
-        "--rules",
-        &rules,
-        "--database-url",
-        &db_url,
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-group",
-        &group,
-        "--topic",
-        &topic_arg,
-        "--lateness",
-        "0s",
-    ]);
+    let KafkaSetup { service, topic, db_name, db_url } = start_with_kafka(&[]).await;
     produce(
         &topic,
         &[

@@ -8,14 +8,7 @@ use vigil::schema::Stream;
 const LATENESS_MS: i64 = 120_000;
 
 fn shipped_plans() -> Vec<vigil::plan::RulePlan> {
-    let mut inputs = Vec::new();
-    for dir in ["rules", "rules/metrics"] {
-        let mut paths: Vec<_> = std::fs::read_dir(dir).expect("rules").map(|e| e.expect("entry").path()).collect();
-        paths.sort();
-        for p in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "saql")) {
-            inputs.push((p.display().to_string(), std::fs::read(&p).expect("readable")));
-        }
-    }
+    let inputs = vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
     vigil::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect()
 }
 

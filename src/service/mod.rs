@@ -29,6 +29,9 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     let store = store::Store::connect(&config.database_url)
         .await
         .with_context(|| format!("cannot open the store at {}", redact(&config.database_url)))?;
+    // Taken before the rules are read: a change after this point is seen by the watcher even if
+    // it lands before the watcher starts.
+    let fingerprint = rules::fingerprint(&config.rules);
     let loaded = rules::load(&config.rules)
         .map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
     tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
@@ -112,7 +115,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         health,
         webhook_wake,
     });
-    tokio::spawn(watch_rules(state.clone(), stop_rx.clone()));
+    tokio::spawn(watch_rules(state.clone(), fingerprint, stop_rx.clone()));
 
     // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
     eprintln!("vigil: listening on http://{addr}");
@@ -132,8 +135,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
 
 /// Reloads the rules when the folder changes (checked every second) or on SIGHUP. A folder
 /// that does not check leaves the running rules as they are.
-async fn watch_rules(state: Arc<http::AppState>, mut stop: watch::Receiver<bool>) {
-    let mut seen = rules::fingerprint(&state.rules_dir);
+async fn watch_rules(state: Arc<http::AppState>, mut seen: Vec<rules::FileStamp>, mut stop: watch::Receiver<bool>) {
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {

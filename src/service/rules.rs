@@ -34,23 +34,7 @@ pub struct LoadError {
     pub json: Vec<crate::diagnostic::JsonDiagnostic>,
 }
 
-/// `*.saql` files under `dir`, sorted.
-pub fn rule_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let p = entry?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "saql") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
+pub use crate::rule_files;
 
 /// Compiles the folder, with `replace` standing in for one file's content (`None` removes it).
 pub fn compile_folder(dir: &Path, replace: Option<(&Path, Option<&[u8]>)>) -> Result<Vec<Compiled>, std::io::Error> {
@@ -102,8 +86,11 @@ pub fn into_loaded(compiled: Vec<Compiled>) -> Result<Loaded, LoadError> {
     Ok(Loaded { plans, infos })
 }
 
+/// A rule file's name, size and modification time.
+pub type FileStamp = (PathBuf, u64, Option<SystemTime>);
+
 /// What changes when a rule file changes: names, sizes and modification times.
-pub fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+pub fn fingerprint(dir: &Path) -> Vec<FileStamp> {
     rule_files(dir)
         .unwrap_or_default()
         .into_iter()
