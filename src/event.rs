@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 pub type Millis = i64;
 
 /// A value in an event, a state or an expression.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Value {
     /// A missing field, or the result of an operation that has no answer (avg of nothing).
     Null,
@@ -154,7 +154,7 @@ pub fn field_position(stream: Stream, field: &str) -> usize {
 }
 
 /// One event of a built-in stream.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     pub stream: Stream,
     pub ts: Millis,

@@ -10,6 +10,9 @@ use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// What [`Alerting::snapshot`] saves.
+pub type AlertingState = (Lifecycle<Key>, Vec<(Key, String)>);
+
 /// The alerting side of one rule: its lifecycle per key, and the record of each firing alert,
 /// which its resolution repeats (the values that made it fire, not the values at resolution).
 pub struct Alerting {
@@ -23,6 +26,19 @@ impl Alerting {
     pub fn new(plan: Arc<RulePlan>, key_names: Vec<String>) -> Self {
         let lifecycle = Lifecycle::new(plan.alert.for_ms, plan.alert.keep_firing_for_ms);
         Alerting { plan, key_names, lifecycle, firing: HashMap::new() }
+    }
+
+    /// The lifecycle and the firing alerts, for a checkpoint. Alerts go as JSON text: they hold
+    /// free-form JSON values, which a compact binary format cannot describe.
+    pub fn snapshot(&self) -> AlertingState {
+        let firing =
+            self.firing.iter().map(|(k, a)| (k.clone(), serde_json::to_string(a).unwrap_or_default())).collect();
+        (self.lifecycle.clone(), firing)
+    }
+
+    pub fn restore(&mut self, (lifecycle, firing): AlertingState) {
+        self.lifecycle = lifecycle;
+        self.firing = firing.into_iter().filter_map(|(k, text)| Some((k, serde_json::from_str(&text).ok()?))).collect();
     }
 
     pub fn plan(&self) -> &Arc<RulePlan> {

@@ -49,4 +49,13 @@ impl Operator for FilterOperator {
     fn live_keys(&self) -> Vec<(String, usize)> {
         vec![(self.alerting.plan().name.clone(), self.alerting.active())]
     }
+
+    fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_stdvec(&self.alerting.snapshot())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
+        self.alerting.restore(postcard::from_bytes(state)?);
+        Ok(())
+    }
 }

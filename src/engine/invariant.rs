@@ -7,7 +7,7 @@ use crate::plan::InvariantPlan;
 use std::collections::BTreeMap;
 
 /// One group's learning progress and baseline.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Baseline {
     /// Windows with events learned from so far.
     pub trained: u64,

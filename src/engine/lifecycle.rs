@@ -12,7 +12,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 enum Phase {
     Pending { since: Millis, last_true: Millis },
     Firing { since: Millis, last_true: Millis },
@@ -30,7 +30,7 @@ pub struct Transition {
 
 /// When a key's phase may lapse, for event rules. Stale entries (the key matched again since)
 /// are skipped when they come up, so a match costs a push, not a scan of all keys.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Due<K>(Millis, K);
 
 impl<K> PartialEq for Due<K> {
@@ -50,7 +50,7 @@ impl<K> Ord for Due<K> {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Lifecycle<K: Hash + Eq> {
     for_ms: i64,
     keep_ms: i64,

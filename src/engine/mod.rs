@@ -39,7 +39,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// A group or match key: the values that identify what an alert is about.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Key(pub Vec<Value>);
 
 impl PartialEq for Key {
@@ -79,6 +79,36 @@ pub trait Operator: Send {
     fn next_deadline(&self) -> Option<Millis>;
     /// Live keys per rule: groups, partial matches and active alerts.
     fn live_keys(&self) -> Vec<(String, usize)>;
+    /// The operator's state, for a checkpoint.
+    fn snapshot(&self) -> Result<Vec<u8>, postcard::Error>;
+    /// Puts back a state [`Operator::snapshot`] made, by an operator built from the same rules.
+    fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error>;
+}
+
+/// Everything the engine knows, for a checkpoint: the events waiting in the reorder buffer,
+/// event time, and each operator's state under the text of the rules it serves, so that a
+/// changed rule starts empty and the others carry on.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    buffered: Vec<(Event, u64)>,
+    arrivals: u64,
+    max_ts: Option<Millis>,
+    watermark: Option<Millis>,
+    operators: Vec<(String, Vec<u8>)>,
+}
+
+/// The snapshot format; a snapshot of another version is not restored.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+impl Snapshot {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_stdvec(self)
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
 }
 
 /// Engine settings.
@@ -119,6 +149,11 @@ impl Ord for Pending {
     fn cmp(&self, other: &Self) -> Ordering {
         self.0.tie_order(&other.0).then(self.1.cmp(&other.1))
     }
+}
+
+/// The rules of an operator as text: what a snapshot's state belongs to.
+fn signature(plans: &[Arc<RulePlan>]) -> String {
+    plans.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
 }
 
 /// An operator with the rules it serves.
@@ -389,6 +424,51 @@ impl Engine {
         }
         *self = fresh;
         kept
+    }
+
+    /// The engine's state, for a checkpoint.
+    pub fn snapshot(&self) -> Result<Snapshot, postcard::Error> {
+        let mut operators = Vec::with_capacity(self.operators.len());
+        for (op, plans) in self.operators.iter().zip(&self.op_plans) {
+            operators.push((signature(plans), op.snapshot()?));
+        }
+        let mut buffered: Vec<(Event, u64)> =
+            self.buffer.iter().map(|Reverse(Pending(e, n))| ((**e).clone(), *n)).collect();
+        buffered.sort_by_key(|(_, n)| *n);
+        Ok(Snapshot {
+            version: SNAPSHOT_VERSION,
+            buffered,
+            arrivals: self.arrivals,
+            max_ts: self.max_ts,
+            watermark: self.watermark,
+            operators,
+        })
+    }
+
+    /// Continues from a snapshot. Operators whose rules are as they were get their state back;
+    /// the others start empty. Returns the rules whose state was restored.
+    pub fn restore(&mut self, snapshot: Snapshot) -> Result<Vec<String>, String> {
+        if snapshot.version != SNAPSHOT_VERSION {
+            return Err(format!("snapshot version {} is not {SNAPSHOT_VERSION}", snapshot.version));
+        }
+        let mut restored = Vec::new();
+        for (i, plans) in self.op_plans.iter().enumerate() {
+            let sig = signature(plans);
+            if let Some((_, state)) = snapshot.operators.iter().find(|(s, _)| *s == sig) {
+                self.operators[i].restore(state).map_err(|e| format!("snapshot of {sig:?}: {e}"))?;
+                restored.extend(plans.iter().map(|p| p.name.clone()));
+            }
+        }
+        self.buffer = snapshot.buffered.into_iter().map(|(e, n)| Reverse(Pending(Arc::new(e), n))).collect();
+        self.arrivals = snapshot.arrivals;
+        self.max_ts = snapshot.max_ts;
+        self.watermark = snapshot.watermark;
+        self.registered = vec![None; self.operators.len()];
+        self.timers.clear();
+        for op in 0..self.operators.len() {
+            schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
+        }
+        Ok(restored)
     }
 
     pub fn plans(&self) -> &[Arc<RulePlan>] {

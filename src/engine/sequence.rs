@@ -22,12 +22,22 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+/// What a sequence operator's snapshot holds.
+type SequenceState = (
+    HashMap<Key, Partition>,
+    HashMap<u64, Key>,
+    BinaryHeap<Reverse<(Millis, u64)>>,
+    u64,
+    Option<Millis>,
+    super::alerting::AlertingState,
+);
+
 /// One entity variable of the rule.
 struct EntityVar {
     kind: EntityKind,
 }
 
-#[derive(Clone)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct PartialMatch {
     id: u64,
     /// Index of the next step to satisfy.
@@ -44,7 +54,7 @@ struct PartialMatch {
     counted: Vec<Arc<Event>>,
 }
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Partition {
     matches: Vec<PartialMatch>,
     /// For a counted first step: its recent events, oldest first.
@@ -390,6 +400,28 @@ impl Operator for SequenceOperator {
             .into_iter()
             .flatten()
             .min()
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_stdvec(&(
+            &self.partitions,
+            &self.locate,
+            &self.timers,
+            self.next_id,
+            self.next_sweep,
+            self.alerting.snapshot(),
+        ))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
+        let (partitions, locate, timers, next_id, next_sweep, alerting): SequenceState = postcard::from_bytes(state)?;
+        self.partitions = partitions;
+        self.locate = locate;
+        self.timers = timers;
+        self.next_id = next_id;
+        self.next_sweep = next_sweep;
+        self.alerting.restore(alerting);
+        Ok(())
     }
 
     fn live_keys(&self) -> Vec<(String, usize)> {

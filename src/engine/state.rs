@@ -5,7 +5,7 @@ use crate::plan::AggFunc;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Acc {
     /// `count()`: every event.
     Count(u64),

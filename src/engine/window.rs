@@ -124,11 +124,15 @@ fn key_names(plan: &RulePlan, state: &StatePlan) -> Vec<String> {
         .collect()
 }
 
+/// What a window operator's snapshot holds.
+type WindowState = (HashMap<Key, Group>, Option<Millis>, Vec<super::alerting::AlertingState>);
+
 struct Dependent {
     plan: Arc<RulePlan>,
     alerting: Alerting,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Group {
     /// Open windows by start (oldest first), each with one accumulator per state field. A
     /// tumbling window has one open at a time, a sliding one size/slide.
@@ -445,6 +449,21 @@ impl Operator for WindowOperator {
 
     fn next_deadline(&self) -> Option<Millis> {
         self.next_close.map(|end| end - 1)
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
+        postcard::to_stdvec(&(&self.groups, self.next_close, alerting))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
+        let (groups, next_close, alerting): WindowState = postcard::from_bytes(state)?;
+        self.groups = groups;
+        self.next_close = next_close;
+        for (d, a) in self.dependents.iter_mut().zip(alerting) {
+            d.alerting.restore(a);
+        }
+        Ok(())
     }
 
     fn live_keys(&self) -> Vec<(String, usize)> {

@@ -1,5 +1,7 @@
-//! Property: any arrival order within the allowed lateness yields exactly the alerts of sorted
-//! input, for all shipped rules running together.
+//! Properties of the engine, for all shipped rules running together:
+//! - any arrival order within the allowed lateness yields exactly the alerts of sorted input;
+//! - restoring a snapshot taken at any point and feeding the rest of the input yields exactly the
+//!   alerts of the uninterrupted run.
 
 use proptest::prelude::*;
 use vigil::event::{Event, Value};
@@ -52,15 +54,22 @@ fn event((secs, kind, n, v): (i64, u8, u8, u8)) -> Event {
     }
 }
 
+fn engine(plans: &[vigil::plan::RulePlan]) -> vigil::engine::Engine {
+    vigil::engine::Engine::new(plans.to_vec(), vigil::engine::EngineConfig { lateness_ms: LATENESS_MS })
+}
+
 fn run(events: &[Event], plans: &[vigil::plan::RulePlan]) -> Vec<String> {
-    let mut engine =
-        vigil::engine::Engine::new(plans.to_vec(), vigil::engine::EngineConfig { lateness_ms: LATENESS_MS });
+    let mut engine = engine(plans);
     let mut alerts = Vec::new();
     for e in events {
         assert!(engine.push(e.clone(), &mut alerts), "an event within the lateness was taken as late");
     }
     engine.flush(&mut alerts);
-    // Detection time is when the engine could decide, which depends on arrival; all else must not.
+    comparable(&alerts)
+}
+
+/// Detection time is when the engine could decide, which depends on arrival; all else must not.
+fn comparable(alerts: &[vigil::alert::Alert]) -> Vec<String> {
     alerts
         .iter()
         .map(|a| {
@@ -89,6 +98,57 @@ proptest! {
         let shuffled: Vec<Event> = arrivals.iter().map(|&(_, i)| events[i].clone()).collect();
         prop_assert_eq!(run(&shuffled, &plans), sorted);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn a_restored_snapshot_continues_exactly_like_the_uninterrupted_run(
+        raw in proptest::collection::vec((0i64..4 * 3600, any::<u8>(), any::<u8>(), any::<u8>()), 1..250),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let plans = shipped_plans();
+        let mut events: Vec<Event> = raw.into_iter().map(event).collect();
+        events.sort_by(|a, b| a.tie_order(b));
+        let whole = run(&events, &plans);
+        let cut = cut.index(events.len() + 1);
+        let mut first = engine(&plans);
+        let mut alerts = Vec::new();
+        for e in &events[..cut] {
+            first.push(e.clone(), &mut alerts);
+        }
+        // Through bytes, as a checkpoint in the store would go.
+        let bytes = first.snapshot().expect("snapshot").to_bytes().expect("serialise");
+        drop(first);
+        let mut second = engine(&plans);
+        let restored = second.restore(vigil::engine::Snapshot::from_bytes(&bytes).expect("deserialise")).expect("restore");
+        prop_assert_eq!(restored.len(), plans.len());
+        for e in &events[cut..] {
+            second.push(e.clone(), &mut alerts);
+        }
+        second.flush(&mut alerts);
+        prop_assert_eq!(comparable(&alerts), whole);
+    }
+}
+
+#[test]
+fn a_changed_rule_loses_only_its_own_state() {
+    let plans = shipped_plans();
+    let mut first = engine(&plans);
+    let mut alerts = Vec::new();
+    for e in (0..500).map(|i: i64| event((i * 30, (i % 4) as u8, (i % 11) as u8, (i * 37 % 251) as u8))) {
+        first.push(e, &mut alerts);
+    }
+    let snapshot = first.snapshot().expect("snapshot");
+    let src = std::fs::read_to_string("rules/machine_cpu_spike.saql").expect("rule").replace("> 0.8", "> 0.85");
+    let mut changed: Vec<vigil::plan::RulePlan> =
+        plans.iter().filter(|p| p.name != "machine_cpu_spike").cloned().collect();
+    changed.extend(vigil::compile("spike.saql", src.as_bytes()).plans);
+    let mut second = engine(&changed);
+    let restored = second.restore(snapshot).expect("restore");
+    assert!(!restored.contains(&"machine_cpu_spike".to_string()));
+    assert_eq!(restored.len(), plans.len() - 1, "{restored:?}");
 }
 
 #[test]
