@@ -297,6 +297,7 @@ async fn produce(topic: &str, payloads: &[&str]) {
 struct KafkaSetup {
     service: Service,
     topic: String,
+    group: String,
     db_name: String,
     db_url: String,
 }
@@ -325,14 +326,14 @@ async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
     ];
     args.extend_from_slice(extra);
     let service = Service::start(&args);
-    KafkaSetup { service, topic, db_name, db_url }
+    KafkaSetup { service, topic, group, db_name, db_url }
 }
 
 #[tokio::test]
 #[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
 async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
     let receiver = Receiver::start(0).await;
-    let KafkaSetup { service, topic, db_name, db_url } = start_with_kafka(&["--webhook-url", &receiver.url]).await;
+    let KafkaSetup { service, topic, db_name, db_url, .. } = start_with_kafka(&["--webhook-url", &receiver.url]).await;
     let stream = SseClient::connect(&format!("{}/api/v1/alerts/stream", service.url), None).await;
 
     // The topic names the stream: these messages have no "stream" field.
@@ -377,7 +378,7 @@ async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
 #[tokio::test]
 #[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
 async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
-    let KafkaSetup { service, topic, db_name, db_url } = start_with_kafka(&[]).await;
+    let KafkaSetup { service, topic, db_name, db_url, .. } = start_with_kafka(&[]).await;
     produce(
         &topic,
         &[
@@ -415,4 +416,94 @@ async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
     pool.close().await;
     drop(service);
     drop_database(&db_name).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn a_killed_service_resumes_from_its_checkpoint_losing_and_repeating_nothing() {
+    // The expected alerts: the same events through `vigil replay`.
+    let dir = temp_dir("kill9");
+    let lines: Vec<String> = (0..40)
+        .flat_map(|j| evict_then_fail(&format!("k{j}"), j * 7).lines().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
+        .output()
+        .expect("replay runs");
+    let mut expected: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).expect("alert"))
+        .map(|a| (a["id"].as_str().unwrap_or("").to_string(), a["status"].as_str().unwrap_or("").to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(expected.len(), 80, "40 evictions then failures, each fired and resolved");
+
+    let receiver = Receiver::start(0).await;
+    let KafkaSetup { mut service, topic, group, db_name, db_url } =
+        start_with_kafka(&["--webhook-url", &receiver.url, "--checkpoint-interval", "500ms"]).await;
+    let payloads: Vec<&str> = lines.iter().map(String::as_str).collect();
+    produce(&topic, &payloads[..40]).await;
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    eventually("the first half stored and checkpointed", || async {
+        let stored: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM alert_events").fetch_one(&pool).await.expect("count");
+        let checkpoints: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints").fetch_one(&pool).await.expect("count");
+        (stored >= 30 && checkpoints == 1).then_some(())
+    })
+    .await;
+    service.kill(); // SIGKILL: no shutdown, no final checkpoint.
+    drop(service);
+
+    produce(&topic, &payloads[40..]).await;
+    let group_args = ["--webhook-url", &receiver.url, "--checkpoint-interval", "500ms"];
+    let brokers = kafka_brokers();
+    let topic_arg = format!("task_event={topic}");
+    let rules = rules_dir();
+    let mut args = vec![
+        "--rules",
+        &rules,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--topic",
+        &topic_arg,
+        "--lateness",
+        "0s",
+    ];
+    args.extend_from_slice(&group_args);
+    let restarted = Service::start(&args);
+    let stored: Vec<(String, String)> = eventually("all alerts stored", || async {
+        let mut rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
+        rows.sort();
+        (rows.len() >= expected.len()).then_some(rows)
+    })
+    .await;
+    assert_eq!(stored, expected, "the store holds exactly the alerts of an uninterrupted run");
+    let keys = eventually("every alert delivered", || async {
+        let mut keys: Vec<String> = receiver
+            .calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|(h, _)| h.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        (keys.len() >= expected.len()).then_some(keys)
+    })
+    .await;
+    let want: Vec<String> = expected.iter().map(|(id, status)| format!("{id}:{status}")).collect();
+    assert_eq!(keys, want, "the webhook got every alert, each under its own idempotency key");
+    assert!(restarted.log().contains("state restored from the checkpoint"), "{}", restarted.log());
+    pool.close().await;
+    drop(restarted);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]
     #[arg(long, env = "VIGIL_EXTERNAL_URL")]
     pub external_url: Option<String>,
+    /// How often the engine's state is checkpointed to the store, e.g. `10s` [default: 10s]
+    #[arg(long, env = "VIGIL_CHECKPOINT_INTERVAL", value_parser = crate::parser::parse_duration)]
+    pub checkpoint_interval: Option<u64>,
     /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
     #[arg(long, env = "VIGIL_CONFIG")]
     pub config: Option<PathBuf>,
@@ -95,6 +98,8 @@ pub struct FileConfig {
     pub lateness: Option<String>,
     /// URL of the API as users reach it.
     pub external_url: Option<String>,
+    /// How often to checkpoint, e.g. "10 s".
+    pub checkpoint_interval: Option<String>,
 }
 
 /// The settings in force.
@@ -113,6 +118,7 @@ pub struct ServeConfig {
     pub lateness_ms: i64,
     /// When unset, the address the API is bound to.
     pub external_url: Option<String>,
+    pub checkpoint_ms: u64,
 }
 
 impl ServeConfig {
@@ -147,6 +153,15 @@ impl ServeConfig {
                 problems.push(format!("vigil.toml lateness: {e}"));
                 None
             });
+        let file_checkpoint =
+            file.checkpoint_interval.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
+                problems.push(format!("vigil.toml checkpoint_interval: {e}"));
+                None
+            });
+        let checkpoint_ms = args.checkpoint_interval.or(file_checkpoint).unwrap_or(10_000);
+        if checkpoint_ms == 0 {
+            problems.push("the checkpoint interval must be longer than zero".into());
+        }
         let http_addr = args.http_addr.or(file.http_addr).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
         let database_url = args.database_url.or(file.database_url).unwrap_or_else(|| "sqlite://vigil.db".to_string());
         if !(database_url.starts_with("postgres://")
@@ -188,6 +203,7 @@ impl ServeConfig {
             api_token,
             replay,
             lateness_ms: args.lateness.or(file_lateness).unwrap_or(5_000) as i64,
+            checkpoint_ms,
         })
     }
 }

@@ -266,7 +266,7 @@ async fn ingest(State(state): State<Arc<AppState>>, body: String) -> ApiResult<J
             Ok(e) => {
                 state
                     .engine
-                    .send(Input::Event(e))
+                    .send(Input::Event(e, None))
                     .await
                     .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
                 accepted += 1;

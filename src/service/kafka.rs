@@ -21,7 +21,8 @@ pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::e
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
-        .set("enable.auto.commit", "true")
+        // Offsets are committed after the checkpoint that covers them is stored.
+        .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")
@@ -95,7 +96,11 @@ pub async fn consume(
             Err(e) => Err(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
         };
         let sent = match event {
-            Ok(e) => tx.send(Input::Event(e)).await.is_ok(),
+            Ok(e) => {
+                let position =
+                    super::pipeline::Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
+                tx.send(Input::Event(e, Some(position))).await.is_ok()
+            }
             Err(reason) => dead.send(dead_letter(reason)).await.is_ok(),
         };
         if !sent {

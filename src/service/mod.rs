@@ -36,8 +36,21 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         .map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
     tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
     let infos = loaded.infos.clone();
-    let engine =
+    let mut engine =
         crate::engine::Engine::new(loaded.plans, crate::engine::EngineConfig { lateness_ms: config.lateness_ms });
+    // Resume where the last checkpoint left off; Kafka resumes from the offsets committed with it.
+    match store.load_checkpoint().await.context("cannot read the checkpoint")? {
+        None => tracing::info!("no checkpoint: starting empty"),
+        Some((bytes, positions)) => {
+            match crate::engine::Snapshot::from_bytes(&bytes).map_err(|e| e.to_string()).and_then(|s| engine.restore(s))
+            {
+                Ok(restored) => {
+                    tracing::info!(rules = restored.len(), positions = %positions, "state restored from the checkpoint")
+                }
+                Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
+            }
+        }
+    }
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.http_addr))?;
@@ -51,9 +64,21 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     let health = Arc::new(pipeline::Health::default());
     let webhook_wake = Arc::new(Notify::new());
 
-    let engine_thread = pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone());
+    let consumer = match &config.kafka_brokers {
+        Some(brokers) => {
+            if config.kafka_create_topics {
+                let topics: Vec<String> = config.topics.values().cloned().collect();
+                kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
+            }
+            Some(Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?))
+        }
+        None => None,
+    };
+    let checkpoint_every = Duration::from_millis(config.checkpoint_ms);
+    let engine_thread = pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone(), checkpoint_every);
     let writer = tokio::spawn(pipeline::write_alerts(
         alerts_rx,
+        consumer.clone(),
         store.clone(),
         published.clone(),
         config.webhook_url.as_ref().map(|_| external_url.clone()),
@@ -79,13 +104,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         tracing::info!(url = %url, "delivering alerts to the webhook");
     }
 
-    if let Some(brokers) = &config.kafka_brokers {
-        if config.kafka_create_topics {
-            let topics: Vec<String> = config.topics.values().cloned().collect();
-            kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
-        }
-        let consumer =
-            Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?);
+    if let Some(consumer) = consumer {
         tokio::spawn(kafka::consume(
             consumer.clone(),
             config.topics.clone(),

@@ -33,8 +33,23 @@ pub async fn tick(tx: mpsc::Sender<Input>) {
     }
 }
 
+/// Where an event came from in Kafka; a checkpoint records the last of each partition.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What the engine hands the writer: alerts, and now and then a checkpoint.
+pub enum Output {
+    Alerts(Vec<Alert>),
+    /// The engine's snapshot and the next offset to read of each partition it covers.
+    Checkpoint(Vec<u8>, Vec<Position>),
+}
+
 pub enum Input {
-    Event(Event),
+    Event(Event, Option<Position>),
     /// Sent twice a second; after a quiet second the newest buffered events are released.
     Tick,
     /// Replace the rules; the reply names the rules whose state was kept.
@@ -47,11 +62,15 @@ pub fn now_ms() -> Millis {
 
 /// Runs the engine on its own thread until every input sender is gone. Alerts are stamped with
 /// the wall-clock time of detection and handed to the writer.
+///
+/// Every `checkpoint_every` (and when the inputs close) the engine's state goes to the writer
+/// behind the alerts it produced, so the store never holds a checkpoint ahead of its alerts.
 pub fn spawn_engine(
     mut engine: Engine,
     mut rx: mpsc::Receiver<Input>,
-    alerts: mpsc::Sender<Vec<Alert>>,
+    alerts: mpsc::Sender<Output>,
     telemetry: Arc<Telemetry>,
+    checkpoint_every: Duration,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("vigil-engine".into())
@@ -62,13 +81,37 @@ pub fn spawn_engine(
             let mut last_event = Instant::now();
             let events_in: Vec<prometheus::IntCounter> =
                 crate::schema::Stream::ALL.iter().map(|s| telemetry.events_in.with_label_values(&[s.name()])).collect();
+            let mut positions: BTreeMap<(String, i32), i64> = BTreeMap::new();
+            let mut last_checkpoint = Instant::now();
+            let checkpoint = |engine: &Engine, positions: &BTreeMap<(String, i32), i64>| -> Option<Output> {
+                match engine.snapshot().and_then(|s| s.to_bytes()) {
+                    Ok(bytes) => {
+                        let next = positions
+                            .iter()
+                            .map(|((topic, partition), offset)| Position {
+                                topic: topic.clone(),
+                                partition: *partition,
+                                offset: offset + 1,
+                            })
+                            .collect();
+                        Some(Output::Checkpoint(bytes, next))
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot snapshot the engine");
+                        None
+                    }
+                }
+            };
             while let Some(input) = rx.blocking_recv() {
                 match input {
                     // The watermark trails the newest event, so the newest events wait for a
                     // newer one. When none comes for a second the stream is idle: release them.
                     Input::Tick if last_event.elapsed() >= IDLE => engine.flush(&mut out),
                     Input::Tick => {}
-                    Input::Event(event) => {
+                    Input::Event(event, position) => {
+                        if let Some(p) = position {
+                            positions.insert((p.topic, p.partition), p.offset);
+                        }
                         last_event = Instant::now();
                         events_in[event.stream as usize].inc();
                         let started = Instant::now();
@@ -91,8 +134,16 @@ pub fn spawn_engine(
                     for a in &mut out {
                         a.detected_at = now;
                     }
-                    if alerts.blocking_send(std::mem::take(&mut out)).is_err() {
+                    if alerts.blocking_send(Output::Alerts(std::mem::take(&mut out))).is_err() {
                         return;
+                    }
+                }
+                if last_checkpoint.elapsed() >= checkpoint_every {
+                    last_checkpoint = Instant::now();
+                    if let Some(c) = checkpoint(&engine, &positions) {
+                        if alerts.blocking_send(c).is_err() {
+                            return;
+                        }
                     }
                 }
                 if last_gauges.elapsed() > Duration::from_secs(1) {
@@ -104,6 +155,9 @@ pub fn spawn_engine(
                         telemetry.watermark_lag_ms.set(now_ms() - w);
                     }
                 }
+            }
+            if let Some(c) = checkpoint(&engine, &positions) {
+                let _ = alerts.blocking_send(c);
             }
         })
         .expect("the engine thread starts")
@@ -117,8 +171,13 @@ pub struct Health {
 
 /// Stores alert batches, retrying while the store is down (which holds the engine back), then
 /// publishes each newly stored transition to stream clients and wakes the webhook worker.
+/// Checkpoints are stored in turn, and only then are their Kafka offsets committed: after a
+/// crash the service resumes from the last checkpoint and reads again what came after it (the
+/// alerts that come out twice are stored once, by id).
+#[allow(clippy::too_many_arguments)]
 pub async fn write_alerts(
-    mut rx: mpsc::Receiver<Vec<Alert>>,
+    mut rx: mpsc::Receiver<Output>,
+    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
     store: Store,
     published: broadcast::Sender<Arc<Stored>>,
     webhook: Option<String>,
@@ -126,7 +185,14 @@ pub async fn write_alerts(
     telemetry: Arc<Telemetry>,
     health: Arc<Health>,
 ) {
-    while let Some(batch) = rx.recv().await {
+    while let Some(output) = rx.recv().await {
+        let batch = match output {
+            Output::Alerts(batch) => batch,
+            Output::Checkpoint(bytes, positions) => {
+                save_checkpoint(&store, &bytes, &positions, consumer.as_deref(), &telemetry).await;
+                continue;
+            }
+        };
         let mut delay = Duration::from_millis(200);
         loop {
             let payload =
@@ -155,6 +221,33 @@ pub async fn write_alerts(
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
             }
+        }
+    }
+}
+
+async fn save_checkpoint(
+    store: &Store,
+    bytes: &[u8],
+    positions: &[Position],
+    consumer: Option<&rdkafka::consumer::StreamConsumer>,
+    telemetry: &Telemetry,
+) {
+    let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
+    let mut delay = Duration::from_millis(200);
+    while let Err(e) = store.save_checkpoint(bytes, &text, now_ms()).await {
+        telemetry.store_errors.with_label_values(&["save_checkpoint"]).inc();
+        tracing::warn!(error = %e, "cannot store the checkpoint; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+    if let (Some(consumer), false) = (consumer, positions.is_empty()) {
+        use rdkafka::consumer::{CommitMode, Consumer};
+        let mut list = rdkafka::TopicPartitionList::new();
+        for p in positions {
+            let _ = list.add_partition_offset(&p.topic, p.partition, rdkafka::Offset::Offset(p.offset));
+        }
+        if let Err(e) = consumer.commit(&list, CommitMode::Async) {
+            tracing::warn!(error = %e, "cannot commit Kafka offsets; the next checkpoint will");
         }
     }
 }
@@ -193,7 +286,7 @@ pub fn replay_file(
         for record in input.records {
             match record.event {
                 Ok(e) => {
-                    if tx.blocking_send(Input::Event(e)).is_err() {
+                    if tx.blocking_send(Input::Event(e, None)).is_err() {
                         return;
                     }
                     n += 1;
@@ -216,8 +309,8 @@ pub fn replay_file(
     })
 }
 
-/// The engine's input channel and the alert channel out of it.
-pub type Channels = (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Vec<Alert>>, mpsc::Receiver<Vec<Alert>>);
+/// The engine's input channel and the output channel out of it.
+pub type Channels = (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Output>, mpsc::Receiver<Output>);
 
 pub fn channels() -> Channels {
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);

@@ -390,6 +390,28 @@ impl Store {
             .collect()
     }
 
+    /// Replaces the checkpoint: the engine's snapshot and the source positions it covers.
+    pub async fn save_checkpoint(&self, snapshot: &[u8], positions: &str, now: Millis) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO checkpoints (id, taken_at_ms, snapshot, positions) VALUES (1, $1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET taken_at_ms = excluded.taken_at_ms, snapshot = excluded.snapshot, \
+             positions = excluded.positions",
+        )
+        .bind(now)
+        .bind(snapshot.to_vec())
+        .bind(positions.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The latest checkpoint: (snapshot, positions as JSON).
+    pub async fn load_checkpoint(&self) -> Result<Option<(Vec<u8>, String)>> {
+        let row =
+            sqlx::query("SELECT snapshot, positions FROM checkpoints WHERE id = 1").fetch_optional(&self.pool).await?;
+        row.map(|r| Ok((r.try_get::<Vec<u8>, _>(0)?, r.try_get::<String, _>(1)?))).transpose()
+    }
+
     /// Webhook deliveries due by `now`, oldest first.
     pub async fn outbox_due(&self, now: Millis, limit: i64) -> Result<Vec<OutboxItem>> {
         let rows = sqlx::query(
