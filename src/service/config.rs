@@ -26,6 +26,9 @@ pub struct ServeArgs {
     /// Kafka consumer group [default: vigil]
     #[arg(long, env = "VIGIL_KAFKA_GROUP")]
     pub kafka_group: Option<String>,
+    /// Static group membership id: a restart with the same id resumes its partitions at once
+    #[arg(long, env = "VIGIL_KAFKA_INSTANCE_ID")]
+    pub kafka_instance_id: Option<String>,
     /// Create missing stream topics at start (for brokers that do not create them)
     #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
     pub kafka_create_topics: bool,
@@ -81,6 +84,8 @@ pub struct FileConfig {
     pub kafka_brokers: Option<String>,
     /// Kafka consumer group.
     pub kafka_group: Option<String>,
+    /// Static group membership id.
+    pub kafka_instance_id: Option<String>,
     /// Create missing stream topics at start.
     #[serde(default)]
     pub kafka_create_topics: bool,
@@ -111,6 +116,7 @@ pub struct ServeConfig {
     pub kafka_brokers: Option<String>,
     pub kafka_group: String,
     pub kafka_create_topics: bool,
+    pub kafka_instance_id: Option<String>,
     pub topics: BTreeMap<Stream, String>,
     pub webhook_url: Option<String>,
     pub api_token: Option<String>,
@@ -198,6 +204,7 @@ impl ServeConfig {
             kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
             kafka_group: args.kafka_group.or(file.kafka_group).unwrap_or_else(|| "vigil".to_string()),
             kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+            kafka_instance_id: args.kafka_instance_id.or(file.kafka_instance_id).filter(|i| !i.is_empty()),
             topics,
             webhook_url,
             api_token,

@@ -17,8 +17,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
-    ClientConfig::new()
+pub fn consumer(
+    brokers: &str,
+    group: &str,
+    instance: Option<&str>,
+) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
+    let mut config = ClientConfig::new();
+    // Static membership: a restarted Vigil with the same instance id gets its partitions back at
+    // once, instead of after the dead member's session times out.
+    if let Some(id) = instance {
+        config.set("group.instance.id", id);
+    }
+    config
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         // Offsets are committed after the checkpoint that covers them is stored.
@@ -26,6 +36,10 @@ pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::e
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("session.timeout.ms", "10000")
+        // A member that died (kill -9) is dropped from the group when it misses this interval;
+        // some brokers wait for it during a rebalance rather than for the session timeout, so a
+        // restarted Vigil would wait minutes for its partitions at the default of 300 s.
+        .set("max.poll.interval.ms", "10000")
         // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system
         // wants events as soon as they are there.
         .set("fetch.wait.max.ms", "10")

@@ -70,7 +70,10 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
                 let topics: Vec<String> = config.topics.values().cloned().collect();
                 kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
             }
-            Some(Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?))
+            let instance = config.kafka_instance_id.as_deref();
+            Some(Arc::new(
+                kafka::consumer(brokers, &config.kafka_group, instance).context("cannot create the Kafka consumer")?,
+            ))
         }
         None => None,
     };

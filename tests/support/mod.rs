@@ -89,6 +89,9 @@ impl Service {
 impl Drop for Service {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- vigil serve log ({}):\n{}", self.url, self.log());
+        }
     }
 }
 
