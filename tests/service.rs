@@ -297,9 +297,10 @@ async fn produce(topic: &str, payloads: &[&str]) {
 struct KafkaSetup {
     service: Service,
     topic: String,
-    group: String,
     db_name: String,
     db_url: String,
+    /// The arguments it was started with, to start it again.
+    args: Vec<String>,
 }
 
 async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
@@ -308,25 +309,26 @@ async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
     vigil::service::kafka::ensure_topics(&kafka_brokers(), std::slice::from_ref(&topic), 1)
         .await
         .expect("topics created");
-    let (group, rules, brokers, topic_arg) =
-        (unique("group"), rules_dir(), kafka_brokers(), format!("task_event={topic}"));
-    let mut args = vec![
+    let mut args: Vec<String> = [
         "--rules",
-        &rules,
+        &rules_dir(),
         "--database-url",
         &db_url,
         "--kafka-brokers",
-        &brokers,
+        &kafka_brokers(),
         "--kafka-group",
-        &group,
+        &unique("group"),
         "--topic",
-        &topic_arg,
+        &format!("task_event={topic}"),
         "--lateness",
         "0s",
-    ];
-    args.extend_from_slice(extra);
-    let service = Service::start(&args);
-    KafkaSetup { service, topic, group, db_name, db_url }
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let service = Service::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    KafkaSetup { service, topic, db_name, db_url, args }
 }
 
 #[tokio::test]
@@ -441,7 +443,7 @@ async fn a_killed_service_resumes_from_its_checkpoint_losing_and_repeating_nothi
     assert_eq!(expected.len(), 80, "40 evictions then failures, each fired and resolved");
 
     let receiver = Receiver::start(0).await;
-    let KafkaSetup { mut service, topic, group, db_name, db_url } =
+    let KafkaSetup { mut service, topic, db_name, db_url, args } =
         start_with_kafka(&["--webhook-url", &receiver.url, "--checkpoint-interval", "500ms"]).await;
     let payloads: Vec<&str> = lines.iter().map(String::as_str).collect();
     produce(&topic, &payloads[..40]).await;
@@ -458,26 +460,7 @@ async fn a_killed_service_resumes_from_its_checkpoint_losing_and_repeating_nothi
     drop(service);
 
     produce(&topic, &payloads[40..]).await;
-    let group_args = ["--webhook-url", &receiver.url, "--checkpoint-interval", "500ms"];
-    let brokers = kafka_brokers();
-    let topic_arg = format!("task_event={topic}");
-    let rules = rules_dir();
-    let mut args = vec![
-        "--rules",
-        &rules,
-        "--database-url",
-        &db_url,
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-group",
-        &group,
-        "--topic",
-        &topic_arg,
-        "--lateness",
-        "0s",
-    ];
-    args.extend_from_slice(&group_args);
-    let restarted = Service::start(&args);
+    let restarted = Service::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let stored: Vec<(String, String)> = eventually("all alerts stored", || async {
         let mut rows: Vec<(String, String)> =
             sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
