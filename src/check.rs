@@ -451,14 +451,8 @@ impl<'a> RuleChecker<'a> {
             let source = info.source;
             if let Some(first) = used.insert(&step.event.name, step.event.span) {
                 self.error(
-                    Diagnostic::new(
-                        codes::DUPLICATE_NAME,
-                        format!("`{}` appears twice in the sequence", step.event.name),
-                        step.event.span,
-                        "again here",
-                    )
-                    .with_secondary(first, "first here")
-                    .with_help("to match the same kind of event twice, write two patterns with different names"),
+                    twice(format!("`{}` appears twice in the sequence", step.event.name), step.event.span, first)
+                        .with_help("to match the same kind of event twice, write two patterns with different names"),
                 );
             }
             match step.kind {
@@ -701,15 +695,7 @@ impl<'a> RuleChecker<'a> {
         let mut seen: HashMap<&str, Span> = HashMap::new();
         for f in &s.fields {
             if let Some(first) = seen.insert(&f.name.name, f.name.span) {
-                self.error(
-                    Diagnostic::new(
-                        codes::DUPLICATE_NAME,
-                        format!("state field `{}` is defined twice", f.name.name),
-                        f.name.span,
-                        "again here",
-                    )
-                    .with_secondary(first, "first here"),
-                );
+                self.error(twice(format!("state field `{}` is defined twice", f.name.name), f.name.span, first));
                 continue;
             }
             if let Some(field) = self.aggregate(f, &scope) {
@@ -1147,15 +1133,7 @@ impl<'a> RuleChecker<'a> {
         let mut out = Vec::new();
         for f in fields {
             if let Some(first) = seen.insert(&f.name.name, f.name.span) {
-                self.error(
-                    Diagnostic::new(
-                        codes::DUPLICATE_NAME,
-                        format!("{what} `{}` is given twice", f.name.name),
-                        f.name.span,
-                        "again here",
-                    )
-                    .with_secondary(first, "first here"),
-                );
+                self.error(twice(format!("{what} `{}` is given twice", f.name.name), f.name.span, first));
                 continue;
             }
             let pieces = f
@@ -1191,14 +1169,8 @@ impl<'a> RuleChecker<'a> {
             };
             if let Some(first) = seen.insert(name.clone(), span) {
                 self.error(
-                    Diagnostic::new(
-                        codes::DUPLICATE_NAME,
-                        format!("the rule returns `{name}` twice"),
-                        span,
-                        "again here",
-                    )
-                    .with_secondary(first, "first here")
-                    .with_help("give one of them a name with `as`"),
+                    twice(format!("the rule returns `{name}` twice"), span, first)
+                        .with_help("give one of them a name with `as`"),
                 );
                 continue;
             }
@@ -1346,12 +1318,11 @@ impl<'a> RuleChecker<'a> {
             }
             ExprKind::Member(base, field) => self.member(e, base, field, scope),
             ExprKind::Index(base, idx) => self.index(e, base, idx, scope),
-            ExprKind::Range(base, _, _) => {
+            ExprKind::Range(..) => {
                 self.error(
                     Diagnostic::new(codes::TYPE_MISMATCH, "a range of windows needs a field", e.span, "no field taken")
                         .with_help(format!("take a field, e.g. `avg({}.cpu)`", e)),
                 );
-                let _ = base;
                 error_expr()
             }
             ExprKind::Call(name, args) => self.call(e, name, args, scope),
@@ -1980,6 +1951,11 @@ impl<'a> RuleChecker<'a> {
         };
         TExpr { ty, kind: TExprKind::Binary(op, Box::new(lt), Box::new(rt)) }
     }
+}
+
+/// A name given a second time: the diagnostic points at the repeat and back at the first.
+fn twice(message: String, again: Span, first: Span) -> Diagnostic {
+    Diagnostic::new(codes::DUPLICATE_NAME, message, again, "again here").with_secondary(first, "first here")
 }
 
 fn typed(ty: Type, kind: TExprKind) -> TExpr {

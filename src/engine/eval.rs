@@ -31,8 +31,8 @@ pub struct Env<'a> {
     pub sources: &'a [SourcePlan],
     /// The event bound to each source, by source index.
     pub events: &'a [Option<&'a Event>],
-    /// The state field names in plan order, and the group's history.
-    pub state: Option<(&'a [String], &'a History)>,
+    /// The group's history of windows (fields in plan order, which expressions index).
+    pub state: Option<&'a History>,
     pub baselines: Option<&'a BTreeMap<String, Value>>,
     pub cluster: Option<&'a ClusterResult>,
     pub regexes: &'a RegexCache,
@@ -152,7 +152,7 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
 }
 
 fn state_value(env: &Env, ago: usize, index: usize) -> Value {
-    let Some((_, history)) = env.state else { return Value::Null };
+    let Some(history) = env.state else { return Value::Null };
     history.get(ago).and_then(|w| w.get(index)).cloned().unwrap_or(Value::Null)
 }
 

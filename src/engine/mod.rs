@@ -121,8 +121,6 @@ pub struct EngineConfig {
 /// Counters the engine keeps; shown in replay summaries and exported as metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
-    /// Events taken in, by stream (indexed by `Stream as usize`).
-    pub events_in: [u64; 4],
     /// Late events, per rule that would have consumed them.
     pub late_by_rule: BTreeMap<String, u64>,
     /// Late events in all (an event late for several rules counts once here).
@@ -497,7 +495,6 @@ impl Engine {
     /// Takes one event; alerts it causes (now or by moving time on) go to `out`. Returns false
     /// when the event was late and not processed.
     pub fn push(&mut self, event: Event, out: &mut Vec<Alert>) -> bool {
-        self.stats.events_in[event.stream as usize] += 1;
         if self.watermark.is_some_and(|w| event.ts <= w) {
             self.count_late(&event);
             return false;

@@ -17,7 +17,7 @@ use crate::alert::{Alert, MAX_EVIDENCE};
 use crate::ast::StepKind;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{RulePlan, TExpr, TExprKind};
-use crate::schema::{EntityKind, Role};
+use crate::schema::EntityKind;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -67,11 +67,9 @@ pub struct SequenceOperator {
     alerting: Alerting,
     /// Step index of each source.
     step_of: Vec<usize>,
-    /// Positions of each source's entity key fields.
-    key_positions: Vec<Vec<usize>>,
+    /// For each source, each entity it binds with the positions of its key fields.
+    identity_positions: Vec<Vec<(usize, Vec<usize>)>>,
     entities: Vec<EntityVar>,
-    /// Entity variables bound by each source.
-    binds: Vec<Vec<usize>>,
     /// Entity variables every step binds; the partition key when there is no `group by`.
     common: Vec<usize>,
     /// `group by` expressions rewritten for each source, so any step's event can compute them.
@@ -150,16 +148,27 @@ impl SequenceOperator {
             seq.group_by.iter().map(|e| e.to_string()).collect()
         };
         let within = seq.within_ms.map(|w| w as Millis);
-        let key_positions =
-            plan.sources.iter().map(|s| super::entity_key_positions(s).into_iter().map(|(_, i)| i).collect()).collect();
+        let identity_positions = plan
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(source, src)| {
+                std::iter::once(&src.subject)
+                    .chain(src.object.as_ref())
+                    .zip(&binds[source])
+                    .map(|((kind, _), &id)| {
+                        (id, kind.key_fields().iter().map(|f| crate::event::field_position(src.stream, f)).collect())
+                    })
+                    .collect()
+            })
+            .collect();
         SequenceOperator {
-            key_positions,
+            identity_positions,
             alerting: Alerting::new(plan.clone(), key_names),
             plan,
             regexes,
             step_of,
             entities,
-            binds,
             common,
             group_by,
             bind_conditions,
@@ -179,19 +188,9 @@ impl SequenceOperator {
 
     /// The identity of each entity an event binds, read from the event.
     fn identities(&self, source: usize, event: &Event) -> Vec<(usize, Vec<Value>)> {
-        let src = &self.plan.sources[source];
-        std::iter::once((&src.subject, Role::Subject))
-            .chain(src.object.as_ref().map(|o| (o, Role::Object)))
-            .zip(&self.binds[source])
-            .map(|(((kind, _), _), &id)| {
-                (
-                    id,
-                    kind.key_fields()
-                        .iter()
-                        .map(|f| event.value(crate::event::field_position(src.stream, f)))
-                        .collect(),
-                )
-            })
+        self.identity_positions[source]
+            .iter()
+            .map(|(id, positions)| (*id, positions.iter().map(|&i| event.value(i)).collect()))
             .collect()
     }
 
@@ -303,7 +302,7 @@ impl SequenceOperator {
 
 impl Operator for SequenceOperator {
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
-        if !super::binds_entities(&self.key_positions[source], event) {
+        if !self.identity_positions[source].iter().all(|(_, positions)| super::binds_entities(positions, event)) {
             return;
         }
         // The engine has checked the pattern's filter.

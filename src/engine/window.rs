@@ -39,7 +39,7 @@ pub fn signature(plan: &RulePlan) -> String {
         })
         .collect();
     format!(
-        "{}|{:?}|{}/{}|{:?}|{}|{:?}|{}|{}",
+        "{}|{:?}|{}/{}|{:?}|{}|{:?}|{}",
         src.stream.name(),
         src.event_type,
         src.subject.1,
@@ -48,7 +48,6 @@ pub fn signature(plan: &RulePlan) -> String {
         plan.window.map(|w| format!("{}/{}", w.size_ms, w.slide_ms)).unwrap_or_default(),
         fields,
         keys.join(","),
-        fields.len(),
     )
 }
 
@@ -228,7 +227,7 @@ impl WindowOperator {
                 let env = Env {
                     sources: &self.source,
                     events: &events,
-                    state: Some((names, history)),
+                    state: Some(history),
                     baselines: None,
                     cluster,
                     regexes: &self.regexes,
@@ -280,7 +279,7 @@ impl WindowOperator {
             let env = Env {
                 sources: &self.source,
                 events: &events,
-                state: Some((&self.field_names, &group.history)),
+                state: Some(&group.history),
                 baselines: None,
                 cluster: None,
                 regexes: &self.regexes,
