@@ -202,7 +202,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
         anyhow::bail!("the benchmark rules do not check:\n{}", compiled.source().render(&compiled.diagnostics, false));
     }
     let rules = compiled.plans.len();
-    let mut engine = Engine::new(compiled.plans, EngineConfig { lateness_ms: 0 });
+    let mut engine = Engine::new(compiled.plans, EngineConfig { lateness_ms: 0, ..EngineConfig::default() });
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
 

@@ -63,7 +63,7 @@ enum Command {
         metric_name: Option<String>,
     },
     /// Run the service: Kafka or HTTP ingest in, alerts stored, streamed and pushed to a webhook.
-    Serve(vigil::service::config::ServeArgs),
+    Serve(Box<vigil::service::config::ServeArgs>),
     /// Send a recorded file's events to Kafka, as JSON, to exercise a deployment.
     Produce {
         /// Kafka bootstrap servers.
@@ -154,7 +154,7 @@ fn main() -> ExitCode {
             };
             bench(&options, json)
         }
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Produce { brokers, topic, speed, format, create_topics, inputs } => {
             produce(&brokers, topic.as_deref(), speed, format, create_topics, &inputs)
         }
@@ -283,8 +283,10 @@ fn replay(
         .iter()
         .map(|p| vigil::input::open(p, format, input_options).with_context(|| format!("cannot read {}", p.display())))
         .collect::<Result<Vec<_>>>()?;
-    let mut engine =
-        vigil::engine::Engine::new(plans, vigil::engine::EngineConfig { lateness_ms: options.lateness_ms });
+    let mut engine = vigil::engine::Engine::new(
+        plans,
+        vigil::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
+    );
     let mut writer: Box<dyn std::io::Write> = match out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,

@@ -95,7 +95,12 @@ fn skip_trivia(src: &str, mut pos: usize) -> usize {
 
 /// The start of the next line at or after `from` whose first word is `rule`.
 fn next_rule_start(src: &str, from: usize) -> Option<usize> {
-    let mut line_start = src[..from.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
+    // An error may point inside a character; step to the next whole one.
+    let mut from = from.min(src.len());
+    while !src.is_char_boundary(from) {
+        from += 1;
+    }
+    let mut line_start = src[..from].rfind('\n').map_or(0, |i| i + 1);
     if line_start < from {
         line_start = src[from..].find('\n').map(|i| from + i + 1)?;
     }

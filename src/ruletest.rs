@@ -209,7 +209,7 @@ fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case:
         Some(l) => self::lateness(l)?,
         None => file_lateness.unwrap_or(0),
     };
-    let mut engine = Engine::new(plans.to_vec(), EngineConfig { lateness_ms: lateness });
+    let mut engine = Engine::new(plans.to_vec(), EngineConfig { lateness_ms: lateness, ..EngineConfig::default() });
     let mut alerts: Vec<Alert> = Vec::new();
     let mut events = Vec::new();
     if let Some(text) = &case.events {

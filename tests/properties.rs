@@ -55,7 +55,10 @@ fn event((secs, kind, n, v): (i64, u8, u8, u8)) -> Event {
 }
 
 fn engine(plans: &[vigil::plan::RulePlan]) -> vigil::engine::Engine {
-    vigil::engine::Engine::new(plans.to_vec(), vigil::engine::EngineConfig { lateness_ms: LATENESS_MS })
+    vigil::engine::Engine::new(
+        plans.to_vec(),
+        vigil::engine::EngineConfig { lateness_ms: LATENESS_MS, ..Default::default() },
+    )
 }
 
 fn run(events: &[Event], plans: &[vigil::plan::RulePlan]) -> Vec<String> {

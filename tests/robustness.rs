@@ -138,3 +138,10 @@ proptest! {
         let _ = c.source().to_json(&c.diagnostics);
     }
 }
+
+#[test]
+fn an_error_inside_a_multibyte_character_does_not_panic() {
+    // Found by tests/fuzz.rs: recovery looked for the next rule from inside U+202E.
+    let c = vigil::compile("bidi.saql", "\u{202e}rule number_condition {\n  task t use machine m as e\n".as_bytes());
+    assert!(!c.diagnostics.is_empty());
+}

@@ -83,6 +83,10 @@ pub trait Operator: Send {
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error>;
     /// Puts back a state [`Operator::snapshot`] made, by an operator built from the same rules.
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error>;
+    /// Keys dropped so far, per rule and reason (`cap` or `idle`).
+    fn evicted(&self) -> Vec<(String, &'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Everything the engine knows, for a checkpoint: the events waiting in the reorder buffer,
@@ -116,6 +120,30 @@ impl Snapshot {
 pub struct EngineConfig {
     /// How far behind the newest event an event may arrive and still be processed.
     pub lateness_ms: Millis,
+    pub limits: Limits,
+}
+
+/// Bounds on the state one rule holds.
+///
+/// State is bounded in time already: every sequence has a `within`, and a windowed group goes
+/// once it has been idle for as many windows as it remembers. These limits bound it further.
+/// Past `max_keys`, a sequence rule drops its oldest partial match (the one started first), and
+/// a windowed rule drops the sixteenth of its groups that have been idle longest (groups with
+/// an active alert last). With `idle_ms`, a partial match that has not progressed for that
+/// long (event time) is dropped before its `within` ends, and so is a group without events for
+/// that long that would otherwise be remembered longer (for a long history or training), unless
+/// its alert is active. Every drop is counted ([`Operator::evicted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_keys: usize,
+    /// 0: never.
+    pub idle_ms: Millis,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_keys: 1_000_000, idle_ms: 0 }
+    }
 }
 
 /// Counters the engine keeps; shown in replay summaries and exported as metrics.
@@ -346,7 +374,7 @@ impl Engine {
                     let op: Box<dyn Operator> = if plan.model == Model::SingleEvent {
                         Box::new(filter::FilterOperator::new(plan.clone(), regexes.clone()))
                     } else {
-                        Box::new(sequence::SequenceOperator::new(plan.clone(), regexes.clone()))
+                        Box::new(sequence::SequenceOperator::new(plan.clone(), regexes.clone(), config.limits))
                     };
                     operators.push(op);
                     op_plans.push(vec![plan.clone()]);
@@ -373,7 +401,7 @@ impl Engine {
             let target = Target { op: op_index, source: 0, filter: filter_of(&builder.plans()[0], 0) };
             routes[src.stream as usize].add(&src, required_for(&builder.plans()[0], 0), target);
             op_plans.push(builder.plans().to_vec());
-            operators.push(Box::new(builder.build()));
+            operators.push(Box::new(builder.build(config.limits)));
         }
         let n = operators.len();
         Engine {
@@ -487,6 +515,17 @@ impl Engine {
         for op in &self.operators {
             for (rule, n) in op.live_keys() {
                 *out.entry(rule).or_insert(0) += n;
+            }
+        }
+        out
+    }
+
+    /// Keys dropped so far by the state limits, per rule and reason (`cap`, `idle`).
+    pub fn evicted(&self) -> BTreeMap<(String, &'static str), u64> {
+        let mut out = BTreeMap::new();
+        for op in &self.operators {
+            for (rule, reason, n) in op.evicted() {
+                *out.entry((rule, reason)).or_insert(0) += n;
             }
         }
         out
@@ -713,5 +752,76 @@ mod tests {
         engine.push(fail(2, "j1"), &mut out);
         engine.flush(&mut out);
         assert!(out.is_empty(), "the changed rule lost its count: {out:?}");
+    }
+
+    const NO_WITHIN: &str = r#"
+        rule evict_fail { task t evict as e1 task t fail as e2 with e1 -> e2 within 30 d }
+    "#;
+
+    fn task(kind: &str, min: i64, job: &str) -> Event {
+        let mut e = fail(min, job);
+        e.set("type", Value::str(kind));
+        e
+    }
+
+    fn limited(src: &str, max_keys: usize, idle_ms: Millis) -> Engine {
+        Engine::new(plans(src), EngineConfig { lateness_ms: 0, limits: Limits { max_keys, idle_ms } })
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_partial_match_goes_and_is_counted() {
+        let mut engine = limited(NO_WITHIN, 3, 0);
+        let mut out = Vec::new();
+        for (i, job) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            engine.push(task("EVICT", i as i64, job), &mut out);
+        }
+        engine.flush(&mut out);
+        assert_eq!(engine.live_keys()["evict_fail"], 3);
+        assert_eq!(engine.evicted()[&("evict_fail".to_string(), "cap")], 2);
+        // `a` and `b` were dropped; `e` is still waiting for its failure.
+        engine.push(task("FAIL", 10, "a"), &mut out);
+        engine.push(task("FAIL", 11, "e"), &mut out);
+        engine.flush(&mut out);
+        let jobs: Vec<String> = out
+            .iter()
+            .filter(|a| a.status == crate::alert::Status::Firing)
+            .map(|a| a.key.values().map(|v| v.to_string()).collect())
+            .collect();
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        assert!(jobs[0].contains("\"e\""), "{jobs:?}");
+    }
+
+    #[test]
+    fn a_partial_match_without_progress_expires_after_the_idle_time() {
+        let mut engine = limited(NO_WITHIN, 1_000, 60 * 60_000);
+        let mut out = Vec::new();
+        engine.push(task("EVICT", 0, "old"), &mut out);
+        engine.push(task("EVICT", 30, "young"), &mut out);
+        // Two hours later: `old` has waited over an hour, `young` too by then.
+        engine.push(task("FAIL", 61, "young"), &mut out);
+        engine.push(task("FAIL", 120, "old"), &mut out);
+        engine.flush(&mut out);
+        let fired: Vec<&Alert> = out.iter().filter(|a| a.status == crate::alert::Status::Firing).collect();
+        assert_eq!(fired.len(), 1, "only `young` completes in time: {fired:#?}");
+        // `old` went waiting; `young`'s prefix, kept for more failures, went an hour after its
+        // eviction, long before its 30 days.
+        assert_eq!(engine.evicted()[&("evict_fail".to_string(), "idle")], 2);
+        assert_eq!(engine.live_keys()["evict_fail"], 0);
+    }
+
+    #[test]
+    fn a_windowed_rule_past_its_cap_drops_its_idlest_groups() {
+        let src =
+            "rule per_job { task t fail as e #time(1 min) state ss { n := count() } group by t.job_id alert ss.n > 5 }";
+        let mut engine = limited(src, 32, 0);
+        let mut out = Vec::new();
+        for i in 0..100 {
+            engine.push(task("FAIL", i / 50, &format!("j{i}")), &mut out);
+        }
+        engine.flush(&mut out);
+        let live = engine.live_keys()["per_job"];
+        assert!(live <= 32, "{live} groups live");
+        let evicted = engine.evicted()[&("per_job".to_string(), "cap")];
+        assert!(evicted >= 68, "{evicted} evicted");
     }
 }

@@ -19,13 +19,13 @@ use crate::event::{Event, Millis, Value};
 use crate::plan::{RulePlan, TExpr, TExprKind};
 use crate::schema::EntityKind;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// What a sequence operator's snapshot holds.
 type SequenceState = (
     HashMap<Key, Partition>,
-    HashMap<u64, Key>,
+    BTreeMap<u64, Key>,
     BinaryHeap<Reverse<(Millis, u64)>>,
     u64,
     Option<Millis>,
@@ -80,16 +80,20 @@ pub struct SequenceOperator {
     absent_conditions: Vec<Vec<TExpr>>,
     within: Option<Millis>,
     partitions: HashMap<Key, Partition>,
-    /// Partition of each live partial match, by id.
-    locate: HashMap<u64, Key>,
+    /// Partition of each live partial match, by id (ids grow, so the first is the oldest).
+    locate: BTreeMap<u64, Key>,
     timers: BinaryHeap<Reverse<(Millis, u64)>>,
     next_id: u64,
     /// When counters next need pruning.
     next_sweep: Option<Millis>,
+    limits: super::Limits,
+    /// Partial matches dropped over the cap, and for want of progress.
+    evicted_cap: u64,
+    evicted_idle: u64,
 }
 
 impl SequenceOperator {
-    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
+    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>, limits: super::Limits) -> Self {
         let seq = plan.sequence.as_ref().expect("a sequence rule has a sequence plan");
         let mut step_of = vec![0; plan.sources.len()];
         for (i, step) in seq.steps.iter().enumerate() {
@@ -175,10 +179,13 @@ impl SequenceOperator {
             absent_conditions,
             within,
             partitions: HashMap::new(),
-            locate: HashMap::new(),
+            locate: BTreeMap::new(),
             timers: BinaryHeap::new(),
             next_id: 1,
             next_sweep: None,
+            limits,
+            evicted_cap: 0,
+            evicted_idle: 0,
         }
     }
 
@@ -262,13 +269,21 @@ impl SequenceOperator {
                 None
             }
             Some(_) => {
-                pm.due = self.within.map(|w| pm.start + w + 1);
+                // A match that makes no progress for the idle time goes before `within` ends.
+                let idle = (self.limits.idle_ms > 0).then(|| pm.last + self.limits.idle_ms);
+                pm.due = match (self.within.map(|w| pm.start + w + 1), idle) {
+                    (Some(w), Some(i)) => Some(w.min(i)),
+                    (w, i) => w.or(i),
+                };
                 None
             }
         }
     }
 
     fn track(&mut self, key: &Key, pm: PartialMatch) {
+        while self.locate.len() >= self.limits.max_keys {
+            self.evict_oldest();
+        }
         if let Some(due) = pm.due {
             self.timers.push(Reverse((due, pm.id)));
         }
@@ -423,6 +438,10 @@ impl Operator for SequenceOperator {
         Ok(())
     }
 
+    fn evicted(&self) -> Vec<(String, &'static str, u64)> {
+        vec![(self.plan.name.clone(), "cap", self.evicted_cap), (self.plan.name.clone(), "idle", self.evicted_idle)]
+    }
+
     fn live_keys(&self) -> Vec<(String, usize)> {
         let matches: usize =
             self.partitions.values().map(|p| p.matches.len() + usize::from(!p.counter.is_empty())).sum();
@@ -447,10 +466,25 @@ impl SequenceOperator {
                 Some(at) => self.complete(&key, &pm, at, out),
                 None => self.track(&key, pm),
             }
+        } else if self.within.is_none_or(|w| due < pm.start + w + 1) {
+            // No progress for the idle time: the match is dropped, and counted.
+            self.evicted_idle += 1;
         }
         // Otherwise the `within` bound passed before the next step came: the match is dropped.
         if self.partitions.get(&key).is_some_and(|p| p.matches.is_empty() && p.counter.is_empty()) {
             self.partitions.remove(&key);
+        }
+    }
+
+    /// Drops the partial match that started first, to stay under the cap.
+    fn evict_oldest(&mut self) {
+        let Some((id, key)) = self.locate.pop_first() else { return };
+        self.evicted_cap += 1;
+        if let Some(part) = self.partitions.get_mut(&key) {
+            part.matches.retain(|m| m.id != id);
+            if part.matches.is_empty() && part.counter.is_empty() {
+                self.partitions.remove(&key);
+            }
         }
     }
 

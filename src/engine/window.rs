@@ -74,7 +74,7 @@ impl WindowOperatorBuilder {
         &self.plans[0].sources[0]
     }
 
-    pub fn build(self) -> WindowOperator {
+    pub fn build(self, limits: super::Limits) -> WindowOperator {
         let first = self.plans[0].clone();
         let state = first.state.clone().expect("windowed rule has state");
         let window = first.window.expect("windowed rule has a window");
@@ -107,6 +107,10 @@ impl WindowOperatorBuilder {
             next_close: None,
             dependents,
             regexes: self.regexes,
+            max_keys: limits.max_keys,
+            idle_ms: limits.idle_ms,
+            evicted: 0,
+            evicted_idle: 0,
         }
     }
 }
@@ -169,9 +173,34 @@ pub struct WindowOperator {
     next_close: Option<Millis>,
     dependents: Vec<Dependent>,
     regexes: Arc<RegexCache>,
+    max_keys: usize,
+    idle_ms: Millis,
+    /// Groups dropped over the cap, and for idleness before their history ran out.
+    evicted: u64,
+    evicted_idle: u64,
 }
 
 impl WindowOperator {
+    /// Drops the sixteenth of the groups idle longest (those with an active alert last, ties
+    /// broken by key so that every run drops the same), making room for new ones.
+    fn evict(&mut self) {
+        let n = (self.groups.len() / 16).max(1);
+        let dependents = &self.dependents;
+        let mut ranked: Vec<(bool, usize, &Key)> =
+            self.groups.iter().map(|(k, g)| (dependents.iter().any(|d| d.alerting.is_active(k)), g.idle, k)).collect();
+        let order = |a: &(bool, usize, &Key), b: &(bool, usize, &Key)| {
+            a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then_with(|| compare_keys(a.2, b.2))
+        };
+        if n < ranked.len() {
+            ranked.select_nth_unstable_by(n - 1, order);
+        }
+        let victims: Vec<Key> = ranked.into_iter().take(n).map(|(_, _, k)| k.clone()).collect();
+        for k in victims {
+            self.groups.remove(&k);
+        }
+        self.evicted += n as u64;
+    }
+
     fn group_key(&self, event: &Event) -> Key {
         let events = [Some(event)];
         let env = Env::events(&self.source, &events, &self.regexes);
@@ -259,10 +288,21 @@ impl WindowOperator {
             }
         }
         let remember = self.remember.max(1);
+        // Windows that make the idle time, when that is shorter than what the group remembers.
+        let idle_windows = match self.idle_ms {
+            0 => usize::MAX,
+            ms => (ms / self.slide).max(1) as usize,
+        };
         let dependents = &self.dependents;
+        let mut expired = 0;
         self.groups.retain(|key, g| {
-            g.idle < remember || !g.open.is_empty() || dependents.iter().any(|d| d.alerting.is_active(key))
+            let active = dependents.iter().any(|d| d.alerting.is_active(key));
+            let remembered = g.idle < remember || !g.open.is_empty() || active;
+            let idle_out = g.idle >= idle_windows && g.open.is_empty() && !active;
+            expired += u64::from(remembered && idle_out);
+            remembered && !idle_out
         });
+        self.evicted_idle += expired;
     }
 
     /// Runs dependent `d`'s cluster step over the groups that had events in the window.
@@ -400,6 +440,9 @@ impl Operator for WindowOperator {
         let args: Vec<Value> =
             self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))).collect();
         let key = self.group_key(event);
+        if self.groups.len() >= self.max_keys && !self.groups.contains_key(&key) {
+            self.evict();
+        }
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
         let empty = self.empty_window();
@@ -463,6 +506,12 @@ impl Operator for WindowOperator {
             d.alerting.restore(a);
         }
         Ok(())
+    }
+
+    fn evicted(&self) -> Vec<(String, &'static str, u64)> {
+        let name = |d: &Dependent| d.plan.name.clone();
+        let cap = self.dependents.iter().map(|d| (name(d), "cap", self.evicted));
+        cap.chain(self.dependents.iter().map(|d| (name(d), "idle", self.evicted_idle))).collect()
     }
 
     fn live_keys(&self) -> Vec<(String, usize)> {

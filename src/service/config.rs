@@ -26,9 +26,6 @@ pub struct ServeArgs {
     /// Kafka consumer group [default: vigil]
     #[arg(long, env = "VIGIL_KAFKA_GROUP")]
     pub kafka_group: Option<String>,
-    /// Static group membership id: a restart with the same id resumes its partitions at once
-    #[arg(long, env = "VIGIL_KAFKA_INSTANCE_ID")]
-    pub kafka_instance_id: Option<String>,
     /// Create missing stream topics at start (for brokers that do not create them)
     #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
     pub kafka_create_topics: bool,
@@ -41,6 +38,9 @@ pub struct ServeArgs {
     /// Bearer token required by mutating endpoints
     #[arg(long, env = "VIGIL_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Bearer token required by reading endpoints (the API token works too) [default: none, reads are open]
+    #[arg(long, env = "VIGIL_API_READ_TOKEN", hide_env_values = true)]
+    pub api_read_token: Option<String>,
     /// A recorded file fed into the running service, repeatable
     #[arg(long = "replay")]
     pub replay: Vec<PathBuf>,
@@ -53,9 +53,47 @@ pub struct ServeArgs {
     /// How often the engine's state is checkpointed to the store, e.g. `10s` [default: 10s]
     #[arg(long, env = "VIGIL_CHECKPOINT_INTERVAL", value_parser = crate::parser::parse_duration)]
     pub checkpoint_interval: Option<u64>,
+    /// Folder of the on-disk alert buffer used while the store is down [default: vigil-spool]
+    #[arg(long, env = "VIGIL_SPOOL_DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// Most the spool may hold, in MiB; when full the engine waits [default: 256]
+    #[arg(long, env = "VIGIL_SPOOL_MAX_MB")]
+    pub spool_max_mb: Option<u64>,
+    /// How long one webhook call may take, e.g. `5s` [default: 10s]
+    #[arg(long, env = "VIGIL_WEBHOOK_TIMEOUT", value_parser = crate::parser::parse_duration)]
+    pub webhook_timeout: Option<u64>,
+    /// Attempts before a webhook delivery is dead [default: 12]
+    #[arg(long, env = "VIGIL_WEBHOOK_MAX_ATTEMPTS")]
+    pub webhook_max_attempts: Option<u32>,
+    /// Wait before the first webhook retry, doubled after each failure up to 5 min [default: 1s]
+    #[arg(long, env = "VIGIL_WEBHOOK_BACKOFF", value_parser = crate::parser::parse_duration)]
+    pub webhook_backoff: Option<u64>,
+    /// Most live keys (window groups, partial matches, alerts) a rule holds; past it the least
+    /// recently active are evicted [default: 1000000]
+    #[arg(long, env = "VIGIL_MAX_KEYS_PER_RULE")]
+    pub max_keys_per_rule: Option<usize>,
+    /// A partial match or window group with no progress for this long (event time) is dropped
+    /// before its `within` or history ends, e.g. `6h`; `0s` never [default: 0s]
+    #[arg(long, env = "VIGIL_IDLE_TIMEOUT", value_parser = crate::parser::parse_duration)]
+    pub idle_timeout: Option<u64>,
+    /// When the engine cannot keep up: `backpressure` (sources wait) or `shed` (events are
+    /// dropped and counted) [default: backpressure]
+    #[arg(long, env = "VIGIL_OVERLOAD")]
+    pub overload: Option<Overload>,
     /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
     #[arg(long, env = "VIGIL_CONFIG")]
     pub config: Option<PathBuf>,
+}
+
+/// What the sources do when the engine's input queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overload {
+    /// Sources wait: Kafka is read later, HTTP ingest answers later. Nothing is lost.
+    #[default]
+    Backpressure,
+    /// Events that do not fit are dropped and counted (`vigil_events_shed_total`).
+    Shed,
 }
 
 fn parse_topic(s: &str) -> Result<(Stream, String), String> {
@@ -84,8 +122,6 @@ pub struct FileConfig {
     pub kafka_brokers: Option<String>,
     /// Kafka consumer group.
     pub kafka_group: Option<String>,
-    /// Static group membership id.
-    pub kafka_instance_id: Option<String>,
     /// Create missing stream topics at start.
     #[serde(default)]
     pub kafka_create_topics: bool,
@@ -96,6 +132,8 @@ pub struct FileConfig {
     pub webhook_url: Option<String>,
     /// Bearer token for mutating endpoints.
     pub api_token: Option<String>,
+    /// Bearer token for reading endpoints.
+    pub api_read_token: Option<String>,
     /// Recorded files to feed in.
     #[serde(default)]
     pub replay: Vec<PathBuf>,
@@ -105,6 +143,22 @@ pub struct FileConfig {
     pub external_url: Option<String>,
     /// How often to checkpoint, e.g. "10 s".
     pub checkpoint_interval: Option<String>,
+    /// Folder of the on-disk alert buffer.
+    pub spool_dir: Option<PathBuf>,
+    /// Most the spool may hold, in MiB.
+    pub spool_max_mb: Option<u64>,
+    /// How long one webhook call may take, e.g. "5 s".
+    pub webhook_timeout: Option<String>,
+    /// Attempts before a webhook delivery is dead.
+    pub webhook_max_attempts: Option<u32>,
+    /// Wait before the first webhook retry, e.g. "1 s".
+    pub webhook_backoff: Option<String>,
+    /// Most live keys per rule.
+    pub max_keys_per_rule: Option<usize>,
+    /// Idle time after which a key is dropped, e.g. "6 h"; "0 s" never.
+    pub idle_timeout: Option<String>,
+    /// `backpressure` or `shed`.
+    pub overload: Option<Overload>,
 }
 
 /// The settings in force.
@@ -116,15 +170,30 @@ pub struct ServeConfig {
     pub kafka_brokers: Option<String>,
     pub kafka_group: String,
     pub kafka_create_topics: bool,
-    pub kafka_instance_id: Option<String>,
     pub topics: BTreeMap<Stream, String>,
     pub webhook_url: Option<String>,
     pub api_token: Option<String>,
+    pub api_read_token: Option<String>,
     pub replay: Vec<PathBuf>,
     pub lateness_ms: i64,
     /// When unset, the address the API is bound to.
     pub external_url: Option<String>,
     pub checkpoint_ms: u64,
+    pub spool_dir: PathBuf,
+    pub spool_max_bytes: u64,
+    pub webhook: WebhookSettings,
+    pub max_keys_per_rule: usize,
+    /// 0: keys never expire.
+    pub idle_timeout_ms: i64,
+    pub overload: Overload,
+}
+
+/// How webhook calls are made and retried.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookSettings {
+    pub timeout_ms: u64,
+    pub max_attempts: u32,
+    pub backoff_ms: u64,
 }
 
 impl ServeConfig {
@@ -164,6 +233,29 @@ impl ServeConfig {
                 problems.push(format!("vigil.toml checkpoint_interval: {e}"));
                 None
             });
+        let mut duration = |flag: Option<u64>, text: &Option<String>, name: &str| {
+            flag.or_else(|| {
+                text.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
+                    problems.push(format!("vigil.toml {name}: {e}"));
+                    None
+                })
+            })
+        };
+        let webhook_timeout = duration(args.webhook_timeout, &file.webhook_timeout, "webhook_timeout");
+        let webhook_backoff = duration(args.webhook_backoff, &file.webhook_backoff, "webhook_backoff");
+        let idle_timeout = duration(args.idle_timeout, &file.idle_timeout, "idle_timeout");
+        let webhook = WebhookSettings {
+            timeout_ms: webhook_timeout.unwrap_or(10_000),
+            max_attempts: args.webhook_max_attempts.or(file.webhook_max_attempts).unwrap_or(12),
+            backoff_ms: webhook_backoff.unwrap_or(1_000),
+        };
+        if webhook.timeout_ms == 0 || webhook.max_attempts == 0 {
+            problems.push("the webhook timeout and attempts must be more than zero".into());
+        }
+        let max_keys_per_rule = args.max_keys_per_rule.or(file.max_keys_per_rule).unwrap_or(1_000_000);
+        if max_keys_per_rule == 0 {
+            problems.push("max keys per rule must be more than zero".into());
+        }
         let checkpoint_ms = args.checkpoint_interval.or(file_checkpoint).unwrap_or(10_000);
         if checkpoint_ms == 0 {
             problems.push("the checkpoint interval must be longer than zero".into());
@@ -204,13 +296,19 @@ impl ServeConfig {
             kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
             kafka_group: args.kafka_group.or(file.kafka_group).unwrap_or_else(|| "vigil".to_string()),
             kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
-            kafka_instance_id: args.kafka_instance_id.or(file.kafka_instance_id).filter(|i| !i.is_empty()),
             topics,
             webhook_url,
             api_token,
+            api_read_token: args.api_read_token.or(file.api_read_token).filter(|t| !t.is_empty()),
             replay,
             lateness_ms: args.lateness.or(file_lateness).unwrap_or(5_000) as i64,
             checkpoint_ms,
+            spool_dir: args.spool_dir.or(file.spool_dir).unwrap_or_else(|| PathBuf::from("vigil-spool")),
+            spool_max_bytes: args.spool_max_mb.or(file.spool_max_mb).unwrap_or(256).saturating_mul(1 << 20),
+            webhook,
+            max_keys_per_rule,
+            idle_timeout_ms: idle_timeout.unwrap_or(0) as i64,
+            overload: args.overload.or(file.overload).unwrap_or_default(),
         })
     }
 }

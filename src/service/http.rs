@@ -14,7 +14,7 @@
 //!
 //! With an API token configured, mutating endpoints need `Authorization: Bearer <token>`.
 
-use super::pipeline::{now_ms, Health, Input};
+use super::pipeline::{now_ms, Health, Input, Offered};
 use super::rules::{self, RuleInfo};
 use super::store::{AlertFilter, DeadLetter, Store, Stored};
 use super::telemetry::Telemetry;
@@ -51,6 +51,9 @@ pub struct AppState {
     /// Serialises rule changes so two PUTs cannot interleave their check and write.
     pub rule_lock: Mutex<()>,
     pub token: Option<String>,
+    /// When set, reading endpoints need it (or `token`).
+    pub read_token: Option<String>,
+    pub overload: super::config::Overload,
     pub health: Arc<Health>,
     pub webhook_wake: Arc<tokio::sync::Notify>,
 }
@@ -84,7 +87,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/rules/{name}", axum::routing::put(put_rule).delete(delete_rule))
         .route("/api/v1/webhook/redeliver", post(redeliver))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new()
+    let reading = Router::new()
         .route("/api/v1/alerts", get(list_alerts))
         .route("/api/v1/alerts/stream", get(stream_alerts))
         .route("/api/v1/alerts/{id}", get(get_alert))
@@ -93,6 +96,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/rules/validate", post(validate_rule))
         .route("/api/v1/dead-letters", get(dead_letters))
         .route("/api/v1/webhook", get(webhook_state))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_read_token));
+    Router::new()
+        .merge(reading)
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -101,25 +107,47 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Bearer tokens compared in constant time, so response timing does not leak the token.
+/// Whether the request carries `Authorization: Bearer <token>`, compared in constant time so
+/// that response timing does not leak the token.
+fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| {
+        use subtle::ConstantTimeEq;
+        g.len() == token.len() && bool::from(g.as_bytes().ct_eq(token.as_bytes()))
+    })
+}
+
+fn unauthorized(which: &str) -> Response {
+    ApiError::new(StatusCode::UNAUTHORIZED, format!("this endpoint needs `Authorization: Bearer <{which}>`"))
+        .into_response()
+}
+
+/// Mutating endpoints: the API token, when one is set.
 async fn require_token(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &state.token {
-        let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|g| {
-            use subtle::ConstantTimeEq;
-            g.len() == token.len() && bool::from(g.as_bytes().ct_eq(token.as_bytes()))
-        });
-        if !ok {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "this endpoint needs `Authorization: Bearer <token>`")
-                .into_response();
-        }
+    match &state.token {
+        Some(token) if !bearer_is(&headers, token) => unauthorized("API token"),
+        _ => next.run(request).await,
     }
-    next.run(request).await
+}
+
+/// Reading endpoints: the read token or the API token, when a read token is set.
+async fn require_read_token(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    match &state.read_token {
+        Some(read) if !bearer_is(&headers, read) && !state.token.as_ref().is_some_and(|t| bearer_is(&headers, t)) => {
+            unauthorized("read token")
+        }
+        _ => next.run(request).await,
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -255,24 +283,29 @@ fn sse(s: &Stored) -> SseEvent {
 }
 
 /// JSON lines in; each bad line is answered and kept as a dead letter, the rest go on.
-async fn ingest(State(state): State<Arc<AppState>>, body: String) -> ApiResult<Json<serde_json::Value>> {
-    let mut accepted = 0u64;
+/// Takes JSON lines. Each line that is not an event (bad JSON, a wrong type, no or a bad `ts`,
+/// an unknown stream, invalid UTF-8, over the size limit) is a dead letter, reported back with
+/// its line number; the rest go on. Under the `shed` overload policy, events that find the
+/// engine's queue full are dropped and counted in the answer.
+async fn ingest(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> ApiResult<Json<serde_json::Value>> {
+    let (mut accepted, mut shed) = (0u64, 0u64);
     let mut rejected = Vec::new();
-    for (i, line) in body.lines().enumerate() {
-        if line.trim().is_empty() {
+    let shed_counter = state.telemetry.shed.with_label_values(&["http"]);
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match crate::event::decode(line, None) {
-            Ok(e) => {
-                state
-                    .engine
-                    .send(Input::Event(e, None))
-                    .await
-                    .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))?;
-                accepted += 1;
-            }
-            Err(e) => {
-                let reason = e.to_string();
+        match super::pipeline::decode_payload(line, None) {
+            Ok(e) => match super::pipeline::offer(&state.engine, Input::Event(e, None), state.overload, &shed_counter)
+                .await
+            {
+                Offered::Taken => accepted += 1,
+                Offered::Shed => shed += 1,
+                Offered::Closed => {
+                    return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping"))
+                }
+            },
+            Err(reason) => {
                 rejected.push(json!({ "line": i + 1, "reason": reason }));
                 let _ = state
                     .dead
@@ -283,14 +316,14 @@ async fn ingest(State(state): State<Arc<AppState>>, body: String) -> ApiResult<J
                         offset: None,
                         line: Some(i as i64 + 1),
                         reason,
-                        payload: line.to_string(),
+                        payload: super::pipeline::dead_payload(line),
                         received_at_ms: now_ms(),
                     })
                     .await;
             }
         }
     }
-    Ok(Json(json!({ "accepted": accepted, "rejected": rejected })))
+    Ok(Json(json!({ "accepted": accepted, "shed": shed, "rejected": rejected })))
 }
 
 async fn list_rules(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
@@ -461,9 +494,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let store = state.store.ping().await.is_ok();
     let writing = state.health.store_ok.load(Ordering::Relaxed) || store;
+    let spooled = state.health.spooled.load(Ordering::Relaxed);
     if store && writing {
-        Json(json!({ "ready": true })).into_response()
+        Json(json!({ "ready": true, "store": true, "spooled_alerts": spooled })).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "ready": false, "store": store }))).into_response()
+        let reason = format!("the store is unreachable; {spooled} alerts kept on disk until it is back");
+        let body = json!({ "ready": false, "store": false, "spooled_alerts": spooled, "reason": reason });
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
     }
 }

@@ -3,8 +3,17 @@
 //! Messages are JSON events. The topic names the stream when a message has no `stream` field.
 //! A message that is not an event is counted and kept as a dead letter with its topic,
 //! partition, offset and reason; the consumer goes on.
+//!
+//! The consumer does not join a consumer group: it assigns itself every partition of its topics
+//! and starts each at the offset named by the checkpoint it restored (or, for a partition the
+//! checkpoint does not name, at the group's committed offset, else the earliest). The engine's
+//! state is one whole, so partitions cannot be shared among several Vigils anyway, and a
+//! restart then resumes at once instead of waiting for the broker to rebalance the group away
+//! from the dead process. Offsets are still committed under the group, after each checkpoint,
+//! so the usual tools show the consumer's progress and lag.
 
-use super::pipeline::{now_ms, Input};
+use super::config::Overload;
+use super::pipeline::{now_ms, Input, Offered, Position};
 use super::store::DeadLetter;
 use super::telemetry::Telemetry;
 use crate::schema::Stream;
@@ -12,34 +21,20 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::collections::BTreeMap;
+use rdkafka::Offset;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-pub fn consumer(
-    brokers: &str,
-    group: &str,
-    instance: Option<&str>,
-) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
-    let mut config = ClientConfig::new();
-    // Static membership: a restarted Vigil with the same instance id gets its partitions back at
-    // once, instead of after the dead member's session times out.
-    if let Some(id) = instance {
-        config.set("group.instance.id", id);
-    }
-    config
+pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
+    ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         // Offsets are committed after the checkpoint that covers them is stored.
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
-        .set("session.timeout.ms", "10000")
-        // A member that died (kill -9) is dropped from the group when it misses this interval;
-        // some brokers wait for it during a rebalance rather than for the session timeout, so a
-        // restarted Vigil would wait minutes for its partitions at the default of 300 s.
-        .set("max.poll.interval.ms", "10000")
         // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system
         // wants events as soon as they are there.
         .set("fetch.wait.max.ms", "10")
@@ -64,24 +59,86 @@ pub async fn ensure_topics(brokers: &str, topics: &[String], partitions: i32) ->
     Ok(())
 }
 
-/// Reads the stream topics until `stop`, sending events to the engine (waiting when it is busy).
+/// How often the topics are looked up again for partitions added since.
+const RESCAN: Duration = Duration::from_secs(10);
+
+/// The partitions of `topics` that are not in `assigned`, each starting at its offset in
+/// `start` (from the checkpoint), else at the group's committed offset (else the earliest).
+fn new_partitions(
+    consumer: &StreamConsumer,
+    topics: &[String],
+    assigned: &BTreeSet<(String, i32)>,
+    start: &BTreeMap<(String, i32), i64>,
+) -> rdkafka::TopicPartitionList {
+    let mut list = rdkafka::TopicPartitionList::new();
+    for topic in topics {
+        let partitions = match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+            Ok(m) => m
+                .topics()
+                .iter()
+                .filter(|t| t.error().is_none())
+                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "cannot read the topic's partitions; trying again");
+                continue;
+            }
+        };
+        if partitions.is_empty() {
+            tracing::warn!(%topic, "the topic does not exist (yet); looking again in {:?}", RESCAN);
+        }
+        for p in partitions {
+            let key = (topic.clone(), p);
+            if assigned.contains(&key) {
+                continue;
+            }
+            let offset = start.get(&key).map_or(Offset::Stored, |o| Offset::Offset(*o));
+            if let Err(e) = list.add_partition_offset(topic, p, offset) {
+                tracing::warn!(%topic, partition = p, error = %e, "cannot assign the partition");
+            }
+        }
+    }
+    list
+}
+
+/// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
+/// busy). `start` holds the checkpoint's next offset of each partition.
 pub async fn consume(
     consumer: Arc<StreamConsumer>,
     topics: BTreeMap<Stream, String>,
+    start: Vec<Position>,
     tx: mpsc::Sender<Input>,
     dead: mpsc::Sender<DeadLetter>,
+    (overload, shed): (Overload, prometheus::IntCounter),
     mut stop: watch::Receiver<bool>,
 ) {
     let by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
-    let names: Vec<&str> = by_topic.keys().map(String::as_str).collect();
-    if let Err(e) = consumer.subscribe(&names) {
-        tracing::error!(error = %e, "cannot subscribe to Kafka topics");
-        return;
-    }
-    tracing::info!(topics = ?names, "consuming from Kafka");
+    let names: Vec<String> = by_topic.keys().cloned().collect();
+    let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
+    let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
+    let mut rescan = tokio::time::interval(RESCAN);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let message = tokio::select! {
-            m = consumer.recv() => m,
+            m = consumer.recv(), if !assigned.is_empty() => m,
+            _ = rescan.tick() => {
+                let (c, n, a, s) = (consumer.clone(), names.clone(), assigned.clone(), start.clone());
+                let Ok(list) = tokio::task::spawn_blocking(move || new_partitions(&c, &n, &a, &s)).await else {
+                    return;
+                };
+                if list.count() > 0 {
+                    match consumer.incremental_assign(&list) {
+                        Ok(()) => {
+                            for e in list.elements() {
+                                tracing::info!(topic = e.topic(), partition = e.partition(), offset = ?e.offset(), "consuming");
+                                assigned.insert((e.topic().to_string(), e.partition()));
+                            }
+                        }
+                        Err(e) => tracing::error!(error = %e, "cannot assign the Kafka partitions"),
+                    }
+                }
+                continue;
+            }
             _ = stop.changed() => return,
         };
         let m = match message {
@@ -95,27 +152,24 @@ pub async fn consume(
         };
         let topic = m.topic().to_string();
         let payload = m.payload().unwrap_or_default();
-        let dead_letter = |reason: String| DeadLetter {
-            source: "kafka".into(),
-            topic: Some(topic.clone()),
-            partition: Some(m.partition()),
-            offset: Some(m.offset()),
-            line: None,
-            reason,
-            payload: String::from_utf8_lossy(payload).into_owned(),
-            received_at_ms: now_ms(),
-        };
-        let event = match std::str::from_utf8(payload) {
-            Ok(text) => crate::event::decode(text.trim(), by_topic.get(&topic).copied()).map_err(|e| e.to_string()),
-            Err(e) => Err(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
-        };
-        let sent = match event {
+        let sent = match super::pipeline::decode_payload(payload, by_topic.get(&topic).copied()) {
             Ok(e) => {
-                let position =
-                    super::pipeline::Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
-                tx.send(Input::Event(e, Some(position))).await.is_ok()
+                let position = Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
+                super::pipeline::offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed
             }
-            Err(reason) => dead.send(dead_letter(reason)).await.is_ok(),
+            Err(reason) => dead
+                .send(DeadLetter {
+                    source: "kafka".into(),
+                    topic: Some(topic.clone()),
+                    partition: Some(m.partition()),
+                    offset: Some(m.offset()),
+                    line: None,
+                    reason,
+                    payload: super::pipeline::dead_payload(payload),
+                    received_at_ms: now_ms(),
+                })
+                .await
+                .is_ok(),
         };
         if !sent {
             return;

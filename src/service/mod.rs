@@ -13,6 +13,7 @@ pub mod http;
 pub mod kafka;
 pub mod pipeline;
 pub mod rules;
+pub mod spool;
 pub mod store;
 pub mod telemetry;
 pub mod webhook;
@@ -36,12 +37,22 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         .map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
     tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
     let infos = loaded.infos.clone();
-    let mut engine =
-        crate::engine::Engine::new(loaded.plans, crate::engine::EngineConfig { lateness_ms: config.lateness_ms });
-    // Resume where the last checkpoint left off; Kafka resumes from the offsets committed with it.
+    let mut engine = crate::engine::Engine::new(
+        loaded.plans,
+        crate::engine::EngineConfig {
+            lateness_ms: config.lateness_ms,
+            limits: crate::engine::Limits { max_keys: config.max_keys_per_rule, idle_ms: config.idle_timeout_ms },
+        },
+    );
+    // Resume where the last checkpoint left off; Kafka resumes from the offsets stored with it.
+    let mut resume: Vec<pipeline::Position> = Vec::new();
     match store.load_checkpoint().await.context("cannot read the checkpoint")? {
         None => tracing::info!("no checkpoint: starting empty"),
         Some((bytes, positions)) => {
+            resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the checkpoint's Kafka offsets cannot be read; using the committed ones");
+                Vec::new()
+            });
             match crate::engine::Snapshot::from_bytes(&bytes).map_err(|e| e.to_string()).and_then(|s| engine.restore(s))
             {
                 Ok(restored) => {
@@ -70,30 +81,33 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
                 let topics: Vec<String> = config.topics.values().cloned().collect();
                 kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
             }
-            let instance = config.kafka_instance_id.as_deref();
-            Some(Arc::new(
-                kafka::consumer(brokers, &config.kafka_group, instance).context("cannot create the Kafka consumer")?,
-            ))
+            Some(Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?))
         }
         None => None,
     };
     let checkpoint_every = Duration::from_millis(config.checkpoint_ms);
-    let engine_thread = pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone(), checkpoint_every);
+    let engine_thread =
+        pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone(), checkpoint_every, resume.clone());
+    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_bytes)
+        .with_context(|| format!("cannot read the spool in {}", config.spool_dir.display()))?;
     let writer = tokio::spawn(pipeline::write_alerts(
         alerts_rx,
-        consumer.clone(),
-        store.clone(),
-        published.clone(),
-        config.webhook_url.as_ref().map(|_| external_url.clone()),
-        webhook_wake.clone(),
-        telemetry.clone(),
-        health.clone(),
+        pipeline::Writer {
+            consumer: consumer.clone(),
+            store: store.clone(),
+            published: published.clone(),
+            webhook: config.webhook_url.as_ref().map(|_| external_url.clone()),
+            wake: webhook_wake.clone(),
+            telemetry: telemetry.clone(),
+            health: health.clone(),
+            spool,
+        },
     ));
     tokio::spawn(pipeline::write_dead_letters(dead_rx, store.clone(), telemetry.clone()));
 
     if let Some(url) = &config.webhook_url {
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
+            .timeout(Duration::from_millis(config.webhook.timeout_ms))
             .build()
             .context("cannot build the webhook client")?;
         let deliverer = webhook::Deliverer {
@@ -102,6 +116,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             client,
             wake: webhook_wake.clone(),
             telemetry: telemetry.clone(),
+            settings: config.webhook,
         };
         tokio::spawn(deliverer.run(stop_rx.clone()));
         tracing::info!(url = %url, "delivering alerts to the webhook");
@@ -111,8 +126,10 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         tokio::spawn(kafka::consume(
             consumer.clone(),
             config.topics.clone(),
+            resume,
             tx.clone(),
             dead_tx.clone(),
+            (config.overload, telemetry.shed.with_label_values(&["kafka"])),
             stop_rx.clone(),
         ));
         tokio::spawn(kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
@@ -134,6 +151,8 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         rules: std::sync::RwLock::new(infos),
         rule_lock: tokio::sync::Mutex::new(()),
         token: config.api_token.clone(),
+        read_token: config.api_read_token.clone(),
+        overload: config.overload,
         health,
         webhook_wake,
     });

@@ -3,6 +3,8 @@
 //! Channels between the stages are bounded, so a slow store slows the engine and the engine
 //! slows the sources (Kafka is then simply read later): nothing is dropped in between.
 
+use super::config::Overload;
+use super::spool::{Spool, SpoolError};
 use super::store::{DeadLetter, Store, Stored};
 use super::telemetry::Telemetry;
 use crate::alert::{Alert, Status};
@@ -10,7 +12,7 @@ use crate::engine::Engine;
 use crate::event::{Event, Millis};
 use crate::plan::RulePlan;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
@@ -56,6 +58,64 @@ pub enum Input {
     Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
 }
 
+/// Outcome of [`offer`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offered {
+    Taken,
+    /// Dropped under the `shed` overload policy (and counted).
+    Shed,
+    /// The engine is stopping.
+    Closed,
+}
+
+/// Hands an event to the engine under the overload policy: waits for room (backpressure), or
+/// drops it when the engine's queue is full (shed).
+pub async fn offer(
+    tx: &mpsc::Sender<Input>,
+    input: Input,
+    overload: Overload,
+    shed: &prometheus::IntCounter,
+) -> Offered {
+    match overload {
+        Overload::Backpressure => match tx.send(input).await {
+            Ok(()) => Offered::Taken,
+            Err(_) => Offered::Closed,
+        },
+        Overload::Shed => match tx.try_send(input) {
+            Ok(()) => Offered::Taken,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                shed.inc();
+                Offered::Shed
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Offered::Closed,
+        },
+    }
+}
+
+/// Largest event accepted from Kafka or HTTP; a bigger one is a dead letter.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+/// Most of a rejected payload kept with its dead letter.
+const MAX_DEAD_PAYLOAD: usize = 4_096;
+
+/// Decodes one event from Kafka or HTTP, with the reason it is not one.
+pub fn decode_payload(payload: &[u8], stream: Option<crate::schema::Stream>) -> Result<Event, String> {
+    if payload.len() > MAX_EVENT_BYTES {
+        return Err(format!("the event is {} bytes; at most {} are accepted", payload.len(), MAX_EVENT_BYTES));
+    }
+    let text = std::str::from_utf8(payload).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
+    crate::event::decode(text.trim(), stream).map_err(|e| e.to_string())
+}
+
+/// The start of a rejected payload, as text, for its dead letter.
+pub fn dead_payload(payload: &[u8]) -> String {
+    let cut = &payload[..payload.len().min(MAX_DEAD_PAYLOAD)];
+    let mut text = String::from_utf8_lossy(cut).into_owned();
+    if payload.len() > MAX_DEAD_PAYLOAD {
+        text.push_str(&format!("... ({} bytes in all)", payload.len()));
+    }
+    text
+}
+
 pub fn now_ms() -> Millis {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -71,17 +131,22 @@ pub fn spawn_engine(
     alerts: mpsc::Sender<Output>,
     telemetry: Arc<Telemetry>,
     checkpoint_every: Duration,
+    restored: Vec<Position>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("vigil-engine".into())
         .spawn(move || {
             let mut out = Vec::new();
             let mut late_seen: BTreeMap<String, u64> = BTreeMap::new();
+            let mut evicted_seen: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
             let mut last_gauges = Instant::now();
             let mut last_event = Instant::now();
             let events_in: Vec<prometheus::IntCounter> =
                 crate::schema::Stream::ALL.iter().map(|s| telemetry.events_in.with_label_values(&[s.name()])).collect();
-            let mut positions: BTreeMap<(String, i32), i64> = BTreeMap::new();
+            // The last offset taken from each partition; those of the restored checkpoint carry
+            // over, so a partition quiet since the restart keeps its place in later checkpoints.
+            let mut positions: BTreeMap<(String, i32), i64> =
+                restored.into_iter().map(|p| ((p.topic, p.partition), p.offset - 1)).collect();
             let mut last_checkpoint = Instant::now();
             let checkpoint = |engine: &Engine, positions: &BTreeMap<(String, i32), i64>| -> Option<Output> {
                 match engine.snapshot().and_then(|s| s.to_bytes()) {
@@ -151,6 +216,12 @@ pub fn spawn_engine(
                     for (rule, n) in engine.live_keys() {
                         telemetry.live_keys.with_label_values(&[&rule]).set(n as i64);
                     }
+                    for ((rule, reason), n) in engine.evicted() {
+                        let before = evicted_seen.insert((rule.clone(), reason), n).unwrap_or(0);
+                        if n > before {
+                            telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
+                        }
+                    }
                     if let Some(w) = engine.watermark() {
                         telemetry.watermark_lag_ms.set(now_ms() - w);
                     }
@@ -167,88 +238,175 @@ pub fn spawn_engine(
 #[derive(Default)]
 pub struct Health {
     pub store_ok: AtomicBool,
+    /// Alerts waiting in the spool for the store.
+    pub spooled: AtomicU64,
 }
 
-/// Stores alert batches, retrying while the store is down (which holds the engine back), then
-/// publishes each newly stored transition to stream clients and wakes the webhook worker.
-/// Checkpoints are stored in turn, and only then are their Kafka offsets committed: after a
-/// crash the service resumes from the last checkpoint and reads again what came after it (the
-/// alerts that come out twice are stored once, by id).
-#[allow(clippy::too_many_arguments)]
-pub async fn write_alerts(
-    mut rx: mpsc::Receiver<Output>,
-    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
-    store: Store,
-    published: broadcast::Sender<Arc<Stored>>,
-    webhook: Option<String>,
-    wake: Arc<Notify>,
-    telemetry: Arc<Telemetry>,
-    health: Arc<Health>,
-) {
-    while let Some(output) = rx.recv().await {
-        let batch = match output {
-            Output::Alerts(batch) => batch,
-            Output::Checkpoint(bytes, positions) => {
-                save_checkpoint(&store, &bytes, &positions, consumer.as_deref(), &telemetry).await;
-                continue;
+/// Where the writer puts what the engine hands it.
+pub struct Writer {
+    pub consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    pub store: Store,
+    pub published: broadcast::Sender<Arc<Stored>>,
+    /// The external URL for webhook payloads; none without a webhook.
+    pub webhook: Option<String>,
+    pub wake: Arc<Notify>,
+    pub telemetry: Arc<Telemetry>,
+    pub health: Arc<Health>,
+    pub spool: Spool,
+}
+
+/// First wait before the store is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Stores alert batches, then publishes each newly stored transition to stream clients and
+/// wakes the webhook worker. While the store is down, batches go to the spool on disk (the
+/// engine goes on) and are stored in order when it is back; a full spool holds the engine back.
+/// Checkpoints are stored behind their alerts, and only then are their Kafka offsets committed:
+/// after a crash the service resumes from the last checkpoint and reads again what came after it
+/// (the alerts that come out twice are stored once, by id).
+pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
+    // A checkpoint waiting for the spool to empty (or for the store); a newer one replaces it.
+    let mut checkpoint: Option<(Vec<u8>, Vec<Position>)> = None;
+    let mut delay = RETRY_MIN;
+    let mut closed = false;
+    w.report_spool();
+    loop {
+        let waiting = !w.spool.is_empty() || checkpoint.is_some();
+        if closed && !waiting {
+            return;
+        }
+        let output = if waiting {
+            tokio::select! {
+                o = rx.recv(), if !closed => o,
+                _ = tokio::time::sleep(delay) => {
+                    delay = if w.drain(&mut checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
+                    continue;
+                }
             }
+        } else {
+            rx.recv().await
         };
-        let mut delay = Duration::from_millis(200);
-        loop {
-            let payload =
-                |a: &Alert| super::webhook::alertmanager_payload(a, webhook.as_deref().unwrap_or_default()).to_string();
-            let result = match &webhook {
-                Some(_) => store.insert_alerts(&batch, Some(&payload)).await,
-                None => store.insert_alerts(&batch, None).await,
-            };
-            match result {
-                Ok(stored) => {
-                    health.store_ok.store(true, Ordering::Relaxed);
-                    for s in stored {
-                        if s.alert.status == Status::Firing {
-                            telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
-                        }
-                        let _ = published.send(Arc::new(s));
-                    }
-                    wake.notify_one();
-                    break;
+        match output {
+            None => closed = true,
+            Some(Output::Checkpoint(bytes, positions)) => {
+                checkpoint = Some((bytes, positions));
+                if w.spool.is_empty() {
+                    w.drain(&mut checkpoint).await;
                 }
-                Err(e) => {
-                    health.store_ok.store(false, Ordering::Relaxed);
-                    telemetry.store_errors.with_label_values(&["insert_alerts"]).inc();
-                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot store alerts; holding them");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            Some(Output::Alerts(batch)) => {
+                if w.spool.is_empty() && checkpoint.is_none() && w.store_batch(&batch).await {
+                    continue;
                 }
+                w.hold(batch, &mut checkpoint).await;
             }
         }
     }
 }
 
-async fn save_checkpoint(
-    store: &Store,
-    bytes: &[u8],
-    positions: &[Position],
-    consumer: Option<&rdkafka::consumer::StreamConsumer>,
-    telemetry: &Telemetry,
-) {
-    let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
-    let mut delay = Duration::from_millis(200);
-    while let Err(e) = store.save_checkpoint(bytes, &text, now_ms()).await {
-        telemetry.store_errors.with_label_values(&["save_checkpoint"]).inc();
-        tracing::warn!(error = %e, "cannot store the checkpoint; retrying");
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
+impl Writer {
+    /// Stores one batch and publishes it; false when the store did not take it.
+    async fn store_batch(&mut self, batch: &[Alert]) -> bool {
+        let webhook = self.webhook.as_deref();
+        let payload = |a: &Alert| super::webhook::alertmanager_payload(a, webhook.unwrap_or_default()).to_string();
+        let result = match webhook {
+            Some(_) => self.store.insert_alerts(batch, Some(&payload)).await,
+            None => self.store.insert_alerts(batch, None).await,
+        };
+        match result {
+            Ok(stored) => {
+                self.health.store_ok.store(true, Ordering::Relaxed);
+                for s in stored {
+                    if s.alert.status == Status::Firing {
+                        self.telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
+                    }
+                    let _ = self.published.send(Arc::new(s));
+                }
+                self.wake.notify_one();
+                true
+            }
+            Err(e) => {
+                self.health.store_ok.store(false, Ordering::Relaxed);
+                self.telemetry.store_errors.with_label_values(&["insert_alerts"]).inc();
+                tracing::warn!(error = %e, "cannot store alerts");
+                false
+            }
+        }
     }
-    if let (Some(consumer), false) = (consumer, positions.is_empty()) {
-        use rdkafka::consumer::{CommitMode, Consumer};
-        let mut list = rdkafka::TopicPartitionList::new();
-        for p in positions {
-            let _ = list.add_partition_offset(&p.topic, p.partition, rdkafka::Offset::Offset(p.offset));
+
+    /// Puts a batch the store did not take (or that must wait behind the spool) in the spool;
+    /// when the spool is full or cannot be written, waits until the store takes enough.
+    async fn hold(&mut self, batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
+        let mut delay = RETRY_MIN;
+        loop {
+            match self.spool.push(batch.clone()) {
+                Ok(()) => {
+                    self.report_spool();
+                    return;
+                }
+                Err(SpoolError::Full) => {
+                    tracing::warn!(alerts = self.spool.alerts(), "the spool is full; holding the engine back");
+                }
+                Err(SpoolError::Io(e)) => {
+                    // Without a spool the batch can only wait for the store.
+                    tracing::error!(error = %e, "cannot write the spool");
+                    if self.spool.is_empty() && self.store_batch(&batch).await {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = if self.drain(checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
         }
-        if let Err(e) = consumer.commit(&list, CommitMode::Async) {
-            tracing::warn!(error = %e, "cannot commit Kafka offsets; the next checkpoint will");
+    }
+
+    /// Stores the spool, oldest first, then the waiting checkpoint. True when all went.
+    async fn drain(&mut self, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) -> bool {
+        while let Some(batch) = self.spool.front().map(<[Alert]>::to_vec) {
+            if !self.store_batch(&batch).await {
+                return false;
+            }
+            if let Err(e) = self.spool.pop() {
+                tracing::error!(error = %e, "cannot shorten the spool");
+            }
+            self.report_spool();
         }
+        if let Some((bytes, positions)) = checkpoint.take() {
+            if !self.save_checkpoint(&bytes, &positions).await {
+                *checkpoint = Some((bytes, positions));
+                return false;
+            }
+        }
+        true
+    }
+
+    fn report_spool(&self) {
+        let n = self.spool.alerts();
+        self.health.spooled.store(n as u64, Ordering::Relaxed);
+        self.telemetry.spooled.set(n as i64);
+    }
+
+    /// Stores a checkpoint, then commits its Kafka offsets.
+    async fn save_checkpoint(&self, bytes: &[u8], positions: &[Position]) -> bool {
+        let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
+        if let Err(e) = self.store.save_checkpoint(bytes, &text, now_ms()).await {
+            self.health.store_ok.store(false, Ordering::Relaxed);
+            self.telemetry.store_errors.with_label_values(&["save_checkpoint"]).inc();
+            tracing::warn!(error = %e, "cannot store the checkpoint");
+            return false;
+        }
+        if let (Some(consumer), false) = (self.consumer.as_deref(), positions.is_empty()) {
+            use rdkafka::consumer::{CommitMode, Consumer};
+            let mut list = rdkafka::TopicPartitionList::new();
+            for p in positions {
+                let _ = list.add_partition_offset(&p.topic, p.partition, rdkafka::Offset::Offset(p.offset));
+            }
+            if let Err(e) = consumer.commit(&list, CommitMode::Async) {
+                tracing::warn!(error = %e, "cannot commit Kafka offsets; the next checkpoint will");
+            }
+        }
+        true
     }
 }
 

@@ -21,6 +21,9 @@ pub struct Telemetry {
     pub webhook_latency: Histogram,
     pub store_errors: IntCounterVec,
     pub rule_reloads: IntCounterVec,
+    pub spooled: IntGauge,
+    pub evicted: IntCounterVec,
+    pub shed: IntCounterVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -60,7 +63,23 @@ impl Telemetry {
         )
         .expect("valid gauge");
         registry.register(Box::new(live_keys.clone())).expect("registered once");
+        let spooled = IntGauge::new("vigil_spooled_alerts", "Alerts kept on disk until the store takes them")
+            .expect("valid gauge");
+        registry.register(Box::new(spooled.clone())).expect("registered once");
         Telemetry {
+            evicted: counter(
+                &registry,
+                "vigil_evicted_keys_total",
+                "Keys and partial matches dropped, by rule and reason (cap: over the per-rule cap; idle: no event for the idle timeout)",
+                &["rule", "reason"],
+            ),
+            shed: counter(
+                &registry,
+                "vigil_events_shed_total",
+                "Events dropped under overload (overload policy `shed`), by source",
+                &["source"],
+            ),
+            spooled,
             events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),
             malformed: counter(
                 &registry,

@@ -16,10 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// Attempts before a delivery is declared dead.
-pub const MAX_ATTEMPTS: i64 = 12;
-/// Backoff: 1 s, doubling, at most 5 minutes.
-const BACKOFF_BASE_MS: i64 = 1_000;
+/// Backoff: the configured first wait, doubling, at most 5 minutes.
 const BACKOFF_MAX_MS: i64 = 300_000;
 
 /// The body Alertmanager would send for this alert, as a group of one.
@@ -47,9 +44,9 @@ pub fn alertmanager_payload(a: &Alert, external_url: &str) -> Json {
     })
 }
 
-/// How long to wait before attempt `attempts + 1`.
-pub fn backoff_ms(attempts: i64) -> i64 {
-    let exp = BACKOFF_BASE_MS.saturating_mul(1i64 << attempts.clamp(0, 20)).min(BACKOFF_MAX_MS);
+/// How long to wait before attempt `attempts + 1`, when the first retry waits `base` ms.
+pub fn backoff_ms(base: i64, attempts: i64) -> i64 {
+    let exp = base.saturating_mul(1i64 << attempts.clamp(0, 20)).min(BACKOFF_MAX_MS);
     // Up to 20% either way, so that receivers coming back are not hit by every sender at once.
     let jitter = (fastrand::f64() * 0.4 - 0.2) * exp as f64;
     (exp as f64 + jitter) as i64
@@ -61,6 +58,7 @@ pub struct Deliverer {
     pub client: reqwest::Client,
     pub wake: Arc<Notify>,
     pub telemetry: Arc<Telemetry>,
+    pub settings: super::config::WebhookSettings,
 }
 
 fn now_ms() -> i64 {
@@ -118,8 +116,8 @@ impl Deliverer {
                         self.telemetry.webhook.with_label_values(&["delivered"]).inc();
                     }
                     Some(error) => {
-                        let dead = item.attempts + 1 >= MAX_ATTEMPTS;
-                        let next = now_ms() + backoff_ms(item.attempts);
+                        let dead = item.attempts + 1 >= i64::from(self.settings.max_attempts);
+                        let next = now_ms() + backoff_ms(self.settings.backoff_ms as i64, item.attempts);
                         self.store.outbox_failed(item.seq, next, &error, dead).await?;
                         self.telemetry.webhook.with_label_values(&[if dead { "dead" } else { "failed" }]).inc();
                         tracing::warn!(delivery = item.seq, attempts = item.attempts + 1, dead, %error, "webhook delivery failed");
@@ -140,8 +138,8 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         for attempts in 0..30 {
-            let ms = backoff_ms(attempts);
-            let exp = (BACKOFF_BASE_MS << attempts.min(20)).min(BACKOFF_MAX_MS);
+            let ms = backoff_ms(1_000, attempts);
+            let exp = (1_000 << attempts.min(20)).min(BACKOFF_MAX_MS);
             assert!(ms >= exp * 8 / 10 && ms <= exp * 12 / 10, "attempt {attempts}: {ms}");
         }
     }

@@ -38,6 +38,10 @@ impl Service {
     pub fn start_in(args: &[&str], dir: Option<&std::path::Path>) -> Service {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
         cmd.arg("serve").args(["--http-addr", "127.0.0.1:0"]).args(args);
+        // Never the shared default folder: a spool left by one test must not reach another's store.
+        if !args.contains(&"--spool-dir") {
+            cmd.arg("--spool-dir").arg(temp_dir("spool"));
+        }
         cmd.env("VIGIL_LOG", "info").stdout(Stdio::null()).stderr(Stdio::piped());
         for var in [
             "VIGIL_RULES",
@@ -73,6 +77,10 @@ impl Service {
             }
         };
         Service { child, url, stderr: lines }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn log(&self) -> String {
@@ -220,13 +228,20 @@ pub async fn get_json(url: &str) -> Json {
     reqwest::get(url).await.expect("GET answers").json().await.expect("JSON body")
 }
 
+fn admin_url() -> String {
+    std::env::var("VIGIL_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
 /// A fresh PostgreSQL database on the local server, dropped by [`drop_database`].
 pub async fn create_database() -> (String, String) {
+    create_database_at(&admin_url()).await
+}
+
+/// A fresh database on the server that `admin_url` (a URL of an existing database) reaches.
+pub async fn create_database_at(admin_url: &str) -> (String, String) {
     use sqlx::Connection;
     let name = unique("vigil_test");
-    let admin_url =
-        std::env::var("VIGIL_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let mut admin = sqlx::PgConnection::connect(&admin_url)
+    let mut admin = sqlx::PgConnection::connect(admin_url)
         .await
         .expect("PostgreSQL is reachable (scripts/test.sh starts nothing for it: it must run)");
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
@@ -238,14 +253,94 @@ pub async fn create_database() -> (String, String) {
 }
 
 pub async fn drop_database(name: &str) {
+    drop_database_at(&admin_url(), name).await
+}
+
+pub async fn drop_database_at(admin_url: &str, name: &str) {
     use sqlx::Connection;
-    let admin_url =
-        std::env::var("VIGIL_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+    if let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await {
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await;
     }
 }
 
 pub fn kafka_brokers() -> String {
     std::env::var("VIGIL_TEST_KAFKA").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique(name));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub fn sqlite_url(dir: &std::path::Path) -> String {
+    format!("sqlite://{}", dir.join("vigil.db").display())
+}
+
+pub fn rules_dir() -> String {
+    std::fs::canonicalize("rules").expect("rules folder").display().to_string()
+}
+
+/// Sends each payload to `topic` and waits for the broker to take it.
+pub async fn produce(topic: &str, payloads: &[&str]) {
+    produce_to(&kafka_brokers(), topic, payloads).await
+}
+
+pub async fn produce_to(brokers: &str, topic: &str, payloads: &[&str]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.timeout.ms", "60000")
+        .create()
+        .expect("producer");
+    for p in payloads {
+        producer
+            .send(FutureRecord::<(), _>::to(topic).payload(*p), Duration::from_secs(60))
+            .await
+            .expect("Kafka accepts the message (is the broker running? scripts/test.sh starts it)");
+    }
+}
+
+/// A service reading `task_event` from a fresh topic into a fresh PostgreSQL database.
+pub struct KafkaSetup {
+    pub service: Service,
+    pub topic: String,
+    pub db_name: String,
+    pub db_url: String,
+    /// The arguments it was started with, to start it again.
+    pub args: Vec<String>,
+}
+
+pub async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
+    let (db_name, db_url) = create_database().await;
+    start_with_kafka_at(&kafka_brokers(), db_name, db_url, extra).await
+}
+
+/// The same, against the broker at `brokers` and the database `db_url`.
+pub async fn start_with_kafka_at(brokers: &str, db_name: String, db_url: String, extra: &[&str]) -> KafkaSetup {
+    let topic = unique("task_events");
+    vigil::service::kafka::ensure_topics(brokers, std::slice::from_ref(&topic), 1).await.expect("topics created");
+    let spool = temp_dir("spool");
+    let mut args: Vec<String> = [
+        "--rules",
+        &rules_dir(),
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        brokers,
+        "--kafka-group",
+        &unique("group"),
+        "--topic",
+        &format!("task_event={topic}"),
+        "--lateness",
+        "0s",
+        "--spool-dir",
+        &spool.display().to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let service = Service::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    KafkaSetup { service, topic, db_name, db_url, args }
 }

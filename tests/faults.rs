@@ -1,0 +1,503 @@
+//! The fault-injection suite: the real `vigil serve` against a real Kafka broker (Tansu), a real
+//! PostgreSQL and a real webhook receiver, with faults injected from outside: `kill -9` of the
+//! service at random points, the broker stopped and started, PostgreSQL stopped and started, a
+//! webhook that answers 500 and times out. Each case compares the alerts in the store and the
+//! webhook's idempotency keys with those of a clean `vigil replay` of the same events.
+//!
+//! Each case prints one `fault-tally` line (fault, injections, transitions expected, found in
+//! the store, lost, duplicated; keys the webhook accepted, missed, repeated) and appends it to
+//! `target/tmp/fault-tally.md`: the numbers `RELIABILITY.md` reports. `scripts/test.sh` runs them all; the ones
+//! that need Kafka or a PostgreSQL of their own are ignored by a bare `cargo test`.
+
+mod support;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+
+/// Each job is evicted and then fails on another machine four minutes later: one alert that
+/// fires and resolves.
+fn job_lines(jobs: usize) -> Vec<String> {
+    (0..jobs as i64)
+        .flat_map(|j| evict_then_fail(&format!("k{j}"), j * 7).lines().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+/// The transitions (id, status) of an uninterrupted run: the same events through `vigil replay`.
+fn expected(lines: &[String]) -> Vec<(String, String)> {
+    let dir = temp_dir("expected");
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
+        .output()
+        .expect("replay runs");
+    std::fs::remove_dir_all(&dir).ok();
+    let mut all: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).expect("an alert per line"))
+        .map(|a| (a["id"].as_str().unwrap_or("").to_string(), a["status"].as_str().unwrap_or("").to_string()))
+        .collect();
+    all.sort();
+    assert_eq!(all.len(), lines.len(), "each job fires and resolves once in the clean run");
+    all
+}
+
+/// Every stored transition, duplicates included (there should be none).
+async fn stored(pool: &sqlx::PgPool) -> Vec<(String, String)> {
+    let mut rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(pool).await.expect("rows");
+    rows.sort();
+    rows
+}
+
+/// Idempotency keys of the calls the receiver accepted.
+fn accepted_keys(calls: &Mutex<Vec<String>>) -> Vec<String> {
+    let mut keys = calls.lock().expect("lock").clone();
+    keys.sort();
+    keys
+}
+
+/// Compares what a faulty run left with the clean run, prints its tally and fails on any loss or
+/// duplicate. `store` holds every stored row; `webhook` every accepted call's key.
+fn judge(fault: &str, injected: usize, expected: &[(String, String)], store: &[(String, String)], webhook: &[String]) {
+    let want: BTreeSet<String> = expected.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    let tally = |got: Vec<String>| {
+        let distinct: BTreeSet<String> = got.iter().cloned().collect();
+        let lost = want.difference(&distinct).count();
+        let unexpected = distinct.difference(&want).count();
+        (distinct.len(), lost, got.len() - distinct.len(), unexpected)
+    };
+    let (found, lost, duplicated, unexpected) = tally(store.iter().map(|(id, s)| format!("{id}:{s}")).collect());
+    let (delivered, undelivered, repeated, foreign) = tally(webhook.to_vec());
+    let line = format!(
+        "| {fault} | {injected} | {} | {found} | {lost} | {duplicated} | {delivered} | {undelivered} | {repeated} |",
+        want.len()
+    );
+    println!("fault-tally {line}");
+    // Collected for the summary scripts/test.sh prints at the end.
+    use std::io::Write;
+    let tally = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fault-tally.md");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(tally) {
+        let _ = writeln!(f, "{line}");
+    }
+    assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "{fault}: the store differs from the clean run");
+    assert_eq!((undelivered, foreign), (0, 0), "{fault}: the webhook missed alerts or got others");
+}
+
+/// Waits until the store holds at least the expected number of transitions and the webhook has
+/// accepted at least as many distinct keys, then returns both.
+async fn settle(pool: &sqlx::PgPool, calls: &Mutex<Vec<String>>, n: usize) -> (Vec<(String, String)>, Vec<String>) {
+    let rows = eventually("every alert stored", || async {
+        let rows = stored(pool).await;
+        (rows.len() >= n).then_some(rows)
+    })
+    .await;
+    let keys = eventually("every alert delivered", || async {
+        let keys = accepted_keys(calls);
+        let distinct: BTreeSet<&String> = keys.iter().collect();
+        (distinct.len() >= n).then_some(keys.clone())
+    })
+    .await;
+    // A little longer, so that a late duplicate would show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (stored(pool).await.max(rows), accepted_keys(calls).max(keys))
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("VIGIL_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("fault seed {seed} (set VIGIL_FAULT_SEED to repeat)");
+    seed
+}
+
+// ---- a webhook receiver that fails on purpose ------------------------------------------------
+
+/// What the receiver does with one call.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Ok,
+    Error,
+    /// Answers only after this long (past the service's webhook timeout).
+    Hang(Duration),
+}
+
+#[derive(Clone)]
+struct Flaky {
+    /// Answers to the first calls of each idempotency key, in order; later calls get `Ok`.
+    script: Arc<Vec<Answer>>,
+    /// Fail every call while set.
+    down: Arc<AtomicBool>,
+    attempts: Arc<Mutex<BTreeMap<String, usize>>>,
+    accepted: Arc<Mutex<Vec<String>>>,
+    calls: Arc<AtomicUsize>,
+}
+
+async fn flaky_hook(State(f): State<Flaky>, headers: HeaderMap) -> StatusCode {
+    f.calls.fetch_add(1, Ordering::SeqCst);
+    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    if f.down.load(Ordering::SeqCst) {
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    let attempt = {
+        let mut attempts = f.attempts.lock().expect("lock");
+        let n = attempts.entry(key.clone()).or_insert(0);
+        *n += 1;
+        *n - 1
+    };
+    match f.script.get(attempt).copied().unwrap_or(Answer::Ok) {
+        Answer::Ok => {
+            f.accepted.lock().expect("lock").push(key);
+            StatusCode::OK
+        }
+        Answer::Error => StatusCode::INTERNAL_SERVER_ERROR,
+        Answer::Hang(d) => {
+            tokio::time::sleep(d).await;
+            // The service has given up by now; were it still waiting, this would count.
+            f.accepted.lock().expect("lock").push(key);
+            StatusCode::OK
+        }
+    }
+}
+
+impl Flaky {
+    async fn start(script: Vec<Answer>) -> (Flaky, String) {
+        let f = Flaky {
+            script: Arc::new(script),
+            down: Arc::new(AtomicBool::new(false)),
+            attempts: Arc::default(),
+            accepted: Arc::default(),
+            calls: Arc::default(),
+        };
+        let app = axum::Router::new().route("/hook", axum::routing::post(flaky_hook)).with_state(f.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("receiver runs") });
+        (f, url)
+    }
+}
+
+/// A receiver that takes everything, for the cases whose fault is elsewhere.
+async fn steady_receiver() -> (Flaky, String) {
+    Flaky::start(Vec::new()).await
+}
+
+// ---- kill -9 ---------------------------------------------------------------------------------
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn kill_9_at_random_points_loses_and_repeats_nothing() {
+    const KILLS: usize = 4;
+    let mut rng = fastrand::Rng::with_seed(seed());
+    let lines = job_lines(60);
+    let want = expected(&lines);
+    let (hook, hook_url) = steady_receiver().await;
+    let KafkaSetup { mut service, topic, db_name, db_url, args } =
+        start_with_kafka(&["--webhook-url", &hook_url, "--checkpoint-interval", "300ms"]).await;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // Events arrive in bursts while the service is killed and started again.
+    let producer = tokio::spawn({
+        let (topic, lines) = (topic.clone(), lines.clone());
+        async move {
+            for chunk in lines.chunks(10) {
+                let payloads: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                produce(&topic, &payloads).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    });
+    for _ in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(rng.u64(100..1_500))).await;
+        service.kill(); // SIGKILL: no shutdown, no last checkpoint
+        drop(service);
+        if rng.bool() {
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..1_000))).await;
+        }
+        service = Service::start(&args);
+    }
+    producer.await.expect("producer");
+
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let (rows, keys) = settle(&pool, &hook.accepted, want.len()).await;
+    judge("kill -9", KILLS, &want, &rows, &keys);
+    assert!(service.log().contains("state restored from the checkpoint"), "{}", service.log());
+    pool.close().await;
+    drop(service);
+    drop_database(&db_name).await;
+}
+
+// ---- broker restart --------------------------------------------------------------------------
+
+/// A Tansu broker of the test's own, keeping its data in SQLite so that it survives a restart.
+struct Broker {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Broker {
+    fn start(dir: &std::path::Path, port: u16) -> Broker {
+        let listener = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new("tansu")
+            .args(["broker", "--listener-url", &listener, "--advertised-listener-url", &listener])
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.join("tansu.log")).map_or_else(|_| std::process::Stdio::null(), Into::into),
+            )
+            .spawn()
+            .expect("tansu runs (scripts/test.sh installs it)");
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "tansu did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Broker { child, port, dir: dir.to_path_buf() }
+    }
+
+    fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops it as an operator would (SIGTERM), then starts it again on the same data.
+    fn restart(&mut self, down_for: Duration) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(down_for);
+        *self = Broker::start(&self.dir.clone(), self.port);
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+#[tokio::test]
+#[ignore = "needs Tansu and PostgreSQL: run scripts/test.sh"]
+async fn a_broker_restart_loses_and_repeats_nothing() {
+    const RESTARTS: usize = 2;
+    let dir = temp_dir("broker");
+    let mut broker = Broker::start(&dir, free_port());
+    let lines = job_lines(30);
+    let want = expected(&lines);
+    let (hook, hook_url) = steady_receiver().await;
+    let (db_name, db_url) = create_database().await;
+    let KafkaSetup { service, topic, .. } =
+        start_with_kafka_at(&broker.brokers(), db_name.clone(), db_url.clone(), &["--webhook-url", &hook_url]).await;
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+
+    let parts: Vec<Vec<&str>> =
+        lines.chunks(lines.len() / (RESTARTS + 1) + 1).map(|c| c.iter().map(String::as_str).collect()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        produce_to(&broker.brokers(), &topic, part).await;
+        if i < RESTARTS {
+            // Let the service read some of it, then take the broker away under it.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            broker.restart(Duration::from_secs(2));
+        }
+    }
+    let (rows, keys) = settle(&pool, &hook.accepted, want.len()).await;
+    judge("broker restart", RESTARTS, &want, &rows, &keys);
+    assert!(reqwest::get(format!("{}/healthz", service.url)).await.is_ok_and(|r| r.status().is_success()));
+    pool.close().await;
+    drop(service);
+    drop(broker);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---- PostgreSQL stopped and started ----------------------------------------------------------
+
+/// The PostgreSQL cluster this test may stop: `VIGIL_TEST_PG_CLUSTER` ("VERSION NAME", for
+/// pg_ctlcluster) and `VIGIL_TEST_PG_CLUSTER_URL` (a database URL on it). scripts/test.sh makes
+/// one; the shared server of the other tests is never stopped.
+fn fault_cluster() -> (Vec<String>, String) {
+    let cluster = std::env::var("VIGIL_TEST_PG_CLUSTER").expect("VIGIL_TEST_PG_CLUSTER (scripts/test.sh sets it)");
+    let url = std::env::var("VIGIL_TEST_PG_CLUSTER_URL").expect("VIGIL_TEST_PG_CLUSTER_URL (scripts/test.sh sets it)");
+    (cluster.split_whitespace().map(str::to_string).collect(), url)
+}
+
+fn pg_ctl(cluster: &[String], action: &str) {
+    let mut cmd = std::process::Command::new("pg_ctlcluster");
+    cmd.arg("--skip-systemctl-redirect").args(cluster).arg(action);
+    if action == "stop" {
+        cmd.args(["-m", "fast"]);
+    }
+    let status = cmd.status().expect("pg_ctlcluster runs");
+    assert!(status.success(), "pg_ctlcluster {action} failed");
+}
+
+#[tokio::test]
+#[ignore = "needs a PostgreSQL cluster it may stop: run scripts/test.sh"]
+async fn a_postgres_outage_spools_alerts_to_disk_and_writes_them_when_it_is_back() {
+    let (cluster, admin) = fault_cluster();
+    let lines = job_lines(30);
+    let want = expected(&lines);
+    let (hook, hook_url) = steady_receiver().await;
+    let (db_name, db_url) = create_database_at(&admin).await;
+    let spool = temp_dir("spool");
+    let spool_arg = spool.display().to_string();
+    let service = Service::start(&[
+        "--rules",
+        &rules_dir(),
+        "--database-url",
+        &db_url,
+        "--webhook-url",
+        &hook_url,
+        "--lateness",
+        "0s",
+        "--spool-dir",
+        &spool_arg,
+    ]);
+    let (first, second) = lines.split_at(lines.len() / 2);
+    post_events(&service.url, first.join("\n")).await;
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    eventually("the first half stored", || async { (stored(&pool).await.len() >= 20).then_some(()) }).await;
+    pool.close().await;
+
+    pg_ctl(&cluster, "stop");
+    // Detection goes on: the rest of the events come in while the database is away.
+    post_events(&service.url, second.join("\n")).await;
+    let ready = eventually("/readyz reporting the outage and the spool", || async {
+        let resp = reqwest::get(format!("{}/readyz", service.url)).await.ok()?;
+        let status = resp.status();
+        let body: Json = resp.json().await.ok()?;
+        (status == StatusCode::SERVICE_UNAVAILABLE && body["spooled_alerts"].as_u64() >= Some(20)).then_some(body)
+    })
+    .await;
+    assert_eq!(ready["store"], false, "{ready}");
+    assert!(spool.join("alerts.spool").exists(), "the alerts wait on disk");
+    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("vigil_spooled_alerts "), "{metrics}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg_ctl(&cluster, "start");
+
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database back");
+    let (rows, keys) = settle(&pool, &hook.accepted, want.len()).await;
+    judge("PostgreSQL stop and start", 1, &want, &rows, &keys);
+    let ready = eventually("/readyz ready again with an empty spool", || async {
+        let body: Json = reqwest::get(format!("{}/readyz", service.url)).await.ok()?.json().await.ok()?;
+        (body["ready"] == true && body["spooled_alerts"] == 0).then_some(body)
+    })
+    .await;
+    assert_eq!(ready["store"], true);
+    assert!(!spool.join("alerts.spool").exists(), "the spool is gone once written");
+    pool.close().await;
+    drop(service);
+    drop_database_at(&admin, &db_name).await;
+    std::fs::remove_dir_all(&spool).ok();
+}
+
+// ---- webhook failures ------------------------------------------------------------------------
+
+/// A service on SQLite with HTTP ingest and the given webhook settings.
+fn webhook_service(dir: &std::path::Path, hook_url: &str, extra: &[&str]) -> Service {
+    let db = sqlite_url(dir);
+    let rules = rules_dir();
+    let mut args = vec!["--rules", &rules, "--database-url", &db, "--webhook-url", hook_url, "--lateness", "0s"];
+    args.extend_from_slice(extra);
+    Service::start(&args)
+}
+
+async fn sqlite_rows(dir: &std::path::Path) -> Vec<(String, String)> {
+    let pool = sqlx::SqlitePool::connect(&sqlite_url(dir)).await.expect("sqlite");
+    let mut rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
+    pool.close().await;
+    rows.sort();
+    rows
+}
+
+#[tokio::test]
+async fn a_webhook_that_fails_and_times_out_gets_every_alert_in_the_end() {
+    let lines = job_lines(10);
+    let want = expected(&lines);
+    // Every alert: first a 500, then a call that hangs past the timeout, then success.
+    let (hook, hook_url) = Flaky::start(vec![Answer::Error, Answer::Hang(Duration::from_secs(3))]).await;
+    let dir = temp_dir("webhook-flaky");
+    let service = webhook_service(&dir, &hook_url, &["--webhook-timeout", "300ms", "--webhook-backoff", "100ms"]);
+    post_events(&service.url, lines.join("\n")).await;
+    let keys = eventually("every alert delivered", || async {
+        let keys = accepted_keys(&hook.accepted);
+        (keys.iter().collect::<BTreeSet<_>>().len() >= want.len()).then_some(keys)
+    })
+    .await;
+    let rows = sqlite_rows(&dir).await;
+    // The hung calls are accepted by the receiver after the service gave up on them, so each
+    // key may arrive twice: the idempotency key is what lets a receiver see that.
+    judge("webhook 500 then timeout", 2 * want.len(), &want, &rows, &keys);
+    assert!(hook.calls.load(Ordering::SeqCst) >= 3 * want.len());
+    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let failed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil_webhook_deliveries_total{outcome=\"failed\"} "))
+        .and_then(|n| n.parse::<usize>().ok());
+    assert_eq!(failed, Some(2 * want.len()), "{metrics}");
+    let state = get_json(&format!("{}/api/v1/webhook", service.url)).await;
+    assert_eq!(state["deliveries"]["delivered"], want.len(), "{state}");
+    drop(service);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn deliveries_that_keep_failing_go_dead_and_can_be_redelivered() {
+    let lines = job_lines(5);
+    let want = expected(&lines);
+    let (hook, hook_url) = Flaky::start(Vec::new()).await;
+    hook.down.store(true, Ordering::SeqCst);
+    let dir = temp_dir("webhook-dead");
+    let service = webhook_service(&dir, &hook_url, &["--webhook-max-attempts", "3", "--webhook-backoff", "50ms"]);
+    post_events(&service.url, lines.join("\n")).await;
+    let state = eventually("every delivery dead", || async {
+        let state = get_json(&format!("{}/api/v1/webhook", service.url)).await;
+        (state["deliveries"]["dead"] == want.len()).then_some(state)
+    })
+    .await;
+    assert!(state["deliveries"].get("pending").is_none_or(|p| p == 0), "{state}");
+    assert_eq!(hook.calls.load(Ordering::SeqCst), 3 * want.len(), "three attempts each, then no more");
+    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    assert!(
+        metrics.contains(&format!("vigil_webhook_deliveries_total{{outcome=\"dead\"}} {}", want.len())),
+        "{metrics}"
+    );
+
+    // The receiver is mended; an operator asks for the dead ones again.
+    hook.down.store(false, Ordering::SeqCst);
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/webhook/redeliver", service.url))
+        .send()
+        .await
+        .expect("redeliver answers");
+    let body: Json = resp.json().await.expect("JSON");
+    assert_eq!(body["requeued"], want.len());
+    let keys = eventually("every alert delivered", || async {
+        let keys = accepted_keys(&hook.accepted);
+        (keys.len() >= want.len()).then_some(keys)
+    })
+    .await;
+    let rows = sqlite_rows(&dir).await;
+    judge("webhook dead, then redelivered", 3 * want.len(), &want, &rows, &keys);
+    drop(service);
+    std::fs::remove_dir_all(&dir).ok();
+}
