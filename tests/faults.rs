@@ -501,3 +501,86 @@ async fn deliveries_that_keep_failing_go_dead_and_can_be_redelivered() {
     drop(service);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+// ---- bad input -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn bad_input_becomes_dead_letters_with_reasons_and_the_good_input_goes_on() {
+    let lines = job_lines(3);
+    let want = expected(&lines);
+    let (hook, hook_url) = steady_receiver().await;
+    let dir = temp_dir("bad-input");
+    let service = webhook_service(&dir, &hook_url, &[]);
+    let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+    let bad: Vec<(Vec<u8>, &str)> = vec![
+        (
+            br#"{"stream":"task_event","ts":"2026-01-01T00:00:00Z","type":"FAIL","job_id":"j","task_index":"zero"}"#
+                .to_vec(),
+            "field `task_index`: `zero` is not a number",
+        ),
+        (br#"{"stream":"task_event","type":"FAIL","job_id":"j"}"#.to_vec(), "field `ts`: missing"),
+        (
+            br#"{"stream":"task_event","ts":"2026-13-45","type":"FAIL"}"#.to_vec(),
+            "field `ts`: `2026-13-45` is not an RFC 3339 time",
+        ),
+        (
+            format!(r#"{{"stream":"metric","ts":0,"name":"{}","value":1}}"#, "x".repeat(2 << 20)).into_bytes(),
+            "bytes; at most 1048576 are accepted",
+        ),
+        // (Deep nesting in a field Vigil does not read is skipped without recursion, and fine.)
+        (
+            format!(r#"{{"stream":"metric","ts":0,"name":"n","value":{deep}}}"#).into_bytes(),
+            "field `value`: expected number",
+        ),
+        (b"{\"stream\":\"metric\",\"ts\":0,\"name\":\"caf\xe9\",\"value\":1}".to_vec(), "invalid UTF-8 at byte 37"),
+        (br#"{"stream":"nope","ts":0}"#.to_vec(), "unknown stream `nope`"),
+        (b"\x00\x01\x02 binary".to_vec(), "invalid JSON"),
+    ];
+    // Bad lines first, between and after the good ones.
+    let mut body: Vec<u8> = Vec::new();
+    for (i, (line, _)) in bad.iter().enumerate() {
+        body.extend_from_slice(line);
+        body.push(b'\n');
+        if let Some(good) = lines.get(i) {
+            body.extend_from_slice(good.as_bytes());
+            body.push(b'\n');
+        }
+    }
+    for good in lines.iter().skip(bad.len()) {
+        body.extend_from_slice(good.as_bytes());
+        body.push(b'\n');
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/events", service.url))
+        .body(body)
+        .send()
+        .await
+        .expect("ingest answers");
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let answer: Json = resp.json().await.expect("JSON");
+    assert_eq!(answer["accepted"], lines.len(), "{answer}");
+    let rejected = answer["rejected"].as_array().expect("rejected").clone();
+    assert_eq!(rejected.len(), bad.len(), "{answer}");
+    for ((_, reason), got) in bad.iter().zip(&rejected) {
+        let text = got["reason"].as_str().unwrap_or_default();
+        assert!(text.contains(reason), "expected a reason with `{reason}`, got `{text}`");
+    }
+    let dead = eventually("the dead letters stored", || async {
+        let page = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
+        page["dead_letters"].as_array().filter(|d| d.len() == bad.len()).cloned()
+    })
+    .await;
+    let biggest = dead.iter().filter_map(|d| d["payload"].as_str()).map(str::len).max().unwrap_or(0);
+    assert!(biggest < 8_192, "a dead letter keeps only the start of a huge payload ({biggest} bytes)");
+
+    let keys = eventually("the good input's alerts delivered", || async {
+        let keys = accepted_keys(&hook.accepted);
+        (keys.len() >= want.len()).then_some(keys)
+    })
+    .await;
+    let rows = sqlite_rows(&dir).await;
+    judge("bad input between good input", bad.len(), &want, &rows, &keys);
+    assert!(reqwest::get(format!("{}/healthz", service.url)).await.is_ok_and(|r| r.status().is_success()));
+    drop(service);
+    std::fs::remove_dir_all(&dir).ok();
+}

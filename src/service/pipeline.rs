@@ -475,3 +475,44 @@ pub fn channels() -> Channels {
     let (atx, arx) = mpsc::channel(ALERT_CAPACITY);
     (tx, rx, atx, arx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> Input {
+        Input::Event(Event::new(crate::schema::Stream::Metric, 0), None)
+    }
+
+    #[tokio::test]
+    async fn shedding_drops_and_counts_what_does_not_fit_and_backpressure_waits() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let shed = prometheus::IntCounter::new("shed", "test").expect("counter");
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Taken);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Taken);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Shed);
+        assert_eq!(shed.get(), 1);
+        // Backpressure: the third event waits until the engine takes one.
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            let shed = shed.clone();
+            async move { offer(&tx, event(), Overload::Backpressure, &shed).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a full queue holds the source back");
+        rx.recv().await.expect("an event");
+        assert_eq!(waiting.await.expect("task"), Offered::Taken);
+        assert_eq!(shed.get(), 1, "nothing shed under backpressure");
+        drop(rx);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Closed);
+    }
+
+    #[test]
+    fn oversized_and_non_utf8_payloads_are_refused_with_a_reason() {
+        let big = vec![b' '; MAX_EVENT_BYTES + 1];
+        assert!(decode_payload(&big, None).unwrap_err().contains("at most 1048576"));
+        assert_eq!(decode_payload(b"{\"ts\":0,\xff}", None).unwrap_err(), "invalid UTF-8 at byte 8");
+        let kept = dead_payload(&big);
+        assert!(kept.len() < 5_000 && kept.ends_with("(1048577 bytes in all)"), "{}", &kept[kept.len() - 40..]);
+    }
+}
