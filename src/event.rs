@@ -338,10 +338,34 @@ impl<'de> serde::de::Visitor<'de> for KeySeed {
         f.write_str("a field name")
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+        // A `match` on the text compiles to a switch on its length and a few comparisons,
+        // several times faster than a search of the name list.
         Ok(match v {
             "stream" => Key::Stream,
             "ts" => Key::Ts,
-            _ => FIELD_NAMES.iter().position(|n| *n == v).map_or(Key::Other, Key::Field),
+            "job_id" => Key::Field(0),
+            "task_index" => Key::Field(1),
+            "machine_id" => Key::Field(2),
+            "type" => Key::Field(3),
+            "user" => Key::Field(4),
+            "priority" => Key::Field(5),
+            "sched_class" => Key::Field(6),
+            "cpu_request" => Key::Field(7),
+            "mem_request" => Key::Field(8),
+            "cpu" => Key::Field(9),
+            "mem" => Key::Field(10),
+            "max_cpu" => Key::Field(11),
+            "max_mem" => Key::Field(12),
+            "disk_io" => Key::Field(13),
+            "cpi" => Key::Field(14),
+            "cpus" => Key::Field(15),
+            "memory" => Key::Field(16),
+            "detail" => Key::Field(17),
+            "host" => Key::Field(18),
+            "name" => Key::Field(19),
+            "value" => Key::Field(20),
+            "labels" => Key::Field(21),
+            _ => Key::Other,
         })
     }
 }
@@ -567,6 +591,14 @@ fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_field_name_is_matched_to_its_number() {
+        for (i, name) in FIELD_NAMES.iter().enumerate() {
+            let key: Result<Key, serde::de::value::Error> = serde::de::Visitor::visit_str(KeySeed, name);
+            assert!(matches!(key, Ok(Key::Field(n)) if n == i), "{name}");
+        }
+    }
 
     #[test]
     fn decodes_rfc3339_and_epoch_millis() {

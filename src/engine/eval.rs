@@ -8,11 +8,11 @@ use crate::ast::{BinOp, UnaryOp};
 use crate::event::{Event, Value};
 use crate::plan::{Func, SourcePlan, TExpr, TExprKind};
 use regex::Regex;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Closed windows of one group, newest first; each holds the state fields in plan order.
-pub type History = VecDeque<Arc<[Value]>>;
+pub type History = Vec<Arc<[Value]>>;
 
 /// Per-group outcome of a rule's cluster step.
 #[derive(Debug, Clone, PartialEq)]

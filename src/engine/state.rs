@@ -18,21 +18,18 @@ pub enum Acc {
     },
     Min(Option<f64>),
     Max(Option<f64>),
-    /// Welford's running mean and sum of squared deviations.
-    Stddev {
-        n: u64,
-        mean: f64,
-        m2: f64,
-    },
-    // The collecting accumulators are boxed so that the common ones stay small (clippy's
-    // box_collection lint does not weigh enum size).
+    /// Welford's running count, mean and sum of squared deviations; boxed, so that the
+    /// accumulator every window holds per field stays 24 bytes.
+    Stddev(Box<(u64, f64, f64)>),
+    // The collecting and value-holding accumulators are boxed so that the common ones stay
+    // small (clippy's box_collection lint does not weigh enum size).
     Percentile(Box<(Vec<f64>, f64)>),
     #[allow(clippy::box_collection)]
     Distinct(Box<HashSet<String>>),
     #[allow(clippy::box_collection)]
     Set(Box<BTreeSet<String>>),
-    First(Value),
-    Last(Value),
+    First(Box<Value>),
+    Last(Box<Value>),
 }
 
 impl Acc {
@@ -44,12 +41,12 @@ impl Acc {
             AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
             AggFunc::Min => Acc::Min(None),
             AggFunc::Max => Acc::Max(None),
-            AggFunc::Stddev => Acc::Stddev { n: 0, mean: 0.0, m2: 0.0 },
+            AggFunc::Stddev => Acc::Stddev(Box::new((0, 0.0, 0.0))),
             AggFunc::Percentile(p) => Acc::Percentile(Box::new((Vec::new(), p))),
             AggFunc::DistinctCount => Acc::Distinct(Box::default()),
             AggFunc::Set => Acc::Set(Box::default()),
-            AggFunc::First => Acc::First(Value::Null),
-            AggFunc::Last => Acc::Last(Value::Null),
+            AggFunc::First => Acc::First(Box::new(Value::Null)),
+            AggFunc::Last => Acc::Last(Box::new(Value::Null)),
         }
     }
 
@@ -76,7 +73,8 @@ impl Acc {
                     *m = Some(m.map_or(x, |m| m.max(x)));
                 }
             }
-            Acc::Stddev { n, mean, m2 } => {
+            Acc::Stddev(w) => {
+                let (n, mean, m2) = &mut **w;
                 if let Some(x) = num {
                     *n += 1;
                     let delta = x - *mean;
@@ -96,13 +94,13 @@ impl Acc {
                 }
             }
             Acc::First(f) => {
-                if *f == Value::Null {
-                    *f = v.clone();
+                if **f == Value::Null {
+                    **f = v.clone();
                 }
             }
             Acc::Last(l) => {
                 if *v != Value::Null {
-                    *l = v.clone();
+                    **l = v.clone();
                 }
             }
         }
@@ -114,17 +112,23 @@ impl Acc {
             Acc::Sum(s) => Value::Num(*s),
             Acc::Avg { sum, n } if *n > 0 => Value::Num(sum / *n as f64),
             Acc::Min(Some(x)) | Acc::Max(Some(x)) => Value::Num(*x),
-            Acc::Stddev { n, m2, .. } if *n >= 2 => Value::Num((m2 / (*n - 1) as f64).sqrt()),
+            Acc::Stddev(w) if w.0 >= 2 => Value::Num((w.2 / (w.0 - 1) as f64).sqrt()),
             Acc::Percentile(b) if !b.0.is_empty() => Value::Num(percentile(&b.0, b.1)),
             Acc::Distinct(s) => Value::Num(s.len() as f64),
             Acc::Set(s) => Value::Set(Arc::new((**s).clone())),
-            Acc::First(v) | Acc::Last(v) => v.clone(),
+            Acc::First(v) | Acc::Last(v) => (**v).clone(),
             _ => Value::Null,
         }
     }
 }
 
 /// Linear interpolation between the closest ranks (the "R-7" definition, as numpy's default).
+#[cfg(test)]
+#[test]
+fn an_accumulator_is_24_bytes() {
+    assert_eq!(std::mem::size_of::<Acc>(), 24);
+}
+
 pub fn percentile(values: &[f64], p: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);

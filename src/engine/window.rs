@@ -109,6 +109,7 @@ impl WindowOperatorBuilder {
             regexes: self.regexes,
             max_keys: limits.max_keys,
             idle_ms: limits.idle_ms,
+            key_len: key_names.len(),
             evicted: 0,
             evicted_idle: 0,
         }
@@ -146,11 +147,11 @@ struct Group {
     /// from the key serves.
     last_event: Option<Arc<Event>>,
     /// Closed windows since the group's last event.
-    idle: usize,
+    idle: u32,
     /// Whether the window that just closed had events.
     active: bool,
-    /// Per dependent rule with an invariant.
-    baselines: Vec<Baseline>,
+    /// Per dependent rule with an invariant (none allocated without one).
+    baselines: Box<[Baseline]>,
 }
 
 pub struct WindowOperator {
@@ -175,6 +176,8 @@ pub struct WindowOperator {
     regexes: Arc<RegexCache>,
     max_keys: usize,
     idle_ms: Millis,
+    /// Values in a group key.
+    key_len: usize,
     /// Groups dropped over the cap, and for idleness before their history ran out.
     evicted: u64,
     evicted_idle: u64,
@@ -186,9 +189,9 @@ impl WindowOperator {
     fn evict(&mut self) {
         let n = (self.groups.len() / 16).max(1);
         let dependents = &self.dependents;
-        let mut ranked: Vec<(bool, usize, &Key)> =
+        let mut ranked: Vec<(bool, u32, &Key)> =
             self.groups.iter().map(|(k, g)| (dependents.iter().any(|d| d.alerting.is_active(k)), g.idle, k)).collect();
-        let order = |a: &(bool, usize, &Key), b: &(bool, usize, &Key)| {
+        let order = |a: &(bool, u32, &Key), b: &(bool, u32, &Key)| {
             a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then_with(|| compare_keys(a.2, b.2))
         };
         if n < ranked.len() {
@@ -204,7 +207,8 @@ impl WindowOperator {
     fn group_key(&self, event: &Event) -> Key {
         let events = [Some(event)];
         let env = Env::events(&self.source, &events, &self.regexes);
-        let mut key = Vec::new();
+        // Exactly as long as it needs to be: a key is kept for as long as its group lives.
+        let mut key = Vec::with_capacity(self.key_len);
         for k in &self.state.group_by {
             match k {
                 GroupKey::Entity { kind, .. } => key.extend(
@@ -234,9 +238,9 @@ impl WindowOperator {
             };
             group.active = accs.is_some();
             let accs = accs.unwrap_or_else(|| empty.clone());
-            group.history.push_front(accs.iter().map(Acc::result).collect());
+            group.history.insert(0, accs.iter().map(Acc::result).collect());
             group.history.truncate(self.history);
-            group.idle = if group.active { 0 } else { group.idle + 1 };
+            group.idle = if group.active { 0 } else { group.idle.saturating_add(1) };
         }
         // A stable order makes the alerts of one close come out the same on every run.
         let mut keys: Vec<Key> = self.groups.keys().cloned().collect();
@@ -287,11 +291,17 @@ impl WindowOperator {
                 }
             }
         }
-        let remember = self.remember.max(1);
+        // Without `ss[1]` anywhere, nothing reads a window after its close: keep no history.
+        if self.history <= 1 {
+            for g in self.groups.values_mut() {
+                g.history = History::new();
+            }
+        }
+        let remember = self.remember.clamp(1, u32::MAX as usize) as u32;
         // Windows that make the idle time, when that is shorter than what the group remembers.
         let idle_windows = match self.idle_ms {
-            0 => usize::MAX,
-            ms => (ms / self.slide).max(1) as usize,
+            0 => u32::MAX,
+            ms => (ms / self.slide).clamp(1, i64::from(u32::MAX)) as u32,
         };
         let dependents = &self.dependents;
         let mut expired = 0;
@@ -449,14 +459,16 @@ impl Operator for WindowOperator {
         let baselines = self.dependents.len();
         let has_invariant = self.has_invariant;
         let keep_event = self.rebuild.is_none();
+        let open_windows = (self.size / self.slide).max(1) as usize;
         let group = self.groups.entry(key).or_insert_with(|| Group {
-            open: Vec::new(),
+            // Sized once: a tumbling window has one open at a time, a sliding one size/slide.
+            open: Vec::with_capacity(open_windows),
             history: History::new(),
             last_event: None,
             idle: 0,
             active: false,
             // Only rules with an invariant keep a baseline per group.
-            baselines: if has_invariant { vec![Baseline::default(); baselines] } else { Vec::new() },
+            baselines: if has_invariant { vec![Baseline::default(); baselines].into() } else { Box::default() },
         });
         if keep_event {
             group.last_event = Some(event.clone());
