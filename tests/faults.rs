@@ -30,6 +30,12 @@ fn job_lines(jobs: usize) -> Vec<String> {
 
 /// The transitions (id, status) of an uninterrupted run: the same events through `vigil replay`.
 fn expected(lines: &[String]) -> Vec<(String, String)> {
+    let all = replayed(lines);
+    assert_eq!(all.len(), lines.len(), "each job fires and resolves once in the clean run");
+    all
+}
+
+fn replayed(lines: &[String]) -> Vec<(String, String)> {
     let dir = temp_dir("expected");
     let file = dir.join("events.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").expect("write");
@@ -44,7 +50,6 @@ fn expected(lines: &[String]) -> Vec<(String, String)> {
         .map(|a| (a["id"].as_str().unwrap_or("").to_string(), a["status"].as_str().unwrap_or("").to_string()))
         .collect();
     all.sort();
-    assert_eq!(all.len(), lines.len(), "each job fires and resolves once in the clean run");
     all
 }
 
@@ -231,6 +236,87 @@ async fn kill_9_at_random_points_loses_and_repeats_nothing() {
     pool.close().await;
     drop(service);
     drop_database(&db_name).await;
+}
+
+#[tokio::test]
+async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
+    let mut rng = fastrand::Rng::with_seed(seed());
+    // 40 jobs' alerts among 120,000 usage samples of an idle machine, in time order.
+    let mut timed: Vec<(i64, String)> = job_lines(40)
+        .into_iter()
+        .map(|l| {
+            let e = vigil::event::decode(&l, None).expect("an event");
+            (e.ts, l)
+        })
+        .collect();
+    let start = timed[0].0;
+    for k in 0..120_000i64 {
+        let ts = start + k * 150;
+        let line = format!(
+            r#"{{"stream":"task_usage","ts":{ts},"job_id":"filler","task_index":0,"machine_id":"idle","cpu":0.01,"mem":0.01}}"#
+        );
+        timed.push((ts, line));
+    }
+    timed.sort_by_key(|(ts, _)| *ts);
+    let lines: Vec<String> = timed.into_iter().map(|(_, l)| l).collect();
+    let want = replayed(&lines);
+    assert_eq!(want.len(), 80, "40 alerts fire and resolve");
+
+    let dir = temp_dir("replay-kill");
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let (hook, hook_url) = steady_receiver().await;
+    let (db, rules, file_arg) = (sqlite_url(&dir), rules_dir(), file.display().to_string());
+    let spool = dir.join("spool").display().to_string();
+    let args = [
+        "--rules",
+        &rules,
+        "--database-url",
+        &db,
+        "--webhook-url",
+        &hook_url,
+        "--lateness",
+        "0s",
+        "--checkpoint-interval",
+        "100ms",
+        "--replay",
+        &file_arg,
+        "--spool-dir",
+        &spool,
+    ];
+    let mut service = Service::start(&args);
+    // Wait for a checkpoint that covers part of the file, then kill at a random moment after.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("sqlite");
+    eventually("a checkpoint inside the file", || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE positions LIKE '%file:%'")
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+        (n > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(rng.u64(0..300))).await;
+    service.kill();
+    drop(service);
+    let restarted = Service::start(&args);
+    let keys = eventually("every alert delivered", || async {
+        let keys = accepted_keys(&hook.accepted);
+        (keys.iter().collect::<BTreeSet<_>>().len() >= want.len()).then_some(keys)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pool.close().await;
+    let rows = sqlite_rows(&dir).await;
+    judge("kill -9 during a file replay", 1, &want, &rows, &accepted_keys(&hook.accepted).max(keys));
+    let log = restarted.log();
+    // It resumed inside the file rather than at its start (unless the kill came after the end).
+    let resumed = log.contains("replay resumes where the checkpoint left off");
+    let metrics =
+        reqwest::get(format!("{}/metrics", restarted.url)).await.expect("metrics").text().await.expect("text");
+    assert!(resumed, "{log}");
+    assert!(!metrics.contains("vigil_events_late_total{"), "nothing was read twice as late input:\n{metrics}");
+    drop(restarted);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 // ---- broker restart --------------------------------------------------------------------------

@@ -119,14 +119,14 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             settings: config.webhook,
         };
         tokio::spawn(deliverer.run(stop_rx.clone()));
-        tracing::info!(url = %url, "delivering alerts to the webhook");
+        tracing::info!(url = %redact(url), "delivering alerts to the webhook");
     }
 
     if let Some(consumer) = consumer {
         tokio::spawn(kafka::consume(
             consumer.clone(),
             config.topics.clone(),
-            resume,
+            resume.clone(),
             tx.clone(),
             dead_tx.clone(),
             (config.overload, telemetry.shed.with_label_values(&["kafka"])),
@@ -137,7 +137,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
 
     let ticker = tokio::spawn(pipeline::tick(tx.clone()));
     for file in &config.replay {
-        pipeline::replay_file(file.clone(), tx.clone(), dead_tx.clone());
+        pipeline::replay_file(file.clone(), &resume, tx.clone(), dead_tx.clone());
         tracing::info!(file = %file.display(), "replaying into the service");
     }
 
@@ -238,8 +238,13 @@ async fn shutdown_signal() {
     }
 }
 
-/// A database URL without its password, for messages.
+/// A URL for messages: without the password of its credentials, and without its query (where
+/// webhook receivers often take a token).
 pub fn redact(url: &str) -> String {
+    let url = match url.split_once('?') {
+        Some((base, _)) => return redact(base) + "?***",
+        None => url,
+    };
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let creds = &url[scheme + 3..at];
@@ -249,5 +254,16 @@ pub fn redact(url: &str) -> String {
             }
         }
         _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_stay_out_of_messages() {
+        assert_eq!(super::redact("postgres://vigil:s3cret@db:5432/vigil"), "postgres://vigil:***@db:5432/vigil");
+        assert_eq!(super::redact("https://hooks.example/x?token=abc"), "https://hooks.example/x?***");
+        assert_eq!(super::redact("https://u:p@h/x?t=1"), "https://u:***@h/x?***");
+        assert_eq!(super::redact("sqlite://vigil.db"), "sqlite://vigil.db");
     }
 }

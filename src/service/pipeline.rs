@@ -35,7 +35,8 @@ pub async fn tick(tx: mpsc::Sender<Input>) {
     }
 }
 
-/// Where an event came from in Kafka; a checkpoint records the last of each partition.
+/// Where an event came from: a Kafka topic, partition and offset, or a replayed file
+/// (`file:<path>`, partition 0, line number). A checkpoint records the next of each.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Position {
     pub topic: String,
@@ -396,10 +397,11 @@ impl Writer {
             tracing::warn!(error = %e, "cannot store the checkpoint");
             return false;
         }
-        if let (Some(consumer), false) = (self.consumer.as_deref(), positions.is_empty()) {
+        let kafka: Vec<&Position> = positions.iter().filter(|p| !p.topic.starts_with("file:")).collect();
+        if let (Some(consumer), false) = (self.consumer.as_deref(), kafka.is_empty()) {
             use rdkafka::consumer::{CommitMode, Consumer};
             let mut list = rdkafka::TopicPartitionList::new();
-            for p in positions {
+            for p in kafka {
                 let _ = list.add_partition_offset(&p.topic, p.partition, rdkafka::Offset::Offset(p.offset));
             }
             if let Err(e) = consumer.commit(&list, CommitMode::Async) {
@@ -424,12 +426,23 @@ pub async fn write_dead_letters(mut rx: mpsc::Receiver<DeadLetter>, store: Store
     }
 }
 
+/// The source name a replayed file's position is checkpointed under (Kafka topic names cannot
+/// hold a `:`, so the two never mix).
+fn file_source(path: &std::path::Path) -> String {
+    format!("file:{}", path.display())
+}
+
 /// Feeds a recorded file into the running service, reporting malformed lines as dead letters.
+/// Each event carries its line number as its position, so checkpoints cover the file too: after
+/// a restart the file is read on from the line after the last checkpointed one.
 pub fn replay_file(
     path: std::path::PathBuf,
+    resume: &[Position],
     tx: mpsc::Sender<Input>,
     dead: mpsc::Sender<DeadLetter>,
 ) -> std::thread::JoinHandle<()> {
+    let source = file_source(&path);
+    let next_line = resume.iter().find(|p| p.topic == source).map_or(0, |p| p.offset);
     std::thread::spawn(move || {
         let input = match crate::input::open(&path, crate::input::Format::Auto, &crate::input::InputOptions::default())
         {
@@ -439,12 +452,16 @@ pub fn replay_file(
                 return;
             }
         };
+        if next_line > 0 {
+            tracing::info!(file = %path.display(), line = next_line, "replay resumes where the checkpoint left off");
+        }
         let name = input.name.clone();
         let mut n = 0u64;
-        for record in input.records {
+        for record in input.records.filter(|r| r.line as i64 >= next_line) {
             match record.event {
                 Ok(e) => {
-                    if tx.blocking_send(Input::Event(e, None)).is_err() {
+                    let position = Position { topic: source.clone(), partition: 0, offset: record.line as i64 };
+                    if tx.blocking_send(Input::Event(e, Some(position))).is_err() {
                         return;
                     }
                     n += 1;
