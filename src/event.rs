@@ -487,10 +487,22 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+        let fail = |e: DecodeError| {
+            *self.problem.borrow_mut() = Some(e);
+            serde::de::Error::custom("not an event")
+        };
+        let first = map.next_key_seed(KeySeed)?;
+        // The usual case, `stream` first: every field goes straight to its place in the event.
+        if let Some(Key::Stream) = first {
+            let stream = stream_of(Some(map.next_value::<Raw<'de>>()?), self.default_stream).map_err(fail)?;
+            return self.typed(stream, map);
+        }
+        // Otherwise the stream is known only at the end: hold every field until then.
         let (mut stream, mut ts) = (None, None);
         let mut fields: [Option<Raw<'de>>; FIELD_NAMES.len()] = Default::default();
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            match key {
+        let mut key = first;
+        while let Some(k) = key {
+            match k {
                 Key::Stream => stream = Some(map.next_value::<Raw<'de>>()?),
                 Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
                 Key::Field(i) => fields[i] = Some(map.next_value::<Raw<'de>>()?),
@@ -498,11 +510,150 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
+            key = map.next_key_seed(KeySeed)?;
         }
-        build(stream, ts, &mut fields, self.default_stream).map_err(|e| {
+        build(stream, ts, &mut fields, self.default_stream).map_err(fail)
+    }
+}
+
+impl EventSeed<'_> {
+    /// Reads the rest of an event whose stream is known.
+    fn typed<'de, A: serde::de::MapAccess<'de>>(self, stream: Stream, mut map: A) -> Result<Event, A::Error> {
+        let fail = |e: DecodeError| {
             *self.problem.borrow_mut() = Some(e);
             serde::de::Error::custom("not an event")
+        };
+        let mut event = Event::new(stream, 0);
+        let mut ts = None;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key {
+                Key::Stream => {
+                    if stream_of(Some(map.next_value::<Raw<'de>>()?), None).map_err(fail)? != stream {
+                        return Err(fail(bad(Some("stream".into()), "given twice, as two different streams")));
+                    }
+                }
+                Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
+                Key::Field(g) => match stream_position(stream, g) {
+                    Some(p) => {
+                        let (name, ty) = stream.fields()[p];
+                        event.fields[p] = map.next_value_seed(TypedSeed { name, ty })?.map_err(fail)?;
+                    }
+                    None => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                },
+                Key::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        event.ts = ts_of(ts).map_err(fail)?;
+        Ok(event)
+    }
+}
+
+/// Where global field `g` sits in `stream`'s events, if it is one of its fields.
+fn stream_position(stream: Stream, g: usize) -> Option<usize> {
+    static TABLE: std::sync::OnceLock<Vec<[Option<u8>; FIELD_NAMES.len()]>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        Stream::ALL
+            .iter()
+            .map(|s| {
+                let mut row = [None; FIELD_NAMES.len()];
+                for i in 0..s.fields().len() {
+                    row[global_index(*s, i)] = Some(i as u8);
+                }
+                row
+            })
+            .collect()
+    });
+    table[stream as usize][g].map(usize::from)
+}
+
+/// One field's value, decoded for its type: numbers and plain strings directly, anything else
+/// through [`convert`], so the errors are the same on both paths.
+struct TypedSeed {
+    name: &'static str,
+    ty: Type,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for TypedSeed {
+    type Value = Result<Value, DecodeError>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl TypedSeed {
+    fn number(self, raw: Raw) -> Result<Value, DecodeError> {
+        match self.ty {
+            Type::Number => Ok(Value::Num(raw.as_f64().unwrap_or(f64::NAN))),
+            _ => convert(self.name, self.ty, raw),
+        }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TypedSeed {
+    type Value = Result<Value, DecodeError>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(convert(self.name, self.ty, Raw::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(self.number(Raw::Int(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(self.number(Raw::UInt(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(self.number(Raw::Float(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(match self.ty {
+            Type::Str if v.len() <= MAX_STRING => Ok(Value::str(v)),
+            _ => convert(self.name, self.ty, Raw::Str(std::borrow::Cow::Borrowed(v))),
         })
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Ok(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Ok(Value::Null))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Ok(convert(self.name, self.ty, RawVisitor.visit_seq(seq)?))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Ok(convert(self.name, self.ty, RawVisitor.visit_map(map)?))
+    }
+}
+
+/// The stream a `stream` field names, or the default one.
+fn stream_of(stream: Option<Raw>, default_stream: Option<Stream>) -> Result<Stream, DecodeError> {
+    match stream {
+        Some(Raw::Str(s)) => Stream::from_name(&s).ok_or_else(|| {
+            let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
+            bad(Some("stream".into()), format!("unknown stream `{}`; expected one of {}", clip(&s), names.join(", ")))
+        }),
+        Some(_) => Err(bad(Some("stream".into()), "must be a string")),
+        None => default_stream.ok_or_else(|| bad(Some("stream".into()), "missing")),
+    }
+}
+
+/// The event time a `ts` field gives.
+fn ts_of(ts: Option<Raw>) -> Result<Millis, DecodeError> {
+    match ts {
+        Some(Raw::Int(i)) => Ok(i),
+        Some(Raw::UInt(u)) => i64::try_from(u).map_err(|_| bad(Some("ts".into()), "epoch milliseconds out of range")),
+        Some(Raw::Float(f)) if f.is_finite() && f.abs() < 9e15 => Ok(f as i64),
+        Some(Raw::Float(_)) => Err(bad(Some("ts".into()), "epoch milliseconds out of range")),
+        Some(Raw::Str(s)) => {
+            parse_time(&s).ok_or_else(|| bad(Some("ts".into()), format!("`{}` is not an RFC 3339 time", clip(&s))))
+        }
+        Some(_) => Err(bad(Some("ts".into()), "must be RFC 3339 text or epoch milliseconds")),
+        None => Err(bad(Some("ts".into()), "missing")),
     }
 }
 
@@ -512,27 +663,8 @@ fn build(
     fields: &mut [Option<Raw>],
     default_stream: Option<Stream>,
 ) -> Result<Event, DecodeError> {
-    let stream = match stream {
-        Some(Raw::Str(s)) => Stream::from_name(&s).ok_or_else(|| {
-            let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
-            bad(Some("stream".into()), format!("unknown stream `{}`; expected one of {}", clip(&s), names.join(", ")))
-        })?,
-        Some(_) => return Err(bad(Some("stream".into()), "must be a string")),
-        None => default_stream.ok_or_else(|| bad(Some("stream".into()), "missing"))?,
-    };
-    let ts = match ts {
-        Some(Raw::Int(i)) => i,
-        Some(Raw::UInt(u)) => {
-            i64::try_from(u).map_err(|_| bad(Some("ts".into()), "epoch milliseconds out of range"))?
-        }
-        Some(Raw::Float(f)) if f.is_finite() && f.abs() < 9e15 => f as i64,
-        Some(Raw::Float(_)) => return Err(bad(Some("ts".into()), "epoch milliseconds out of range")),
-        Some(Raw::Str(s)) => {
-            parse_time(&s).ok_or_else(|| bad(Some("ts".into()), format!("`{}` is not an RFC 3339 time", clip(&s))))?
-        }
-        Some(_) => return Err(bad(Some("ts".into()), "must be RFC 3339 text or epoch milliseconds")),
-        None => return Err(bad(Some("ts".into()), "missing")),
-    };
+    let stream = stream_of(stream, default_stream)?;
+    let ts = ts_of(ts)?;
     let mut event = Event::new(stream, ts);
     for (i, (name, ty)) in stream.fields().iter().enumerate() {
         if let Some(raw) = fields[global_index(stream, i)].take() {
@@ -598,6 +730,23 @@ mod tests {
             let key: Result<Key, serde::de::value::Error> = serde::de::Visitor::visit_str(KeySeed, name);
             assert!(matches!(key, Ok(Key::Field(n)) if n == i), "{name}");
         }
+    }
+
+    #[test]
+    fn stream_first_or_last_decodes_the_same() {
+        let fields = r#""ts":"2026-01-01T00:00:00Z","machine_id":7,"job_id":"j","task_index":"3","cpu":0.5,"labels":{"a":"b"},"extra":[1,[2]]"#;
+        let first = decode(&format!(r#"{{"stream":"task_usage",{fields}}}"#), None).expect("event");
+        let last = decode(&format!(r#"{{{fields},"stream":"task_usage"}}"#), None).expect("event");
+        assert_eq!(first, last);
+        assert_eq!(first.get("machine_id"), Value::str("7"));
+        assert_eq!(first.get("task_index"), Value::Num(3.0));
+        for bad in [r#""cpu":"high""#, r#""cpu":[1]"#, r#""job_id":{"x":1}"#] {
+            let a = decode(&format!(r#"{{"stream":"task_usage","ts":0,{bad}}}"#), None).expect_err("bad");
+            let b = decode(&format!(r#"{{"ts":0,{bad},"stream":"task_usage"}}"#), None).expect_err("bad");
+            assert_eq!(a.to_string(), b.to_string());
+        }
+        let twice = decode(r#"{"stream":"metric","ts":0,"stream":"task_usage"}"#, None).expect_err("two streams");
+        assert_eq!(twice.field.as_deref(), Some("stream"));
     }
 
     #[test]
