@@ -47,8 +47,9 @@ pub struct Alert {
     pub values: serde_json::Map<String, Json>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    /// The events or window states that caused it, capped.
-    pub evidence: Vec<Json>,
+    /// The events or window states that caused it, capped. Shared: the firing record an
+    /// operator keeps for the resolution, and every copy of the alert, point at one list.
+    pub evidence: std::sync::Arc<[Json]>,
 }
 
 /// Most evidence items an alert carries.

@@ -1503,7 +1503,19 @@ impl<'a> RuleChecker<'a> {
             ExprKind::Index(inner, idx) if scope.state && self.is_state(inner) => {
                 let ExprKind::Name(n) = &inner.kind else { unreachable!("is_state checked a name") };
                 let ago = match idx.kind {
-                    ExprKind::Number(i) if i.fract() == 0.0 && i >= 0.0 => i as usize,
+                    ExprKind::Number(i) if i.fract() == 0.0 && (0.0..MAX_HISTORY as f64).contains(&i) => i as usize,
+                    ExprKind::Number(i) if i.fract() == 0.0 && i > 0.0 => {
+                        self.error(
+                            Diagnostic::new(
+                                codes::HISTORY_RANGE,
+                                format!("a state keeps at most {MAX_HISTORY} windows, so this index is out of range"),
+                                idx.span,
+                                "past any history",
+                            )
+                            .with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")),
+                        );
+                        return error_expr();
+                    }
                     _ => {
                         self.error(
                             Diagnostic::new(
@@ -1600,7 +1612,7 @@ impl<'a> RuleChecker<'a> {
                 span,
                 format!("valid indexes are 0..{}", history - 1),
             )
-            .with_help(format!("declare more history: `state[{}] {state} {{ ... }}`", ago + 1));
+            .with_help(format!("declare more history: `state[{}] {state} {{ ... }}`", ago.saturating_add(1)));
             self.error(d);
             return error_expr();
         }

@@ -125,6 +125,26 @@ pub fn format_number(n: f64) -> String {
 pub fn format_time(ms: Millis) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        // Four-digit years by hand: a format description is interpreted on every call, and an
+        // alert formats several times (its own times, its evidence's).
+        Ok(t) if (0..=9999).contains(&t.year()) => {
+            let (h, mi, sec, milli) = t.to_hms_milli();
+            let mut out = *b"0000-00-00T00:00:00.000Z";
+            let mut put = |at: usize, width: usize, mut v: u32| {
+                for i in (at..at + width).rev() {
+                    out[i] = b'0' + (v % 10) as u8;
+                    v /= 10;
+                }
+            };
+            put(0, 4, t.year() as u32);
+            put(5, 2, u32::from(u8::from(t.month())));
+            put(8, 2, u32::from(t.day()));
+            put(11, 2, u32::from(h));
+            put(14, 2, u32::from(mi));
+            put(17, 2, u32::from(sec));
+            put(20, 3, u32::from(milli));
+            String::from_utf8_lossy(&out).into_owned()
+        }
         Ok(t) => {
             let fmt = time::macros::format_description!(
                 "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
@@ -729,6 +749,17 @@ mod tests {
         for (i, name) in FIELD_NAMES.iter().enumerate() {
             let key: Result<Key, serde::de::value::Error> = serde::de::Visitor::visit_str(KeySeed, name);
             assert!(matches!(key, Ok(Key::Field(n)) if n == i), "{name}");
+        }
+    }
+
+    #[test]
+    fn times_format_as_rfc3339_with_milliseconds() {
+        assert_eq!(format_time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_time(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
+        assert_eq!(format_time(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_time(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        for ms in [0, 1_767_225_600_123, -86_400_001, 253_402_300_799_999] {
+            assert_eq!(parse_time(&format_time(ms)), Some(ms));
         }
     }
 

@@ -152,7 +152,7 @@ impl Alerting {
             values,
             labels,
             annotations,
-            evidence,
+            evidence: evidence.into(),
         }
     }
 }

@@ -154,7 +154,7 @@ mod tests {
             values: Default::default(),
             labels: Default::default(),
             annotations: Default::default(),
-            evidence: Vec::new(),
+            evidence: Vec::new().into(),
         }
     }
 
