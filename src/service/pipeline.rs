@@ -1,7 +1,8 @@
 //! The running pipeline: sources -> engine thread -> alert writer -> store, stream, webhook.
 //!
-//! Channels between the stages are bounded, so a slow store slows the engine and the engine
-//! slows the sources (Kafka is then simply read later): nothing is dropped in between.
+//! Channels between the stages are bounded, so a slow store slows the engine (once the spool is
+//! full) and the engine slows the sources (Kafka is then simply read later): nothing is dropped
+//! in between, unless the overload policy is `shed`, which drops and counts at the source.
 
 use super::config::Overload;
 use super::spool::{Spool, SpoolError};
