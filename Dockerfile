@@ -9,7 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=build /src/target/release/vigil /usr/local/bin/vigil
 COPY rules /rules
 COPY samples /samples
-ENV VIGIL_RULES=/rules VIGIL_HTTP_ADDR=0.0.0.0:8080
+ENV VIGIL_RULES=/rules VIGIL_HTTP_ADDR=0.0.0.0:8080 VIGIL_SPOOL_DIR=/var/lib/vigil/spool
 EXPOSE 8080
 ENTRYPOINT ["vigil"]
 CMD ["serve"]
