@@ -507,10 +507,7 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
-        let fail = |e: DecodeError| {
-            *self.problem.borrow_mut() = Some(e);
-            serde::de::Error::custom("not an event")
-        };
+        let fail = |e: DecodeError| self.fail::<A::Error>(e);
         let first = map.next_key_seed(KeySeed)?;
         // The usual case, `stream` first: every field goes straight to its place in the event.
         if let Some(Key::Stream) = first {
@@ -537,12 +534,15 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
 }
 
 impl EventSeed<'_> {
+    /// Keeps our reason for refusing the line, and stops the parser.
+    fn fail<E: serde::de::Error>(&self, e: DecodeError) -> E {
+        *self.problem.borrow_mut() = Some(e);
+        E::custom("not an event")
+    }
+
     /// Reads the rest of an event whose stream is known.
     fn typed<'de, A: serde::de::MapAccess<'de>>(self, stream: Stream, mut map: A) -> Result<Event, A::Error> {
-        let fail = |e: DecodeError| {
-            *self.problem.borrow_mut() = Some(e);
-            serde::de::Error::custom("not an event")
-        };
+        let fail = |e: DecodeError| self.fail::<A::Error>(e);
         let mut event = Event::new(stream, 0);
         let mut ts = None;
         while let Some(key) = map.next_key_seed(KeySeed)? {

@@ -223,24 +223,17 @@ impl ServeConfig {
         for (s, t) in args.topics {
             topics.insert(s, t);
         }
-        let file_lateness =
-            file.lateness.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
-                problems.push(format!("vigil.toml lateness: {e}"));
-                None
-            });
-        let file_checkpoint =
-            file.checkpoint_interval.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
-                problems.push(format!("vigil.toml checkpoint_interval: {e}"));
-                None
-            });
+        // A duration from the flag, else from the file; a bad value in the file is reported
+        // even when the flag overrides it.
         let mut duration = |flag: Option<u64>, text: &Option<String>, name: &str| {
-            flag.or_else(|| {
-                text.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
-                    problems.push(format!("vigil.toml {name}: {e}"));
-                    None
-                })
-            })
+            let from_file = text.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
+                problems.push(format!("vigil.toml {name}: {e}"));
+                None
+            });
+            flag.or(from_file)
         };
+        let lateness = duration(args.lateness, &file.lateness, "lateness");
+        let checkpoint = duration(args.checkpoint_interval, &file.checkpoint_interval, "checkpoint_interval");
         let webhook_timeout = duration(args.webhook_timeout, &file.webhook_timeout, "webhook_timeout");
         let webhook_backoff = duration(args.webhook_backoff, &file.webhook_backoff, "webhook_backoff");
         let idle_timeout = duration(args.idle_timeout, &file.idle_timeout, "idle_timeout");
@@ -256,7 +249,7 @@ impl ServeConfig {
         if max_keys_per_rule == 0 {
             problems.push("max keys per rule must be more than zero".into());
         }
-        let checkpoint_ms = args.checkpoint_interval.or(file_checkpoint).unwrap_or(10_000);
+        let checkpoint_ms = checkpoint.unwrap_or(10_000);
         if checkpoint_ms == 0 {
             problems.push("the checkpoint interval must be longer than zero".into());
         }
@@ -301,7 +294,7 @@ impl ServeConfig {
             api_token,
             api_read_token: args.api_read_token.or(file.api_read_token).filter(|t| !t.is_empty()),
             replay,
-            lateness_ms: args.lateness.or(file_lateness).unwrap_or(5_000) as i64,
+            lateness_ms: lateness.unwrap_or(5_000) as i64,
             checkpoint_ms,
             spool_dir: args.spool_dir.or(file.spool_dir).unwrap_or_else(|| PathBuf::from("vigil-spool")),
             spool_max_bytes: args.spool_max_mb.or(file.spool_max_mb).unwrap_or(256).saturating_mul(1 << 20),

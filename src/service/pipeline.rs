@@ -309,7 +309,7 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
 
 impl Writer {
     /// Stores one batch and publishes it; false when the store did not take it.
-    async fn store_batch(&mut self, batch: &[Alert]) -> bool {
+    async fn store_batch(&self, batch: &[Alert]) -> bool {
         let webhook = self.webhook.as_deref();
         let payload = |a: &Alert| super::webhook::alertmanager_payload(a, webhook.unwrap_or_default()).to_string();
         let result = match webhook {
@@ -339,25 +339,27 @@ impl Writer {
 
     /// Puts a batch the store did not take (or that must wait behind the spool) in the spool;
     /// when the spool is full or cannot be written, waits until the store takes enough.
-    async fn hold(&mut self, batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
+    async fn hold(&mut self, mut batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
         let mut delay = RETRY_MIN;
         loop {
-            match self.spool.push(batch.clone()) {
+            batch = match self.spool.push(batch) {
                 Ok(()) => {
                     self.report_spool();
                     return;
                 }
-                Err(SpoolError::Full) => {
+                Err((SpoolError::Full, back)) => {
                     tracing::warn!(alerts = self.spool.alerts(), "the spool is full; holding the engine back");
+                    back
                 }
-                Err(SpoolError::Io(e)) => {
+                Err((SpoolError::Io(e), back)) => {
                     // Without a spool the batch can only wait for the store.
                     tracing::error!(error = %e, "cannot write the spool");
-                    if self.spool.is_empty() && self.store_batch(&batch).await {
+                    if self.spool.is_empty() && self.store_batch(&back).await {
                         return;
                     }
+                    back
                 }
-            }
+            };
             tokio::time::sleep(delay).await;
             delay = if self.drain(checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
         }
@@ -365,8 +367,8 @@ impl Writer {
 
     /// Stores the spool, oldest first, then the waiting checkpoint. True when all went.
     async fn drain(&mut self, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) -> bool {
-        while let Some(batch) = self.spool.front().map(<[Alert]>::to_vec) {
-            if !self.store_batch(&batch).await {
+        while let Some(batch) = self.spool.front() {
+            if !self.store_batch(batch).await {
                 return false;
             }
             if let Err(e) = self.spool.pop() {

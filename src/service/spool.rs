@@ -98,25 +98,35 @@ impl Spool {
         self.batches.iter().map(Vec::len).sum()
     }
 
-    /// Appends a batch, on disk before this returns.
-    pub fn push(&mut self, batch: Vec<Alert>) -> Result<(), SpoolError> {
-        let mut line = serde_json::to_string(&batch).map_err(|e| SpoolError::Io(e.into()))?;
+    /// Appends a batch, on disk before this returns. A batch not taken is handed back.
+    pub fn push(&mut self, batch: Vec<Alert>) -> Result<(), (SpoolError, Vec<Alert>)> {
+        let mut line = match serde_json::to_string(&batch) {
+            Ok(line) => line,
+            Err(e) => return Err((SpoolError::Io(e.into()), batch)),
+        };
         line.push('\n');
         // An empty spool always takes one batch, however big, so that progress is possible.
         if !self.batches.is_empty() && self.bytes + line.len() as u64 > self.max_bytes {
-            return Err(SpoolError::Full);
+            return Err((SpoolError::Full, batch));
         }
-        if self.file.is_none() {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir).map_err(SpoolError::Io)?;
-            }
-            self.file = Some(OpenOptions::new().create(true).append(true).open(&self.path).map_err(SpoolError::Io)?);
+        if let Err(e) = self.append(&line) {
+            return Err((SpoolError::Io(e), batch));
         }
-        let file = self.file.as_mut().expect("opened above");
-        file.write_all(line.as_bytes()).and_then(|()| file.sync_data()).map_err(SpoolError::Io)?;
         self.bytes += line.len() as u64;
         self.batches.push(batch);
         Ok(())
+    }
+
+    fn append(&mut self, line: &str) -> std::io::Result<()> {
+        if self.file.is_none() {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            self.file = Some(OpenOptions::new().create(true).append(true).open(&self.path)?);
+        }
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(line.as_bytes())?;
+        file.sync_data()
     }
 
     /// The oldest batch, to be stored.
@@ -164,7 +174,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
         let mut spool = Spool::open(&dir, 400).expect("open");
         spool.push(vec![alert("a"), alert("b")]).expect("first batch always fits");
-        assert!(matches!(spool.push(vec![alert("c"); 3]), Err(SpoolError::Full)));
+        assert!(matches!(spool.push(vec![alert("c"); 3]), Err((SpoolError::Full, back)) if back.len() == 3));
         drop(spool);
         // A torn last line, as a crash while writing leaves it.
         let mut f = OpenOptions::new().append(true).open(dir.join("alerts.spool")).expect("file");
