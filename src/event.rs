@@ -12,6 +12,8 @@ use std::sync::Arc;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+mod scan;
+
 /// Event time: milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
 
@@ -185,7 +187,8 @@ pub struct Event {
 impl Event {
     /// An event with every field missing; fill it with [`Event::set`].
     pub fn new(stream: Stream, ts: Millis) -> Event {
-        Event { stream, ts, fields: vec![Value::Null; stream.fields().len()] }
+        // Not `vec![Value::Null; n]`, which clones its element through `Value::clone`.
+        Event { stream, ts, fields: std::iter::repeat_with(|| Value::Null).take(stream.fields().len()).collect() }
     }
 
     pub fn set(&mut self, field: &str, value: Value) -> &mut Self {
@@ -273,10 +276,18 @@ pub const MAX_STRING: usize = 64 * 1024;
 /// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers can
 /// send more than Vigil reads.
 ///
-/// The line is read in one pass with serde's visitor interface straight into the stream's field
-/// order: no intermediate JSON tree, and keys and strings are borrowed from the line where they
-/// have no escapes.
+/// Plain flat lines, the usual case, are scanned by hand ([`scan`]); the rest are read in one
+/// pass with serde's visitor interface straight into the stream's field order: no intermediate
+/// JSON tree, and keys and strings are borrowed from the line where they have no escapes.
 pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+    if let Some(event) = scan::scan(line, default_stream) {
+        return Ok(event);
+    }
+    decode_with_serde(line, default_stream)
+}
+
+/// Every line the fast path gives up on: any JSON, and the wording of every error.
+fn decode_with_serde(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
     use serde::de::DeserializeSeed;
     let problem = std::cell::RefCell::new(None);
     let mut de = serde_json::Deserializer::from_str(line);
@@ -358,35 +369,39 @@ impl<'de> serde::de::Visitor<'de> for KeySeed {
         f.write_str("a field name")
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
-        // A `match` on the text compiles to a switch on its length and a few comparisons,
-        // several times faster than a search of the name list.
-        Ok(match v {
-            "stream" => Key::Stream,
-            "ts" => Key::Ts,
-            "job_id" => Key::Field(0),
-            "task_index" => Key::Field(1),
-            "machine_id" => Key::Field(2),
-            "type" => Key::Field(3),
-            "user" => Key::Field(4),
-            "priority" => Key::Field(5),
-            "sched_class" => Key::Field(6),
-            "cpu_request" => Key::Field(7),
-            "mem_request" => Key::Field(8),
-            "cpu" => Key::Field(9),
-            "mem" => Key::Field(10),
-            "max_cpu" => Key::Field(11),
-            "max_mem" => Key::Field(12),
-            "disk_io" => Key::Field(13),
-            "cpi" => Key::Field(14),
-            "cpus" => Key::Field(15),
-            "memory" => Key::Field(16),
-            "detail" => Key::Field(17),
-            "host" => Key::Field(18),
-            "name" => Key::Field(19),
-            "value" => Key::Field(20),
-            "labels" => Key::Field(21),
-            _ => Key::Other,
-        })
+        Ok(key_of(v))
+    }
+}
+
+/// What a field name stands for. A `match` on the text compiles to a switch on its length and
+/// a few comparisons, several times faster than a search of the name list.
+fn key_of(name: &str) -> Key {
+    match name {
+        "stream" => Key::Stream,
+        "ts" => Key::Ts,
+        "job_id" => Key::Field(0),
+        "task_index" => Key::Field(1),
+        "machine_id" => Key::Field(2),
+        "type" => Key::Field(3),
+        "user" => Key::Field(4),
+        "priority" => Key::Field(5),
+        "sched_class" => Key::Field(6),
+        "cpu_request" => Key::Field(7),
+        "mem_request" => Key::Field(8),
+        "cpu" => Key::Field(9),
+        "mem" => Key::Field(10),
+        "max_cpu" => Key::Field(11),
+        "max_mem" => Key::Field(12),
+        "disk_io" => Key::Field(13),
+        "cpi" => Key::Field(14),
+        "cpus" => Key::Field(15),
+        "memory" => Key::Field(16),
+        "detail" => Key::Field(17),
+        "host" => Key::Field(18),
+        "name" => Key::Field(19),
+        "value" => Key::Field(20),
+        "labels" => Key::Field(21),
+        _ => Key::Other,
     }
 }
 

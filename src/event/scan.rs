@@ -1,0 +1,353 @@
+//! The fast path of [`decode`](super::decode): flat event objects, scanned byte by byte.
+//!
+//! Events are flat objects of short strings and numbers, and serde's visitor interface costs
+//! more than the scanning itself on them (a call per key and per value, each through a seed).
+//! This scanner takes the plain case only: the stream known from the first key (or the
+//! default stream), keys and strings without escapes, numbers, `true`, `false`, `null`, no
+//! nested value, no key given twice. On anything else it gives up and the caller decodes the
+//! line with serde_json, which also words every error.
+//!
+//! What it accepts it turns into the same event as serde_json would: values that are not a
+//! plain number for a number field or a plain string for a text field go through the same
+//! [`convert`]; integers are told from floats by JSON's grammar, as serde_json does; and floats
+//! are correctly rounded, as serde_json's `float_roundtrip` makes them. A test compares both
+//! paths on mutated lines.
+
+use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Raw, Stream, Value, MAX_STRING};
+use crate::schema::Type;
+use std::borrow::Cow;
+
+/// The event on `line`, or `None` when the line needs the full decoder.
+pub(super) fn scan(line: &str, default_stream: Option<Stream>) -> Option<Event> {
+    let mut s = Scanner { bytes: line.as_bytes(), text: line, at: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    s.ws();
+    let mut key = Some(s.key()?);
+    let stream = match key {
+        Some(Key::Stream) => {
+            let stream = stream_of(Some(s.value()?), None).ok()?;
+            key = s.after_value()?;
+            stream
+        }
+        _ => default_stream?,
+    };
+    let mut event = Event::new(stream, 0);
+    let mut ts = None;
+    // Keys seen so far: `ts`, then the fields of the stream by position.
+    let mut seen = 0u64;
+    while let Some(k) = key {
+        match k {
+            Key::Stream => {
+                // A second `stream` must agree; serde_json's path says why when it does not.
+                if stream_of(Some(s.value()?), None).ok()? != stream {
+                    return None;
+                }
+            }
+            Key::Ts => {
+                once(&mut seen, 1)?;
+                ts = Some(s.value()?);
+            }
+            Key::Field(g) => match stream_position(stream, g) {
+                Some(p) => {
+                    once(&mut seen, 2 << p)?;
+                    let (name, ty) = stream.fields()[p];
+                    event.fields[p] = s.typed(name, ty)?;
+                }
+                None => {
+                    s.value()?;
+                }
+            },
+            Key::Other => {
+                s.value()?;
+            }
+        }
+        key = s.after_value()?;
+    }
+    event.ts = ts_of(ts).ok()?;
+    Some(event)
+}
+
+/// Marks a key as seen; a key given twice is left to serde_json's path.
+fn once(seen: &mut u64, bit: u64) -> Option<()> {
+    if *seen & bit != 0 {
+        return None;
+    }
+    *seen |= bit;
+    Some(())
+}
+
+/// Bytes that end the plain part of a string: the quote, a backslash, control characters.
+static STRING_END: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Powers of ten that an `f64` holds exactly.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
+    1e20, 1e21, 1e22,
+];
+
+struct Scanner<'a> {
+    bytes: &'a [u8],
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.peek()? == want).then(|| self.at += 1)
+    }
+
+    /// JSON's whitespace.
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// A key and its colon.
+    fn key(&mut self) -> Option<Key> {
+        let key = key_of(self.string()?);
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        Some(key)
+    }
+
+    /// After a value: the next key, or `None` at the end of the object, which must end the line.
+    fn after_value(&mut self) -> Option<Option<Key>> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                self.ws();
+                Some(Some(self.key()?))
+            }
+            b'}' => {
+                self.at += 1;
+                self.ws();
+                (self.at == self.bytes.len()).then_some(None)
+            }
+            _ => None,
+        }
+    }
+
+    /// A string without escapes or control characters, borrowed from the line.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let mut end = start;
+        while end < self.bytes.len() && !STRING_END[self.bytes[end] as usize] {
+            end += 1;
+        }
+        if self.bytes.get(end) != Some(&b'"') {
+            return None;
+        }
+        self.at = end + 1;
+        // Both ends are ASCII quotes, so the slice is on character boundaries.
+        self.text.get(start..end)
+    }
+
+    /// A field's value, decoded for its type.
+    fn typed(&mut self, name: &str, ty: Type) -> Option<Value> {
+        match (ty, self.peek()?) {
+            (Type::Number, b'-' | b'0'..=b'9') => self.number()?.as_f64().map(Value::Num),
+            (Type::Str, b'"') => {
+                let s = self.string()?;
+                (s.len() <= MAX_STRING).then(|| Value::str(s))
+            }
+            _ => convert(name, ty, self.value()?).ok(),
+        }
+    }
+
+    fn value(&mut self) -> Option<Raw<'a>> {
+        match self.peek()? {
+            b'"' => Some(Raw::Str(Cow::Borrowed(self.string()?))),
+            b't' => self.literal(b"true", Raw::Bool(true)),
+            b'f' => self.literal(b"false", Raw::Bool(false)),
+            b'n' => self.literal(b"null", Raw::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Raw<'a>) -> Option<Raw<'a>> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| {
+            self.at = end;
+            value
+        })
+    }
+
+    /// Digits from here, appended to `acc`; how many there were. `acc` is exact while the
+    /// caller has read at most 19 digits into it.
+    fn digits(&mut self, acc: &mut u64) -> usize {
+        let start = self.at;
+        while let Some(d @ b'0'..=b'9') = self.bytes.get(self.at).copied() {
+            *acc = acc.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    /// A number by JSON's grammar: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    fn number(&mut self) -> Option<Raw<'a>> {
+        let start = self.at;
+        let negative = self.eat(b'-').is_some();
+        let mut mantissa = 0u64;
+        let int_start = self.at;
+        let int_digits = self.digits(&mut mantissa);
+        let mut digits = int_digits;
+        if int_digits == 0 || (int_digits > 1 && self.bytes[int_start] == b'0') {
+            return None;
+        }
+        let mut float = false;
+        let mut exponent = 0i64;
+        let mut exponent_exact = true;
+        if self.eat(b'.').is_some() {
+            let frac_digits = self.digits(&mut mantissa);
+            if frac_digits == 0 {
+                return None;
+            }
+            digits += frac_digits;
+            exponent = -(frac_digits as i64);
+            float = true;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            let minus = match self.peek() {
+                Some(b'-') => {
+                    self.at += 1;
+                    true
+                }
+                Some(b'+') => {
+                    self.at += 1;
+                    false
+                }
+                _ => false,
+            };
+            let mut e = 0u64;
+            let e_digits = self.digits(&mut e);
+            if e_digits == 0 {
+                return None;
+            }
+            exponent_exact = e_digits <= 9;
+            exponent += if minus { -(e as i64) } else { e as i64 };
+            float = true;
+        }
+        let exact = digits <= 19 && exponent_exact;
+        if !float {
+            // Integers past u64 serde_json turns into floats; `-0` it reads as the float -0.0
+            // and a negative past i64 as a float too: all left to it.
+            return match (negative, exact) {
+                (false, true) => Some(Raw::UInt(mantissa)),
+                (true, true) => i64::try_from(mantissa).ok().filter(|&m| m > 0).map(|m| Raw::Int(-m)),
+                _ => None,
+            };
+        }
+        // Clinger's fast path: a mantissa an f64 holds exactly, times or over an exact power
+        // of ten, is one correctly rounded operation. Anything else is parsed from the text.
+        let f = match usize::try_from(exponent.unsigned_abs()) {
+            Ok(e) if exact && mantissa <= 1 << 53 && e < POW10.len() => {
+                let m = mantissa as f64;
+                if exponent < 0 {
+                    m / POW10[e]
+                } else {
+                    m * POW10[e]
+                }
+            }
+            _ => self.text[start..self.at].trim_start_matches('-').parse::<f64>().ok()?,
+        };
+        // serde_json refuses what overflows; let it say so.
+        f.is_finite().then_some(Raw::Float(if negative { -f } else { f }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_serde_json_reads_them() {
+        for text in [
+            "0", "7", "-7", "0.5", "-0.5", "0.1", "0.123", "1e3", "1E-3", "2.5e+2", "123456789.123456789",
+            "9007199254740993", "9007199254740993.0", "18446744073709551615", "-9223372036854775807", "1e22",
+            "1e23", "4.9e-324", "1.7976931348623157e308", "0.30000000000000004", "1e-400", "-0.0",
+        ] {
+            let mut s = Scanner { bytes: text.as_bytes(), text, at: 0 };
+            let ours = s.number();
+            let theirs: serde_json::Value = serde_json::from_str(text).expect(text);
+            match ours {
+                Some(Raw::UInt(u)) => assert_eq!(theirs.as_u64(), Some(u), "{text}"),
+                Some(Raw::Int(i)) => assert_eq!(theirs.as_i64(), Some(i), "{text}"),
+                Some(Raw::Float(f)) => {
+                    assert!(theirs.is_f64(), "{text}");
+                    assert_eq!(theirs.as_f64().map(f64::to_bits), Some(f.to_bits()), "{text}");
+                }
+                Some(_) => panic!("{text}: not a number"),
+                None => {}
+            }
+        }
+        for bad in ["01", "-", "1.", ".5", "1e", "1e+", "-01"] {
+            let mut s = Scanner { bytes: bad.as_bytes(), text: bad, at: 0 };
+            let whole = s.number().is_some() && s.at == bad.len();
+            assert!(!whole, "{bad} is not JSON");
+        }
+    }
+
+    /// The fast path either gives up or decodes exactly what serde_json's path decodes, on
+    /// well-formed lines of every stream and on random damage to them.
+    #[test]
+    fn agrees_with_serde_json_on_mutated_lines() {
+        let lines = [
+            r#"{"stream":"task_usage","ts":1767225600000,"job_id":"j1","task_index":3,"machine_id":"m7","cpu":0.953,"mem":0.2}"#,
+            r#"{ "stream" : "task_event" , "ts" : "2026-01-01T00:00:01.5Z", "job_id": 42, "task_index": "3", "type": "FAIL", "extra": true }"#,
+            r#"{"stream":"machine_event","ts":-1.5e3,"machine_id":"mé","type":"REMOVE","cpus":4,"memory":1E2}"#,
+            r#"{"stream":"metric","ts":1,"host":"hé","name":"cpu","value":-0.0,"unknown":null}"#,
+            r#"{"ts":5,"host":"h","name":"n","value":12345678901234567}"#,
+            r#"{"stream":"task_usage","ts":0,"cpu":"0.5","mem":null,"max_cpu":1e400}"#,
+        ];
+        let alphabet = b"{}[]\":,.-+0123456789eE tfnul\"\\\n\t\x01abc\xc3\xa9";
+        let mut rng = fastrand::Rng::with_seed(20261130);
+        let mut scanned = 0;
+        for round in 0..20_000 {
+            let base = lines[round % lines.len()];
+            let mut bytes = base.as_bytes().to_vec();
+            for _ in 0..rng.usize(0..4) {
+                let at = rng.usize(0..=bytes.len());
+                match rng.u8(0..3) {
+                    0 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    1 if at < bytes.len() => bytes[at] = alphabet[rng.usize(0..alphabet.len())],
+                    _ => bytes.insert(at, alphabet[rng.usize(0..alphabet.len())]),
+                }
+            }
+            let Ok(line) = String::from_utf8(bytes) else { continue };
+            for default in [None, Some(Stream::Metric)] {
+                if let Some(fast) = scan(&line, default) {
+                    scanned += 1;
+                    assert_eq!(super::super::decode_with_serde(&line, default), Ok(fast), "{line}");
+                }
+            }
+        }
+        // Plain lines take the fast path; escapes, a missing stream, overflow do not.
+        assert!(scanned > 5_000, "only {scanned} lines took the fast path");
+        for line in [lines[0], lines[1]] {
+            assert!(scan(line, None).is_some(), "{line}");
+        }
+    }
+}
