@@ -1,9 +1,10 @@
 //! Alerts: what a rule raises, as stored, tailed and pushed to webhooks.
 
-use crate::event::{format_time, parse_time, Millis};
+use crate::event::{format_time, parse_time, Event, Millis};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
@@ -23,12 +24,17 @@ impl Status {
 
 /// One alert transition. An alert fires once per key and episode, and resolves once; both
 /// records carry the same `id`.
+///
+/// Everything but the transition's own fields is shared (`Arc`): the firing record an operator
+/// keeps for the resolution, the alert handed out, and its copies in the store's batch, the
+/// stream and the webhook point at one key, one set of values and labels, and one evidence list;
+/// labels and annotations without template holes are shared by every alert of their rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
     /// Stable across runs: a hash of the rule, the key and the start of the episode.
     pub id: String,
-    pub rule: String,
-    pub severity: String,
+    pub rule: Arc<str>,
+    pub severity: Arc<str>,
     pub status: Status,
     /// Event time of this transition: when it fired, or when it resolved.
     #[serde(with = "rfc3339")]
@@ -42,14 +48,57 @@ pub struct Alert {
     #[serde(with = "rfc3339")]
     pub detected_at: Millis,
     /// What the alert is about: one alert per key while firing.
-    pub key: BTreeMap<String, Json>,
+    pub key: Arc<BTreeMap<String, Json>>,
     /// The rule's `return` values.
-    pub values: serde_json::Map<String, Json>,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    /// The events or window states that caused it, capped. Shared: the firing record an
-    /// operator keeps for the resolution, and every copy of the alert, point at one list.
-    pub evidence: std::sync::Arc<[Json]>,
+    pub values: Arc<serde_json::Map<String, Json>>,
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub annotations: Arc<BTreeMap<String, String>>,
+    /// The events or window states that caused it, capped.
+    pub evidence: Arc<[Evidence]>,
+}
+
+/// One item of an alert's evidence: an event as it came in, or a window's state. Events are
+/// kept as they are and written as JSON only when the alert is: most alerts of a busy rule are
+/// counted, stored in batches or dropped by a filter before anyone reads their evidence.
+#[derive(Debug, Clone)]
+pub enum Evidence {
+    Event(Arc<Event>),
+    Json(Json),
+}
+
+impl Evidence {
+    pub fn to_json(&self) -> Json {
+        match self {
+            Evidence::Event(e) => e.to_json(),
+            Evidence::Json(j) => j.clone(),
+        }
+    }
+}
+
+/// Equal when their JSON is: an event read back from the store is JSON.
+impl PartialEq for Evidence {
+    fn eq(&self, other: &Evidence) -> bool {
+        match (self, other) {
+            (Evidence::Event(a), Evidence::Event(b)) => a == b,
+            (Evidence::Json(a), Evidence::Json(b)) => a == b,
+            _ => self.to_json() == other.to_json(),
+        }
+    }
+}
+
+impl Serialize for Evidence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Evidence::Event(e) => crate::event::EventJson(e).serialize(s),
+            Evidence::Json(j) => j.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Evidence {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Evidence, D::Error> {
+        Json::deserialize(d).map(Evidence::Json)
+    }
 }
 
 /// Most evidence items an alert carries.
@@ -57,13 +106,15 @@ pub const MAX_EVIDENCE: usize = 20;
 
 /// The stable id of an alert episode.
 pub fn alert_id(rule: &str, key: &BTreeMap<String, Json>, starts_at: Millis) -> String {
-    let mut text = String::with_capacity(64);
-    text.push_str(rule);
-    text.push('\u{1f}');
-    text.push_str(&serde_json::to_string(key).unwrap_or_default());
-    text.push('\u{1f}');
-    text.push_str(&starts_at.to_string());
-    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+    use std::io::Write;
+    let mut text = Vec::with_capacity(128);
+    text.extend_from_slice(rule.as_bytes());
+    text.push(0x1f);
+    // Writing a map of text keys to a Vec cannot fail.
+    serde_json::to_writer(&mut text, key).ok();
+    write!(text, "\u{1f}{starts_at}").ok();
+    let hash = xxhash_rust::xxh3::xxh3_128(&text);
+    (0..32).rev().map(|i| char::from(b"0123456789abcdef"[(hash >> (4 * i)) as usize & 0xf])).collect()
 }
 
 mod rfc3339 {

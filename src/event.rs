@@ -248,6 +248,29 @@ impl Event {
     }
 }
 
+/// Serializes an event in its canonical JSON form, [`Event::to_json`]'s, without building it.
+pub struct EventJson<'a>(pub &'a Event);
+
+impl serde::Serialize for EventJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let event = self.0;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("stream", event.stream.name())?;
+        map.serialize_entry("ts", &format_time(event.ts))?;
+        for ((name, _), v) in event.stream.fields().iter().zip(&event.fields) {
+            match v {
+                Value::Null => {}
+                Value::Num(n) if n.fract() == 0.0 && n.abs() < 9e15 => map.serialize_entry(name, &(*n as i64))?,
+                Value::Num(n) if n.is_finite() => map.serialize_entry(name, n)?,
+                Value::Str(text) => map.serialize_entry(name, &**text)?,
+                other => map.serialize_entry(name, &other.to_json())?,
+            }
+        }
+        map.end()
+    }
+}
+
 /// Why an input line is not an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {

@@ -255,7 +255,7 @@ fn judge(case: &Case, alerts: &[Alert]) -> Result<(), String> {
             return Err(format!("quiet period `{}`..`{}` is not two RFC 3339 times", q.from, q.to));
         };
         for a in alerts.iter().filter(|a| a.status == Status::Firing) {
-            if a.time >= from && a.time <= to && q.rule.as_ref().is_none_or(|r| *r == a.rule) {
+            if a.time >= from && a.time <= to && q.rule.as_ref().is_none_or(|r| **r == *a.rule) {
                 noisy.push(format!("{} (quiet from {} to {})", describe(a), q.from, q.to));
             }
         }
@@ -282,7 +282,7 @@ fn judge(case: &Case, alerts: &[Alert]) -> Result<(), String> {
 
 fn matches(exp: &Expect, a: &Alert) -> bool {
     let json = |v: &toml::Value| serde_json::to_value(v).unwrap_or(Json::Null);
-    exp.rule == a.rule
+    *exp.rule == *a.rule
         && exp.status == a.status
         && exp.time.as_deref().is_none_or(|t| parse_time(t) == Some(a.time))
         && exp.key.iter().all(|(k, v)| a.key.get(k).is_some_and(|got| same(got, &json(v))))

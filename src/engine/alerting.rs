@@ -3,7 +3,7 @@
 use super::eval::{eval, Env};
 use super::lifecycle::{Lifecycle, Transition};
 use super::Key;
-use crate::alert::{alert_id, Alert, Status};
+use crate::alert::{alert_id, Alert, Evidence, Status};
 use crate::event::Millis;
 use crate::plan::{RulePlan, TemplatePiece};
 use serde_json::Value as Json;
@@ -20,12 +20,37 @@ pub struct Alerting {
     key_names: Vec<String>,
     lifecycle: Lifecycle<Key>,
     firing: HashMap<Key, Alert>,
+    /// What every alert of the rule shares: its name, severity, and the labels and annotations
+    /// that have no template holes (`None` when they have some, and are rendered per alert).
+    rule: Arc<str>,
+    severity: Arc<str>,
+    labels: Option<Arc<BTreeMap<String, String>>>,
+    annotations: Option<Arc<BTreeMap<String, String>>>,
+    no_values: Arc<serde_json::Map<String, Json>>,
 }
 
 impl Alerting {
     pub fn new(plan: Arc<RulePlan>, key_names: Vec<String>) -> Self {
         let lifecycle = Lifecycle::new(plan.alert.for_ms, plan.alert.keep_firing_for_ms);
-        Alerting { plan, key_names, lifecycle, firing: HashMap::new() }
+        let rule: Arc<str> = plan.name.as_str().into();
+        let severity: Arc<str> = plan.alert.severity.to_string().into();
+        let labels = fixed_text(&plan.labels).map(|mut labels| {
+            labels.insert("alertname".into(), rule.to_string());
+            labels.insert("severity".into(), severity.to_string());
+            Arc::new(labels)
+        });
+        let annotations = fixed_text(&plan.annotations).map(Arc::new);
+        Alerting {
+            plan,
+            key_names,
+            lifecycle,
+            firing: HashMap::new(),
+            rule,
+            severity,
+            labels,
+            annotations,
+            no_values: Arc::default(),
+        }
     }
 
     /// The lifecycle and the firing alerts, for a checkpoint. Alerts go as JSON text: they hold
@@ -61,7 +86,7 @@ impl Alerting {
         t: Millis,
         holds: bool,
         env: &Env,
-        evidence: impl FnOnce() -> Vec<Json>,
+        evidence: impl FnOnce() -> Vec<Evidence>,
         out: &mut Vec<Alert>,
     ) {
         let transition = self.lifecycle.observe(key, t, holds);
@@ -74,7 +99,7 @@ impl Alerting {
         key: &Key,
         t: Millis,
         env: &Env,
-        evidence: impl FnOnce() -> Vec<Json>,
+        evidence: impl FnOnce() -> Vec<Evidence>,
         out: &mut Vec<Alert>,
     ) {
         let transition = self.lifecycle.matched(key, t);
@@ -86,7 +111,7 @@ impl Alerting {
         key: &Key,
         transition: Option<Transition>,
         env: &Env,
-        evidence: impl FnOnce() -> Vec<Json>,
+        evidence: impl FnOnce() -> Vec<Evidence>,
         out: &mut Vec<Alert>,
     ) {
         match transition {
@@ -120,39 +145,68 @@ impl Alerting {
         }
     }
 
-    fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Json>) -> Alert {
+    fn labels(&self, env: &Env) -> BTreeMap<String, String> {
+        let mut labels = render_all(&self.plan.labels, env);
+        labels.insert("alertname".into(), self.rule.to_string());
+        labels.insert("severity".into(), self.severity.to_string());
+        labels
+    }
+
+    fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
         let plan = &self.plan;
         let key_map: BTreeMap<String, Json> =
             self.key_names.iter().cloned().zip(key.0.iter().map(|v| v.to_json())).collect();
-        let values = plan.returns.iter().map(|(name, e)| (name.clone(), eval(e, env).to_json())).collect();
-        let render = |pieces: &[TemplatePiece]| -> String {
-            pieces
-                .iter()
-                .map(|p| match p {
-                    TemplatePiece::Text(t) => t.clone(),
-                    TemplatePiece::Value(e) => eval(e, env).to_text(),
-                })
-                .collect()
+        // An empty map is shared: a preserve-order map costs a random hasher state to make.
+        let values = if plan.returns.is_empty() {
+            self.no_values.clone()
+        } else {
+            Arc::new(plan.returns.iter().map(|(name, e)| (name.clone(), eval(e, env).to_json())).collect())
         };
-        let mut labels: BTreeMap<String, String> =
-            plan.labels.iter().map(|(name, pieces)| (name.clone(), render(pieces))).collect();
-        labels.insert("alertname".into(), plan.name.clone());
-        labels.insert("severity".into(), plan.alert.severity.to_string());
-        let annotations = plan.annotations.iter().map(|(name, pieces)| (name.clone(), render(pieces))).collect();
         Alert {
             id: alert_id(&plan.name, &key_map, tr.starts_at),
-            rule: plan.name.clone(),
-            severity: plan.alert.severity.to_string(),
+            rule: self.rule.clone(),
+            severity: self.severity.clone(),
             status: Status::Firing,
             time: tr.at,
             starts_at: tr.starts_at,
             ends_at: None,
             detected_at: tr.at,
-            key: key_map,
+            key: Arc::new(key_map),
             values,
-            labels,
-            annotations,
+            labels: self.labels.clone().unwrap_or_else(|| Arc::new(self.labels(env))),
+            annotations: self.annotations.clone().unwrap_or_else(|| Arc::new(render_all(&plan.annotations, env))),
             evidence: evidence.into(),
         }
     }
+}
+
+/// Labels or annotations that have no template holes, rendered once for every alert.
+fn fixed_text(templates: &[(String, Vec<TemplatePiece>)]) -> Option<BTreeMap<String, String>> {
+    templates
+        .iter()
+        .map(|(name, pieces)| {
+            let text = pieces.iter().map(|p| match p {
+                TemplatePiece::Text(t) => Some(t.as_str()),
+                TemplatePiece::Value(_) => None,
+            });
+            Some((name.clone(), text.collect::<Option<String>>()?))
+        })
+        .collect()
+}
+
+/// Labels or annotations with their template holes filled from `env`.
+fn render_all(templates: &[(String, Vec<TemplatePiece>)], env: &Env) -> BTreeMap<String, String> {
+    templates
+        .iter()
+        .map(|(name, pieces)| {
+            let text = pieces
+                .iter()
+                .map(|p| match p {
+                    TemplatePiece::Text(t) => t.clone(),
+                    TemplatePiece::Value(e) => eval(e, env).to_text(),
+                })
+                .collect();
+            (name.clone(), text)
+        })
+        .collect()
 }

@@ -3,7 +3,7 @@
 use super::alerting::Alerting;
 use super::eval::{holds, Env, RegexCache};
 use super::{Key, Operator};
-use crate::alert::Alert;
+use crate::alert::{Alert, Evidence};
 use crate::event::{Event, Millis};
 use crate::plan::RulePlan;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ impl Operator for FilterOperator {
             return;
         }
         let key = Key(self.key_positions.iter().map(|&i| event.value(i)).collect());
-        self.alerting.matched(&key, event.ts, &env, || vec![event.to_json()], out);
+        self.alerting.matched(&key, event.ts, &env, || vec![Evidence::Event(event.clone())], out);
     }
 
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {

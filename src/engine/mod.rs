@@ -628,7 +628,12 @@ impl Engine {
         for alert in &mut out[from..] {
             alert.detected_at = now.max(alert.time);
             if alert.status == crate::alert::Status::Firing {
-                *self.stats.alerts_by_rule.entry(alert.rule.clone()).or_insert(0) += 1;
+                match self.stats.alerts_by_rule.get_mut(&*alert.rule) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.stats.alerts_by_rule.insert(alert.rule.to_string(), 1);
+                    }
+                }
             }
         }
     }
@@ -737,7 +742,7 @@ mod tests {
         assert_eq!(kept, vec!["burst".to_string()]);
         engine.push(fail(2, "j1"), &mut out);
         engine.flush(&mut out);
-        let fired = out.iter().filter(|a| a.rule == "burst" && a.status == crate::alert::Status::Firing).count();
+        let fired = out.iter().filter(|a| &*a.rule == "burst" && a.status == crate::alert::Status::Firing).count();
         assert_eq!(fired, 1, "the third failure completes the burst");
     }
 

@@ -13,7 +13,7 @@
 use super::alerting::Alerting;
 use super::eval::{holds, visit, Env, RegexCache};
 use super::{Key, Operator};
-use crate::alert::{Alert, MAX_EVIDENCE};
+use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::ast::StepKind;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{RulePlan, TExpr, TExprKind};
@@ -299,13 +299,13 @@ impl SequenceOperator {
         }
         let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
         let evidence = || {
-            let mut out: Vec<serde_json::Value> = pm.counted.iter().map(|e| e.to_json()).collect();
+            let mut out: Vec<Evidence> = pm.counted.iter().map(|e| Evidence::Event(e.clone())).collect();
             out.extend(
                 steps
                     .iter()
                     .skip(usize::from(!pm.counted.is_empty()))
-                    .filter_map(|s| pm.events[s.source].as_ref())
-                    .map(|e| e.to_json()),
+                    .filter_map(|s| pm.events[s.source].clone())
+                    .map(Evidence::Event),
             );
             let skip = out.len().saturating_sub(MAX_EVIDENCE);
             out.drain(..skip);

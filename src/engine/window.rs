@@ -14,7 +14,7 @@ use super::invariant::Baseline;
 use super::outlier;
 use super::state::Acc;
 use super::{Key, Operator};
-use crate::alert::{Alert, MAX_EVIDENCE};
+use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{format_time, Event, Millis, Value};
 use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan};
 use serde_json::Value as Json;
@@ -409,8 +409,8 @@ fn evidence(
     slide: Millis,
     baselines: Option<&BTreeMap<String, Value>>,
     cluster: Option<&ClusterResult>,
-) -> Vec<Json> {
-    let mut out: Vec<Json> = history
+) -> Vec<Evidence> {
+    let mut out: Vec<Evidence> = history
         .iter()
         .take(MAX_EVIDENCE - 1)
         .enumerate()
@@ -423,18 +423,18 @@ fn evidence(
             for (name, v) in names.iter().zip(values.iter()) {
                 obj.insert(name.clone(), v.to_json());
             }
-            Json::Object(obj)
+            Evidence::Json(Json::Object(obj))
         })
         .collect();
     if let Some(b) = baselines {
         let obj: serde_json::Map<String, Json> = b.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
-        out.push(serde_json::json!({ "baseline": obj }));
+        out.push(Evidence::Json(serde_json::json!({ "baseline": obj })));
     }
     if let Some(c) = cluster {
-        out.push(serde_json::json!({ "cluster": {
+        out.push(Evidence::Json(serde_json::json!({ "cluster": {
             "outlier": c.outlier, "score": Value::Num(c.score).to_json(), "median": c.median,
             "mean": c.mean, "mad": c.mad, "size": c.size,
-        }}));
+        }})));
     }
     out
 }

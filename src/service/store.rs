@@ -63,8 +63,8 @@ pub struct AlertFilter {
 impl AlertFilter {
     pub fn matches(&self, a: &Alert) -> bool {
         let key = key_text(a);
-        self.rule.as_ref().is_none_or(|r| *r == a.rule)
-            && self.severity.as_ref().is_none_or(|s| *s == a.severity)
+        self.rule.as_ref().is_none_or(|r| **r == *a.rule)
+            && self.severity.as_ref().is_none_or(|s| **s == *a.severity)
             && self.status.is_none_or(|s| s == a.status)
             && self.key.iter().all(|(k, v)| key.contains(&format!(",{k}={v},")))
             && self.from.is_none_or(|f| a.time >= f)
@@ -75,7 +75,7 @@ impl AlertFilter {
 /// An alert's key as stored for filtering: `,name=value,name=value,`.
 pub fn key_text(a: &Alert) -> String {
     let mut out = String::from(",");
-    for (k, v) in &a.key {
+    for (k, v) in a.key.iter() {
         let v = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
         out.push_str(&format!("{k}={v},"));
     }
@@ -227,8 +227,8 @@ impl Store {
             )
             .bind(a.id.clone())
             .bind(a.status.as_str())
-            .bind(a.rule.clone())
-            .bind(a.severity.clone())
+            .bind(&*a.rule)
+            .bind(&*a.severity)
             .bind(key.clone())
             .bind(a.time)
             .bind(body.clone())
@@ -244,8 +244,8 @@ impl Store {
             )
             .bind(a.id.clone())
             .bind(seq)
-            .bind(a.rule.clone())
-            .bind(a.severity.clone())
+            .bind(&*a.rule)
+            .bind(&*a.severity)
             .bind(a.status.as_str())
             .bind(key)
             .bind(a.starts_at)
