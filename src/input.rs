@@ -132,13 +132,20 @@ fn detect(path: &Path, head: &[u8]) -> Format {
     }
 }
 
-fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
+fn jsonl(mut reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
     let mut line_no = 0u64;
-    let mut lines = reader.split(b'\n');
+    // One buffer for every line: no allocation per line.
+    let mut bytes = Vec::new();
     std::iter::from_fn(move || loop {
         line_no += 1;
-        let bytes = match lines.next()? {
-            Ok(b) => b,
+        bytes.clear();
+        match reader.read_until(b'\n', &mut bytes) {
+            Ok(0) => return None,
+            Ok(_) => {
+                if bytes.last() == Some(&b'\n') {
+                    bytes.pop();
+                }
+            }
             Err(e) => {
                 return Some(Record {
                     line: line_no,

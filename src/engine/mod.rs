@@ -21,6 +21,7 @@ mod filter;
 mod invariant;
 mod lifecycle;
 mod outlier;
+mod reorder;
 mod sequence;
 mod state;
 mod window;
@@ -33,10 +34,16 @@ use crate::alert::Alert;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{Model, RulePlan};
 use crate::schema::Stream;
-use std::cmp::{Ordering, Reverse};
+use reorder::{Pending, ReorderBuffer};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+
+/// A hash map by [`Key`], the engine's per-key state. foldhash rather than SipHash: hashing
+/// the key is a good part of an event's cost in window and sequence rules, and its per-process
+/// random seed still keeps crafted keys from colliding on purpose.
+pub type KeyMap<V> = HashMap<Key, V, foldhash::fast::RandomState>;
 
 /// A group or match key: the values that identify what an alert is about.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -154,27 +161,6 @@ pub struct EngineStats {
     /// Late events in all (an event late for several rules counts once here).
     pub late: u64,
     pub alerts_by_rule: BTreeMap<String, u64>,
-}
-
-struct Pending(Arc<Event>, u64);
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Pending {
-    /// Timestamp first, then the event's content, so simultaneous events are processed in the
-    /// same order whatever order they arrived in; the arrival number breaks exact duplicates.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.tie_order(&other.0).then(self.1.cmp(&other.1))
-    }
 }
 
 /// The rules of an operator as text: what a snapshot's state belongs to.
@@ -329,7 +315,7 @@ pub struct Engine {
     /// Per event: 0 not yet evaluated, 1 passes, 2 fails, by filter.
     filter_memo: Vec<u8>,
     config: EngineConfig,
-    buffer: BinaryHeap<Reverse<Pending>>,
+    buffer: ReorderBuffer,
     arrivals: u64,
     max_ts: Option<Millis>,
     /// Every event up to here has been released to the operators.
@@ -412,7 +398,7 @@ impl Engine {
             filter_memo: vec![0; filters.len()],
             filters,
             config,
-            buffer: BinaryHeap::new(),
+            buffer: ReorderBuffer::default(),
             arrivals: 0,
             max_ts: None,
             watermark: None,
@@ -458,8 +444,7 @@ impl Engine {
         for (op, plans) in self.operators.iter().zip(&self.op_plans) {
             operators.push((signature(plans), op.snapshot()?));
         }
-        let mut buffered: Vec<(Event, u64)> =
-            self.buffer.iter().map(|Reverse(Pending(e, n))| ((**e).clone(), *n)).collect();
+        let mut buffered: Vec<(Event, u64)> = self.buffer.iter().map(|Pending(e, n)| ((**e).clone(), *n)).collect();
         buffered.sort_by_key(|(_, n)| *n);
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,
@@ -485,7 +470,7 @@ impl Engine {
                 restored.extend(plans.iter().map(|p| p.name.clone()));
             }
         }
-        self.buffer = snapshot.buffered.into_iter().map(|(e, n)| Reverse(Pending(Arc::new(e), n))).collect();
+        self.buffer = snapshot.buffered.into_iter().map(|(e, n)| Pending(Arc::new(e), n)).collect();
         self.arrivals = snapshot.arrivals;
         self.max_ts = snapshot.max_ts;
         self.watermark = snapshot.watermark;
@@ -540,7 +525,7 @@ impl Engine {
         }
         self.max_ts = Some(self.max_ts.map_or(event.ts, |m| m.max(event.ts)));
         self.arrivals += 1;
-        self.buffer.push(Reverse(Pending(Arc::new(event), self.arrivals)));
+        self.buffer.push(Pending(Arc::new(event), self.arrivals));
         let target = self.max_ts.unwrap_or(Millis::MIN).saturating_sub(self.config.lateness_ms).saturating_sub(1);
         self.release(target, out);
         true
@@ -567,8 +552,8 @@ impl Engine {
         if self.watermark.is_some_and(|w| target <= w) {
             return;
         }
-        while self.buffer.peek().is_some_and(|Reverse(p)| p.0.ts <= target) {
-            let Reverse(Pending(event, _)) = self.buffer.pop().expect("peeked");
+        while self.buffer.peek().is_some_and(|p| p.0.ts <= target) {
+            let Pending(event, _) = self.buffer.pop().expect("peeked");
             // All events before this one's timestamp have been released: let timers due
             // strictly before it fire first, so results do not depend on how input was batched.
             self.fire_timers(event.ts - 1, out);

@@ -12,19 +12,19 @@
 
 use super::alerting::Alerting;
 use super::eval::{holds, visit, Env, RegexCache};
-use super::{Key, Operator};
+use super::{Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::ast::StepKind;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{RulePlan, TExpr, TExprKind};
 use crate::schema::EntityKind;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// What a sequence operator's snapshot holds.
 type SequenceState = (
-    HashMap<Key, Partition>,
+    KeyMap<Partition>,
     BTreeMap<u64, Key>,
     BinaryHeap<Reverse<(Millis, u64)>>,
     u64,
@@ -79,7 +79,7 @@ pub struct SequenceOperator {
     /// Conditions an event must meet to count as the absent event (by step).
     absent_conditions: Vec<Vec<TExpr>>,
     within: Option<Millis>,
-    partitions: HashMap<Key, Partition>,
+    partitions: KeyMap<Partition>,
     /// Partition of each live partial match, by id (ids grow, so the first is the oldest).
     locate: BTreeMap<u64, Key>,
     timers: BinaryHeap<Reverse<(Millis, u64)>>,
@@ -178,7 +178,7 @@ impl SequenceOperator {
             bind_conditions,
             absent_conditions,
             within,
-            partitions: HashMap::new(),
+            partitions: KeyMap::default(),
             locate: BTreeMap::new(),
             timers: BinaryHeap::new(),
             next_id: 1,

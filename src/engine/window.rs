@@ -13,7 +13,7 @@ use super::eval::{eval, holds, ClusterResult, Env, History, RegexCache};
 use super::invariant::Baseline;
 use super::outlier;
 use super::state::Acc;
-use super::{Key, Operator};
+use super::{Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{format_time, Event, Millis, Value};
 use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan};
@@ -93,6 +93,8 @@ impl WindowOperatorBuilder {
             .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
             .collect();
         WindowOperator {
+            empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
+            args: Vec::with_capacity(state.fields.len()),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
@@ -103,7 +105,7 @@ impl WindowOperatorBuilder {
             slide: window.slide_ms as Millis,
             history,
             remember,
-            groups: HashMap::new(),
+            groups: KeyMap::default(),
             next_close: None,
             dependents,
             regexes: self.regexes,
@@ -129,7 +131,7 @@ fn key_names(plan: &RulePlan, state: &StatePlan) -> Vec<String> {
 }
 
 /// What a window operator's snapshot holds.
-type WindowState = (HashMap<Key, Group>, Option<Millis>, Vec<super::alerting::AlertingState>);
+type WindowState = (KeyMap<Group>, Option<Millis>, Vec<super::alerting::AlertingState>);
 
 struct Dependent {
     plan: Arc<RulePlan>,
@@ -166,12 +168,16 @@ pub struct WindowOperator {
     history: usize,
     /// Empty windows after which an idle group is forgotten.
     remember: usize,
-    groups: HashMap<Key, Group>,
+    groups: KeyMap<Group>,
     has_invariant: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
     rebuild: Option<Vec<usize>>,
     /// End of the next window to close.
     next_close: Option<Millis>,
+    /// A window with nothing in it yet, copied for each new one.
+    empty: Box<[Acc]>,
+    /// The aggregates' arguments for the event at hand, kept to save an allocation per event.
+    args: Vec<Value>,
     dependents: Vec<Dependent>,
     regexes: Arc<RegexCache>,
     max_keys: usize,
@@ -223,14 +229,10 @@ impl WindowOperator {
         Key(key)
     }
 
-    fn empty_window(&self) -> Box<[Acc]> {
-        self.state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect()
-    }
-
     /// Closes the window ending at `end` for every group and lets each dependent rule judge it.
     fn close(&mut self, end: Millis, out: &mut Vec<Alert>) {
         let start = end - self.size;
-        let empty = self.empty_window();
+        let empty = &self.empty;
         for group in self.groups.values_mut() {
             let accs = match group.open.first() {
                 Some((s, _)) if *s == start => Some(group.open.remove(0).1),
@@ -447,15 +449,15 @@ impl Operator for WindowOperator {
         // The engine has checked the pattern's filter.
         let events = [Some(event.as_ref())];
         let env = Env::events(&self.source, &events, &self.regexes);
-        let args: Vec<Value> =
-            self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))).collect();
+        let mut args = std::mem::take(&mut self.args);
+        args.clear();
+        args.extend(self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))));
         let key = self.group_key(event);
         if self.groups.len() >= self.max_keys && !self.groups.contains_key(&key) {
             self.evict();
         }
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
-        let empty = self.empty_window();
         let baselines = self.dependents.len();
         let has_invariant = self.has_invariant;
         let keep_event = self.rebuild.is_none();
@@ -479,7 +481,7 @@ impl Operator for WindowOperator {
                 Some(i) => i,
                 None => {
                     // Starts arrive in increasing order, so the new window goes last.
-                    group.open.push((start, empty.clone()));
+                    group.open.push((start, self.empty.clone()));
                     group.open.len() - 1
                 }
             };
@@ -488,6 +490,7 @@ impl Operator for WindowOperator {
             }
             start += self.slide;
         }
+        self.args = args;
         let first_end = first_start + self.size;
         if self.next_close.is_none_or(|c| first_end < c) {
             self.next_close = Some(first_end);

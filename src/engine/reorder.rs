@@ -1,0 +1,114 @@
+//! The reorder buffer: events wait here until the watermark passes them, then leave in time
+//! order (ties broken by content, then by arrival, so any arrival order gives one result).
+//!
+//! Most input arrives in order or nearly so. An event that sorts after every waiting event
+//! joins the back of a queue in constant time; only an event that arrives out of order goes to
+//! a heap. The next event out is the smaller of the two fronts.
+
+use crate::event::Event;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+/// An event with its arrival number.
+pub struct Pending(pub Arc<Event>, pub u64);
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    /// Timestamp first, then the event's content, so simultaneous events are processed in the
+    /// same order whatever order they arrived in; the arrival number breaks exact duplicates.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.tie_order(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+#[derive(Default)]
+pub struct ReorderBuffer {
+    /// Events that arrived in order, smallest first.
+    in_order: VecDeque<Pending>,
+    /// The rest.
+    late: BinaryHeap<Reverse<Pending>>,
+}
+
+impl ReorderBuffer {
+    pub fn push(&mut self, pending: Pending) {
+        if self.in_order.back().is_none_or(|last| *last <= pending) {
+            self.in_order.push_back(pending);
+        } else {
+            self.late.push(Reverse(pending));
+        }
+    }
+
+    /// Whether the next event out comes from the queue rather than the heap.
+    fn queue_first(&self) -> Option<bool> {
+        match (self.in_order.front(), self.late.peek()) {
+            (Some(a), Some(Reverse(b))) => Some(a <= b),
+            (Some(_), None) => Some(true),
+            (None, Some(_)) => Some(false),
+            (None, None) => None,
+        }
+    }
+
+    pub fn peek(&self) -> Option<&Pending> {
+        match self.queue_first()? {
+            true => self.in_order.front(),
+            false => self.late.peek().map(|Reverse(p)| p),
+        }
+    }
+
+    pub fn pop(&mut self) -> Option<Pending> {
+        match self.queue_first()? {
+            true => self.in_order.pop_front(),
+            false => self.late.pop().map(|Reverse(p)| p),
+        }
+    }
+
+    /// Every waiting event, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Pending> {
+        self.in_order.iter().chain(self.late.iter().map(|Reverse(p)| p))
+    }
+}
+
+impl FromIterator<Pending> for ReorderBuffer {
+    fn from_iter<I: IntoIterator<Item = Pending>>(items: I) -> Self {
+        let mut buffer = ReorderBuffer::default();
+        items.into_iter().for_each(|p| buffer.push(p));
+        buffer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Stream;
+
+    #[test]
+    fn releases_in_order_whatever_the_arrival_order() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..200 {
+            let times: Vec<i64> = (0..50).map(|i| if rng.u8(0..4) == 0 { rng.i64(0..50) } else { i }).collect();
+            let mut buffer = ReorderBuffer::default();
+            for (n, &t) in times.iter().enumerate() {
+                buffer.push(Pending(Arc::new(Event::new(Stream::Metric, t)), n as u64));
+            }
+            assert_eq!(buffer.iter().count(), times.len());
+            let mut out = Vec::new();
+            while let Some(p) = buffer.pop() {
+                out.push((p.0.ts, p.1));
+            }
+            let mut want: Vec<(i64, u64)> = times.iter().enumerate().map(|(n, &t)| (t, n as u64)).collect();
+            want.sort();
+            assert_eq!(out, want);
+        }
+    }
+}
