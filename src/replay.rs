@@ -132,15 +132,21 @@ pub fn replay(
 }
 
 fn write_alerts(alerts: &mut Vec<Alert>, out: &mut dyn Write, summary: &mut Summary) -> std::io::Result<()> {
+    if alerts.is_empty() {
+        return Ok(());
+    }
+    // Serialized into one buffer and written at once: serde_json writes in small pieces, each
+    // of which would otherwise be a dynamic call.
+    let mut text = Vec::with_capacity(1024 * alerts.len());
     for a in alerts.drain(..) {
         match a.status {
             crate::alert::Status::Firing => summary.alerts += 1,
             crate::alert::Status::Resolved => summary.resolved += 1,
         }
-        serde_json::to_writer(&mut *out, &a)?;
-        out.write_all(b"\n")?;
+        serde_json::to_writer(&mut text, &a)?;
+        text.push(b'\n');
     }
-    Ok(())
+    out.write_all(&text)
 }
 
 /// Sleeps so that event time advances `factor` times faster than wall-clock time.
