@@ -370,6 +370,7 @@ fn global_index(stream: Stream, i: usize) -> usize {
     table[stream as usize][i]
 }
 
+#[derive(Clone, Copy)]
 enum Key {
     Stream,
     Ts,

@@ -16,10 +16,18 @@
 use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Raw, Stream, Value, MAX_STRING};
 use crate::schema::Type;
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 /// The event on `line`, or `None` when the line needs the full decoder.
 pub(super) fn scan(line: &str, default_stream: Option<Stream>) -> Option<Event> {
-    let mut s = Scanner { bytes: line.as_bytes(), text: line, at: 0 };
+    thread_local! {
+        static LAST_KEYS: RefCell<Vec<(Box<[u8]>, Key)>> = const { RefCell::new(Vec::new()) };
+    }
+    LAST_KEYS.with_borrow_mut(|last_keys| scan_with(line, default_stream, last_keys))
+}
+
+fn scan_with(line: &str, default_stream: Option<Stream>, last_keys: &mut Vec<(Box<[u8]>, Key)>) -> Option<Event> {
+    let mut s = Scanner { bytes: line.as_bytes(), text: line, at: 0, last_keys, nth_key: 0 };
     s.ws();
     s.eat(b'{')?;
     s.ws();
@@ -100,6 +108,11 @@ struct Scanner<'a> {
     bytes: &'a [u8],
     text: &'a str,
     at: usize,
+    /// The keys of the previous line, in order: a producer writes its keys in the same order
+    /// every time, so each key is first compared whole with the one at its place last time.
+    last_keys: &'a mut Vec<(Box<[u8]>, Key)>,
+    /// Keys read so far on this line.
+    nth_key: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -120,7 +133,28 @@ impl<'a> Scanner<'a> {
 
     /// A key and its colon.
     fn key(&mut self) -> Option<Key> {
-        let key = key_of(self.string()?);
+        let n = self.nth_key;
+        self.nth_key += 1;
+        // The quoted key as it stood at this place on the previous line; a cached key has no
+        // quote or backslash in it, so equal bytes are the same key.
+        let quoted = |text: &[u8]| {
+            let end = self.at + text.len() + 2;
+            let here = self.bytes.get(self.at..end)?;
+            (here[0] == b'"' && &here[1..end - self.at - 1] == text && here[end - self.at - 1] == b'"').then_some(end)
+        };
+        let key = match self.last_keys.get(n).and_then(|(text, key)| Some((quoted(text)?, *key))) {
+            Some((end, key)) => {
+                self.at = end;
+                key
+            }
+            None => {
+                let text = self.string()?;
+                let key = key_of(text);
+                self.last_keys.truncate(n);
+                self.last_keys.push((text.as_bytes().into(), key));
+                key
+            }
+        };
         self.ws();
         self.eat(b':')?;
         self.ws();
@@ -306,7 +340,8 @@ mod tests {
             "1e-400",
             "-0.0",
         ] {
-            let mut s = Scanner { bytes: text.as_bytes(), text, at: 0 };
+            let mut keys = Vec::new();
+            let mut s = Scanner { bytes: text.as_bytes(), text, at: 0, last_keys: &mut keys, nth_key: 0 };
             let ours = s.number();
             let theirs: serde_json::Value = serde_json::from_str(text).expect(text);
             match ours {
@@ -321,7 +356,8 @@ mod tests {
             }
         }
         for bad in ["01", "-", "1.", ".5", "1e", "1e+", "-01"] {
-            let mut s = Scanner { bytes: bad.as_bytes(), text: bad, at: 0 };
+            let mut keys = Vec::new();
+            let mut s = Scanner { bytes: bad.as_bytes(), text: bad, at: 0, last_keys: &mut keys, nth_key: 0 };
             let whole = s.number().is_some() && s.at == bad.len();
             assert!(!whole, "{bad} is not JSON");
         }
@@ -338,6 +374,9 @@ mod tests {
             r#"{"stream":"metric","ts":1,"host":"hé","name":"cpu","value":-0.0,"unknown":null}"#,
             r#"{"ts":5,"host":"h","name":"n","value":12345678901234567}"#,
             r#"{"stream":"task_usage","ts":0,"cpu":"0.5","mem":null,"max_cpu":1e400}"#,
+            // Keys that start like the previous line's, at the same places.
+            r#"{"stream":"task_event","ts":2,"cpu_request":1,"mem_request":2,"machine_id":"m1"}"#,
+            r#"{"stream":"task_event","ts":2,"cpu_req":1,"mem_request_":2,"machine_i":"m1"}"#,
         ];
         let alphabet = b"{}[]\":,.-+0123456789eE tfnul\"\\\n\t\x01abc\xc3\xa9";
         let mut rng = fastrand::Rng::with_seed(20261130);
