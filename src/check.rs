@@ -1502,34 +1502,21 @@ impl<'a> RuleChecker<'a> {
             }
             ExprKind::Index(inner, idx) if scope.state && self.is_state(inner) => {
                 let ExprKind::Name(n) = &inner.kind else { unreachable!("is_state checked a name") };
-                let ago = match idx.kind {
-                    ExprKind::Number(i) if i.fract() == 0.0 && (0.0..MAX_HISTORY as f64).contains(&i) => i as usize,
-                    ExprKind::Number(i) if i.fract() == 0.0 && i > 0.0 => {
-                        self.error(
-                            Diagnostic::new(
-                                codes::HISTORY_RANGE,
-                                format!("a state keeps at most {MAX_HISTORY} windows, so this index is out of range"),
-                                idx.span,
-                                "past any history",
-                            )
-                            .with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")),
-                        );
-                        return error_expr();
+                let (message, label) = match idx.kind {
+                    ExprKind::Number(i) if i.fract() == 0.0 && (0.0..MAX_HISTORY as f64).contains(&i) => {
+                        return self.state_field(n, i as usize, field, false, Some(idx.span));
                     }
-                    _ => {
-                        self.error(
-                            Diagnostic::new(
-                                codes::HISTORY_RANGE,
-                                "a window index is a whole number",
-                                idx.span,
-                                "not a window index",
-                            )
-                            .with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")),
-                        );
-                        return error_expr();
-                    }
+                    ExprKind::Number(i) if i.fract() == 0.0 && i > 0.0 => (
+                        format!("a state keeps at most {MAX_HISTORY} windows, so this index is out of range"),
+                        "past any history",
+                    ),
+                    _ => ("a window index is a whole number".to_string(), "not a window index"),
                 };
-                self.state_field(n, ago, field, false, Some(idx.span))
+                self.error(
+                    Diagnostic::new(codes::HISTORY_RANGE, message, idx.span, label)
+                        .with_help(format!("`{n}[0]` is the current window, `{n}[1]` the one before")),
+                );
+                error_expr()
             }
             ExprKind::Range(inner, from, to) if scope.state && self.is_state(inner) => {
                 let ExprKind::Name(n) = &inner.kind else { unreachable!("is_state checked a name") };

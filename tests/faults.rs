@@ -311,8 +311,7 @@ async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
     let log = restarted.log();
     // It resumed inside the file rather than at its start (unless the kill came after the end).
     let resumed = log.contains("replay resumes where the checkpoint left off");
-    let metrics =
-        reqwest::get(format!("{}/metrics", restarted.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&restarted.url).await;
     assert!(resumed, "{log}");
     assert!(!metrics.contains("vigil_events_late_total{"), "nothing was read twice as late input:\n{metrics}");
     drop(restarted);
@@ -474,7 +473,7 @@ async fn a_postgres_outage_spools_alerts_to_disk_and_writes_them_when_it_is_back
     .await;
     assert_eq!(ready["store"], false, "{ready}");
     assert!(spool.join("alerts.spool").exists(), "the alerts wait on disk");
-    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&service.url).await;
     assert!(metrics.contains("vigil_spooled_alerts "), "{metrics}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     pg_ctl(&cluster, "start");
@@ -534,7 +533,7 @@ async fn a_webhook_that_fails_and_times_out_gets_every_alert_in_the_end() {
     // key may arrive twice: the idempotency key is what lets a receiver see that.
     judge("webhook 500 then timeout", 2 * want.len(), &want, &rows, &keys);
     assert!(hook.calls.load(Ordering::SeqCst) >= 3 * want.len());
-    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&service.url).await;
     let failed = metrics
         .lines()
         .find_map(|l| l.strip_prefix("vigil_webhook_deliveries_total{outcome=\"failed\"} "))
@@ -562,7 +561,7 @@ async fn deliveries_that_keep_failing_go_dead_and_can_be_redelivered() {
     .await;
     assert!(state["deliveries"].get("pending").is_none_or(|p| p == 0), "{state}");
     assert_eq!(hook.calls.load(Ordering::SeqCst), 3 * want.len(), "three attempts each, then no more");
-    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&service.url).await;
     assert!(
         metrics.contains(&format!("vigil_webhook_deliveries_total{{outcome=\"dead\"}} {}", want.len())),
         "{metrics}"

@@ -57,7 +57,7 @@ async fn http_ingest_with_sqlite_reaches_the_store_the_stream_and_the_webhook() 
     let dead = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
     assert_eq!(dead["dead_letters"][0]["source"], "http");
     assert_eq!(dead["dead_letters"][0]["line"], 3);
-    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&service.url).await;
     assert!(metrics.contains("vigil_events_in_total{stream=\"task_event\"} 2"), "{metrics}");
     assert!(metrics.contains("vigil_events_malformed_total{source=\"http\"} 1"), "{metrics}");
     assert!(metrics.contains("vigil_alerts_total{rule=\"evicted_then_failed\",severity=\"warning\"} 1"), "{metrics}");
@@ -346,7 +346,7 @@ async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
     assert!(rows[0].4.starts_with("invalid JSON"), "{}", rows[0].4);
     assert_eq!(rows[1].4, "field `ts`: `yesterday` is not an RFC 3339 time");
     assert!(rows[2].4.starts_with("field `stream`: unknown stream `nope`"), "{}", rows[2].4);
-    let metrics = reqwest::get(format!("{}/metrics", service.url)).await.expect("metrics").text().await.expect("text");
+    let metrics = metrics(&service.url).await;
     assert!(metrics.contains("vigil_events_malformed_total{source=\"kafka\"} 3"), "{metrics}");
     pool.close().await;
     drop(service);

@@ -34,11 +34,7 @@ impl Alerting {
         let lifecycle = Lifecycle::new(plan.alert.for_ms, plan.alert.keep_firing_for_ms);
         let rule: Arc<str> = plan.name.as_str().into();
         let severity: Arc<str> = plan.alert.severity.to_string().into();
-        let labels = fixed_text(&plan.labels).map(|mut labels| {
-            labels.insert("alertname".into(), rule.to_string());
-            labels.insert("severity".into(), severity.to_string());
-            Arc::new(labels)
-        });
+        let labels = fixed_text(&plan.labels).map(|labels| Arc::new(named(labels, &rule, &severity)));
         let annotations = fixed_text(&plan.annotations).map(Arc::new);
         Alerting {
             plan,
@@ -145,13 +141,6 @@ impl Alerting {
         }
     }
 
-    fn labels(&self, env: &Env) -> BTreeMap<String, String> {
-        let mut labels = render_all(&self.plan.labels, env);
-        labels.insert("alertname".into(), self.rule.to_string());
-        labels.insert("severity".into(), self.severity.to_string());
-        labels
-    }
-
     fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
         let plan = &self.plan;
         let key_map: BTreeMap<String, Json> =
@@ -173,11 +162,21 @@ impl Alerting {
             detected_at: tr.at,
             key: Arc::new(key_map),
             values,
-            labels: self.labels.clone().unwrap_or_else(|| Arc::new(self.labels(env))),
+            labels: self
+                .labels
+                .clone()
+                .unwrap_or_else(|| Arc::new(named(render_all(&plan.labels, env), &self.rule, &self.severity))),
             annotations: self.annotations.clone().unwrap_or_else(|| Arc::new(render_all(&plan.annotations, env))),
             evidence: evidence.into(),
         }
     }
+}
+
+/// A rule's labels with the two every alert carries, which win over labels of the same name.
+fn named(mut labels: BTreeMap<String, String>, rule: &str, severity: &str) -> BTreeMap<String, String> {
+    labels.insert("alertname".into(), rule.to_string());
+    labels.insert("severity".into(), severity.to_string());
+    labels
 }
 
 /// Labels or annotations that have no template holes, rendered once for every alert.

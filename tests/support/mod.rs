@@ -228,6 +228,11 @@ pub async fn get_json(url: &str) -> Json {
     reqwest::get(url).await.expect("GET answers").json().await.expect("JSON body")
 }
 
+/// The service's Prometheus metrics, as text.
+pub async fn metrics(base: &str) -> String {
+    reqwest::get(format!("{base}/metrics")).await.expect("metrics").text().await.expect("text")
+}
+
 fn admin_url() -> String {
     std::env::var("VIGIL_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
