@@ -7,7 +7,7 @@
 use crate::engine::{Engine, EngineConfig};
 use crate::event::decode;
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -206,19 +206,15 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
 
-    let mut reader = BufReader::with_capacity(1 << 20, std::fs::File::open(input)?);
-    let mut line = String::with_capacity(256);
+    let mut lines = crate::input::LineReader::new(std::fs::File::open(input)?);
     let mut alerts = Vec::new();
     let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
     let mut latencies: Vec<f64> = Vec::new();
     let t = Instant::now();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
+    while let Some(line) = lines.next_line() {
         let read_at = Instant::now();
-        match decode(line.trim_end(), None) {
+        let line = std::str::from_utf8(line?).map(str::trim_end);
+        match line.map_err(|_| ()).and_then(|line| decode(line, None).map_err(|_| ())) {
             Ok(e) => {
                 events += 1;
                 engine.push(e, &mut alerts);

@@ -132,20 +132,13 @@ fn detect(path: &Path, head: &[u8]) -> Format {
     }
 }
 
-fn jsonl(mut reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
+fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
     let mut line_no = 0u64;
-    // One buffer for every line: no allocation per line.
-    let mut bytes = Vec::new();
+    let mut lines = LineReader::new(reader);
     std::iter::from_fn(move || loop {
         line_no += 1;
-        bytes.clear();
-        match reader.read_until(b'\n', &mut bytes) {
-            Ok(0) => return None,
-            Ok(_) => {
-                if bytes.last() == Some(&b'\n') {
-                    bytes.pop();
-                }
-            }
+        let bytes = match lines.next_line()? {
+            Ok(bytes) => bytes,
             Err(e) => {
                 return Some(Record {
                     line: line_no,
@@ -153,7 +146,7 @@ fn jsonl(mut reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + 
                 })
             }
         };
-        let text = match std::str::from_utf8(&bytes) {
+        let text = match std::str::from_utf8(bytes) {
             Ok(t) => t.trim_end_matches('\r'),
             Err(e) => {
                 return Some(Record {
@@ -170,6 +163,67 @@ fn jsonl(mut reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + 
         }
         return Some(Record { line: line_no, event: decode(text, None) });
     })
+}
+
+/// The lines of a reader, without their `\n`, read a large block at a time and handed out in
+/// place: no copy per line, and the end of a line is found by a vectorized search
+/// (`BufRead::read_until` searches a word at a time and copies every line out).
+pub struct LineReader<R> {
+    reader: R,
+    buf: Vec<u8>,
+    /// The unread part of `buf`.
+    start: usize,
+    end: usize,
+    eof: bool,
+}
+
+impl<R: Read> LineReader<R> {
+    pub fn new(reader: R) -> Self {
+        Self::with_block(reader, 1 << 20)
+    }
+
+    /// Reads `block` bytes at a time (at least one).
+    pub fn with_block(reader: R, block: usize) -> Self {
+        LineReader { reader, buf: vec![0; block.max(1)], start: 0, end: 0, eof: false }
+    }
+
+    /// The next line, `None` at the end. The last line needs no `\n`; a line longer than the
+    /// block grows it.
+    pub fn next_line(&mut self) -> Option<std::io::Result<&[u8]>> {
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                let line = self.start..self.start + i;
+                self.start += i + 1;
+                return Some(Ok(&self.buf[line]));
+            }
+            if self.eof {
+                if self.start == self.end {
+                    return None;
+                }
+                let line = self.start..self.end;
+                self.start = self.end;
+                return Some(Ok(&self.buf[line]));
+            }
+            // Keep the start of the unfinished line and read more after it.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.end == self.buf.len() {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Reported once, and the input ends there: a reader that failed may fail again.
+                    self.eof = true;
+                    self.start = self.end;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
 }
 
 /// CSV rows through `row`, with line numbers; `header` skips the first line.
@@ -440,6 +494,24 @@ mod tests {
             .find(|e| e.get("type") == Value::str("FAIL"))
             .expect("a FAIL");
         assert_eq!(fail.get("cpu_request"), Value::Num(0.5));
+    }
+
+    #[test]
+    fn lines_come_whole_across_blocks_of_any_size() {
+        let text = "first\n\nsecond line, longer than a block\nlast without a newline";
+        let expected: Vec<&str> = text.split('\n').collect();
+        for block in [1, 2, 3, 7, 64] {
+            let mut lines = LineReader::with_block(text.as_bytes(), block);
+            let mut got = Vec::new();
+            while let Some(line) = lines.next_line() {
+                got.push(String::from_utf8(line.expect("in memory").to_vec()).expect("UTF-8"));
+            }
+            assert_eq!(got, expected, "block of {block}");
+        }
+        let mut trailing = LineReader::with_block(&b"a\nb\n"[..], 2);
+        assert_eq!(trailing.next_line().map(|l| l.ok().map(<[u8]>::to_vec)), Some(Some(b"a".to_vec())));
+        assert_eq!(trailing.next_line().map(|l| l.ok().map(<[u8]>::to_vec)), Some(Some(b"b".to_vec())));
+        assert!(trailing.next_line().is_none(), "no empty line after the last newline");
     }
 
     #[test]
