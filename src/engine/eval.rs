@@ -80,6 +80,68 @@ pub fn visit(e: &TExpr, f: &mut dyn FnMut(&TExpr)) {
     }
 }
 
+/// A condition that only compares number fields of one event with number literals, joined by
+/// `and` (`e.cpu > 0.9 and e.mem < 0.5`): the usual pattern filter, decided straight from the
+/// event's fields instead of through values. It holds exactly when [`holds`] would: a missing
+/// field or NaN makes a comparison unknown, and `and` holds only when both sides do.
+#[derive(Debug, Clone)]
+pub struct NumberTest(Vec<(usize, std::cmp::Ordering, bool, f64)>);
+
+impl NumberTest {
+    /// The test for `e` on events of `source`, if `e` is of that kind.
+    pub fn new(e: &TExpr, source: usize) -> Option<NumberTest> {
+        fn collect(e: &TExpr, source: usize, out: &mut Vec<(usize, std::cmp::Ordering, bool, f64)>) -> Option<()> {
+            use std::cmp::Ordering::{Greater, Less};
+            let TExprKind::Binary(op, a, b) = &e.kind else { return None };
+            if *op == BinOp::And {
+                collect(a, source, out)?;
+                return collect(b, source, out);
+            }
+            // (ordering that makes it true, whether equal also does), field on the left.
+            let (ord, or_equal) = match op {
+                BinOp::Lt => (Less, false),
+                BinOp::Le => (Less, true),
+                BinOp::Gt => (Greater, false),
+                BinOp::Ge => (Greater, true),
+                _ => return None,
+            };
+            let field = |x: &TExpr| match &x.kind {
+                TExprKind::EventField { source: s, index, .. }
+                    if *s == source && x.ty == crate::schema::Type::Number && *index != crate::event::TS_INDEX =>
+                {
+                    Some(*index)
+                }
+                _ => None,
+            };
+            let number = |x: &TExpr| match x.kind {
+                TExprKind::Number(n) => Some(n),
+                _ => None,
+            };
+            match (field(a), number(b), number(a), field(b)) {
+                (Some(i), Some(n), _, _) => out.push((i, ord, or_equal, n)),
+                // `0.9 < e.cpu` is `e.cpu > 0.9`.
+                (_, _, Some(n), Some(i)) => out.push((i, ord.reverse(), or_equal, n)),
+                _ => return None,
+            }
+            Some(())
+        }
+        let mut tests = Vec::new();
+        collect(e, source, &mut tests)?;
+        Some(NumberTest(tests))
+    }
+
+    pub fn holds(&self, event: &Event) -> bool {
+        self.0.iter().all(|&(index, ord, or_equal, n)| match event.fields.get(index) {
+            Some(Value::Num(x)) => match x.partial_cmp(&n) {
+                Some(std::cmp::Ordering::Equal) => or_equal,
+                Some(o) => o == ord,
+                None => false,
+            },
+            _ => false,
+        })
+    }
+}
+
 /// Whether a condition holds.
 pub fn holds(e: &TExpr, env: &Env) -> bool {
     matches!(eval(e, env), Value::Bool(true))

@@ -219,10 +219,20 @@ impl StreamRoutes {
 struct SharedFilter {
     plan: Arc<RulePlan>,
     source: usize,
+    /// The filter compiled, when it is only number comparisons.
+    numbers: Option<eval::NumberTest>,
 }
 
 impl SharedFilter {
+    fn new(plan: Arc<RulePlan>, source: usize) -> Self {
+        let numbers = plan.sources[source].filter.as_ref().and_then(|f| eval::NumberTest::new(f, source));
+        SharedFilter { plan, source, numbers }
+    }
+
     fn holds(&self, event: &Event, regexes: &RegexCache) -> bool {
+        if let Some(test) = &self.numbers {
+            return test.holds(event);
+        }
         let Some(filter) = &self.plan.sources[self.source].filter else { return true };
         let mut events: [Option<&Event>; 8] = [None; 8];
         let mut spill: Vec<Option<&Event>>;
@@ -347,7 +357,7 @@ impl Engine {
             let f = src.filter.as_ref()?;
             let key = (f.to_string(), source, src.stream, src.event_type);
             Some(*filter_ids.entry(key).or_insert_with(|| {
-                filters.push(SharedFilter { plan: plan.clone(), source });
+                filters.push(SharedFilter::new(plan.clone(), source));
                 filters.len() - 1
             }))
         };
@@ -713,6 +723,39 @@ mod tests {
         let mut e = Event::new(crate::schema::Stream::TaskEvent, min * 60_000);
         e.set("type", Value::str("FAIL")).set("job_id", Value::str(job)).set("task_index", Value::Num(0.0));
         e
+    }
+
+    #[test]
+    fn compiled_number_filters_hold_exactly_when_the_evaluator_says_so() {
+        let rules = r#"
+            rule a { task t use machine m as e where e.cpu > 0.5 }
+            rule b { task t use machine m as e where e.cpu >= 0.5 and 0.25 > e.mem }
+            rule c { task t use machine m as e where e.mem <= 0.5 and e.cpu < 1 and e.cpu >= 0 }
+            rule d { task t use machine m as e where e.cpu > 0.5 or e.mem > 0.5 }
+            rule e { task t use machine m as e where e.cpu != 0.5 }
+        "#;
+        let regexes = RegexCache::default();
+        let values =
+            [Value::Null, Value::Num(f64::NAN), Value::Num(0.0), Value::Num(0.25), Value::Num(0.5), Value::Num(1.0)];
+        let mut compiled = 0;
+        for plan in plans(rules) {
+            let filter = plan.sources[0].filter.clone().expect("every rule here has a filter");
+            let Some(test) = eval::NumberTest::new(&filter, 0) else {
+                assert!(["d", "e"].contains(&plan.name.as_str()), "{} should compile", plan.name);
+                continue;
+            };
+            compiled += 1;
+            for cpu in &values {
+                for mem in &values {
+                    let mut e = Event::new(crate::schema::Stream::TaskUsage, 0);
+                    e.set("cpu", cpu.clone()).set("mem", mem.clone());
+                    let events = [Some(&e)];
+                    let expected = eval::holds(&filter, &Env::events(&plan.sources, &events, &regexes));
+                    assert_eq!(test.holds(&e), expected, "{}: cpu {cpu:?}, mem {mem:?}", plan.name);
+                }
+            }
+        }
+        assert_eq!(compiled, 3);
     }
 
     #[test]

@@ -193,27 +193,21 @@ impl SequenceOperator {
         &self.plan.sequence.as_ref().expect("sequence plan").steps
     }
 
-    /// The identity of each entity an event binds, read from the event.
-    fn identities(&self, source: usize, event: &Event) -> Vec<(usize, Vec<Value>)> {
-        self.identity_positions[source]
-            .iter()
-            .map(|(id, positions)| (*id, positions.iter().map(|&i| event.value(i)).collect()))
-            .collect()
-    }
-
     fn partition_key(&self, source: usize, event: &Event) -> Key {
         if !self.group_by[source].is_empty() {
-            let mut events: Vec<Option<&Event>> = vec![None; self.plan.sources.len()];
-            events[source] = Some(event);
-            let env = Env::events(&self.plan.sources, &events, &self.regexes);
-            return Key(self.group_by[source].iter().map(|e| super::eval::eval(e, &env)).collect());
+            return with_events(&[], Some((source, event)), self.plan.sources.len(), |events| {
+                let env = Env::events(&self.plan.sources, events, &self.regexes);
+                Key(self.group_by[source].iter().map(|e| super::eval::eval(e, &env)).collect())
+            });
         }
-        let ids = self.identities(source, event);
-        Key(self
-            .common
-            .iter()
-            .flat_map(|id| ids.iter().find(|(i, _)| i == id).map(|(_, v)| v.clone()).unwrap_or_default())
-            .collect())
+        let identity = &self.identity_positions[source];
+        let mut key = Vec::new();
+        for id in &self.common {
+            if let Some((_, positions)) = identity.iter().find(|(i, _)| i == id) {
+                key.extend(positions.iter().map(|&i| event.value(i)));
+            }
+        }
+        Key(key)
     }
 
     /// Whether `event` at `source` fits `pm`: same entities, and the conditions hold.
@@ -221,18 +215,20 @@ impl SequenceOperator {
         if pm.events.iter().flatten().any(|e| Arc::ptr_eq(e, event)) {
             return false;
         }
-        for (id, identity) in self.identities(source, event) {
-            if pm.entities[id].as_ref().is_some_and(|bound| *bound != identity) {
-                return false;
+        for (id, positions) in &self.identity_positions[source] {
+            if let Some(bound) = &pm.entities[*id] {
+                if bound.len() != positions.len() || bound.iter().zip(positions).any(|(b, &i)| *b != event.value(i)) {
+                    return false;
+                }
             }
         }
         if conditions.is_empty() {
             return true;
         }
-        let mut events: Vec<Option<&Event>> = pm.events.iter().map(|e| e.as_deref()).collect();
-        events[source] = Some(event);
-        let env = Env::events(&self.plan.sources, &events, &self.regexes);
-        conditions.iter().all(|c| holds(c, &env))
+        with_events(&pm.events, Some((source, event.as_ref())), pm.events.len(), |events| {
+            let env = Env::events(&self.plan.sources, events, &self.regexes);
+            conditions.iter().all(|c| holds(c, &env))
+        })
     }
 
     fn new_match(&mut self, start: Millis) -> PartialMatch {
@@ -251,8 +247,11 @@ impl SequenceOperator {
     }
 
     fn bind(&self, pm: &mut PartialMatch, source: usize, event: &Arc<Event>) {
-        for (id, identity) in self.identities(source, event) {
-            pm.entities[id] = Some(identity);
+        // An entity bound before has this event's identity: `fits` checked it.
+        for (id, positions) in &self.identity_positions[source] {
+            if pm.entities[*id].is_none() {
+                pm.entities[*id] = Some(positions.iter().map(|&i| event.value(i)).collect());
+            }
         }
         pm.events[source] = Some(event.clone());
         pm.last = event.ts;
@@ -291,12 +290,21 @@ impl SequenceOperator {
         self.partitions.entry(key.clone()).or_default().matches.push(pm);
     }
 
-    fn complete(&mut self, key: &Key, pm: &PartialMatch, at: Millis, out: &mut Vec<Alert>) {
-        let events: Vec<Option<&Event>> = pm.events.iter().map(|e| e.as_deref()).collect();
-        let env = Env::events(&self.plan.sources, &events, &self.regexes);
-        if !holds(&self.plan.alert.condition, &env) {
-            return;
-        }
+    /// A complete match, judged by the alert condition. `last` is the event of the last step
+    /// when it is not bound in `pm`: a completed match's prefix stays for more such events, and
+    /// is not copied to make each one.
+    fn complete(
+        &mut self,
+        key: &Key,
+        pm: &PartialMatch,
+        last: Option<(usize, &Arc<Event>)>,
+        at: Millis,
+        out: &mut Vec<Alert>,
+    ) {
+        let bound = |source: usize| match last {
+            Some((s, e)) if s == source => Some(e.clone()),
+            _ => pm.events[source].clone(),
+        };
         let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
         let evidence = || {
             let mut out: Vec<Evidence> = pm.counted.iter().map(|e| Evidence::Event(e.clone())).collect();
@@ -304,15 +312,46 @@ impl SequenceOperator {
                 steps
                     .iter()
                     .skip(usize::from(!pm.counted.is_empty()))
-                    .filter_map(|s| pm.events[s.source].clone())
+                    .filter_map(|s| bound(s.source))
                     .map(Evidence::Event),
             );
             let skip = out.len().saturating_sub(MAX_EVIDENCE);
             out.drain(..skip);
             out
         };
-        self.alerting.matched(key, at, &env, evidence, out);
+        let last = last.map(|(s, e)| (s, e.as_ref()));
+        with_events(&pm.events, last, pm.events.len(), |events| {
+            let env = Env::events(&self.plan.sources, events, &self.regexes);
+            if holds(&self.plan.alert.condition, &env) {
+                self.alerting.matched(key, at, &env, evidence, out);
+            }
+        })
     }
+}
+
+/// The events of a match as the evaluator takes them (`n` sources), with `extra` bound at its
+/// source: on the stack for rules of up to eight patterns, as nearly all are.
+fn with_events<R>(
+    bound: &[Option<Arc<Event>>],
+    extra: Option<(usize, &Event)>,
+    n: usize,
+    f: impl FnOnce(&[Option<&Event>]) -> R,
+) -> R {
+    let mut stack: [Option<&Event>; 8] = [None; 8];
+    let mut heap: Vec<Option<&Event>>;
+    let events: &mut [Option<&Event>] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap = vec![None; n];
+        &mut heap
+    };
+    for (slot, e) in events.iter_mut().zip(bound) {
+        *slot = e.as_deref();
+    }
+    if let Some((source, e)) = extra {
+        events[source] = Some(e);
+    }
+    f(events)
 }
 
 impl Operator for SequenceOperator {
@@ -324,10 +363,11 @@ impl Operator for SequenceOperator {
         let step = self.step_of[source];
         let kind = self.steps()[step].kind;
         let key = self.partition_key(source, event);
-        let mut completed = Vec::new();
-        if let Some(mut part) = self.partitions.remove(&key) {
-            let mut kept = Vec::with_capacity(part.matches.len());
-            for mut pm in part.matches.drain(..) {
+        // The partition's matches are taken out while they are judged and put back after.
+        let matches = self.partitions.get_mut(&key).map(|part| std::mem::take(&mut part.matches));
+        if let Some(matches) = matches {
+            let mut kept = Vec::with_capacity(matches.len());
+            for mut pm in matches {
                 if pm.step != step {
                     kept.push(pm);
                     continue;
@@ -347,40 +387,36 @@ impl Operator for SequenceOperator {
                             // The last step: the match is complete, and its prefix stays ready
                             // for more such events until `within` passes (every later usage
                             // sample is checked against the same request).
-                            let mut done = pm.clone();
-                            self.bind(&mut done, source, event);
-                            completed.push((done, event.ts));
+                            self.complete(&key, &pm, Some((source, event)), event.ts, out);
                             kept.push(pm);
                         } else if fits {
+                            // Not the last step, so the match goes on (it completes at the
+                            // last step, above, or when an absence's deadline passes).
                             self.bind(&mut pm, source, event);
-                            match self.settle(&mut pm) {
-                                Some(at) => {
-                                    self.locate.remove(&pm.id);
-                                    completed.push((pm, at));
-                                }
-                                None => {
-                                    if let Some(due) = pm.due {
-                                        self.timers.push(Reverse((due, pm.id)));
-                                    }
-                                    kept.push(pm);
-                                }
+                            self.settle(&mut pm);
+                            if let Some(due) = pm.due {
+                                self.timers.push(Reverse((due, pm.id)));
                             }
+                            kept.push(pm);
                         } else {
                             kept.push(pm);
                         }
                     }
                 }
             }
-            part.matches = kept;
-            if !part.matches.is_empty() || !part.counter.is_empty() {
-                self.partitions.insert(key.clone(), part);
+            if let Some(part) = self.partitions.get_mut(&key) {
+                part.matches = kept;
+                if part.matches.is_empty() && part.counter.is_empty() {
+                    self.partitions.remove(&key);
+                }
             }
         }
         if step == 0 {
+            let mut completed = Vec::new();
             self.start(source, event, kind, &key, &mut completed);
-        }
-        for (pm, at) in completed {
-            self.complete(&key, &pm, at, out);
+            for (pm, at) in completed {
+                self.complete(&key, &pm, None, at, out);
+            }
         }
     }
 
@@ -463,7 +499,7 @@ impl SequenceOperator {
             pm.last = due;
             pm.step += 1;
             match self.settle(&mut pm) {
-                Some(at) => self.complete(&key, &pm, at, out),
+                Some(at) => self.complete(&key, &pm, None, at, out),
                 None => self.track(&key, pm),
             }
         } else if self.within.is_none_or(|w| due < pm.start + w + 1) {
