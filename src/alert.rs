@@ -47,14 +47,52 @@ pub struct Alert {
     /// When the engine raised it: stream time in replay (deterministic), wall clock in a service.
     #[serde(with = "rfc3339")]
     pub detected_at: Millis,
-    /// What the alert is about: one alert per key while firing.
-    pub key: Arc<BTreeMap<String, Json>>,
-    /// The rule's `return` values.
-    pub values: Arc<serde_json::Map<String, Json>>,
+    /// What the alert is about: one alert per key while firing. Names in sorted order.
+    pub key: Fields,
+    /// The rule's `return` values, in the rule's order.
+    pub values: Fields,
     pub labels: Arc<BTreeMap<String, String>>,
     pub annotations: Arc<BTreeMap<String, String>>,
     /// The events or window states that caused it, capped.
     pub evidence: Arc<[Evidence]>,
+}
+
+/// Named JSON values of an alert (its key, its `return` values), written as a JSON object in
+/// their order. Made once per alert episode and shared by its records; the names are shared by
+/// every alert of the rule. A list of pairs rather than a map: an alert has a few of them, and a
+/// map costs a hash table (and, for serde_json's ordered map, a random hasher) per alert.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fields(Arc<[(Arc<str>, Json)]>);
+
+impl Fields {
+    pub fn new(items: Vec<(Arc<str>, Json)>) -> Fields {
+        Fields(items.into())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Json> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Json)> {
+        self.0.iter().map(|(n, v)| (&**n, v))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Fields {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+        let map = serde_json::Map::<String, Json>::deserialize(d)?;
+        Ok(Fields::new(map.into_iter().map(|(k, v)| (Arc::from(k), v)).collect()))
+    }
 }
 
 /// One item of an alert's evidence: an event as it came in, or a window's state. Events are
@@ -104,17 +142,21 @@ impl<'de> Deserialize<'de> for Evidence {
 /// Most evidence items an alert carries.
 pub const MAX_EVIDENCE: usize = 20;
 
-/// The stable id of an alert episode.
-pub fn alert_id(rule: &str, key: &BTreeMap<String, Json>, starts_at: Millis) -> String {
+/// The stable id of an alert episode: a hash of the rule, the key as JSON, and the start.
+pub fn alert_id(rule: &str, key: &Fields, starts_at: Millis) -> String {
     use std::io::Write;
     let mut text = Vec::with_capacity(128);
     text.extend_from_slice(rule.as_bytes());
     text.push(0x1f);
-    // Writing a map of text keys to a Vec cannot fail.
+    // Writing text keys and JSON values to a Vec cannot fail.
     serde_json::to_writer(&mut text, key).ok();
     write!(text, "\u{1f}{starts_at}").ok();
     let hash = xxhash_rust::xxh3::xxh3_128(&text);
-    (0..32).rev().map(|i| char::from(b"0123456789abcdef"[(hash >> (4 * i)) as usize & 0xf])).collect()
+    let mut hex = String::with_capacity(32);
+    for i in (0..32).rev() {
+        hex.push(char::from(b"0123456789abcdef"[(hash >> (4 * i)) as usize & 0xf]));
+    }
+    hex
 }
 
 mod rfc3339 {

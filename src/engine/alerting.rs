@@ -3,11 +3,10 @@
 use super::eval::{eval, Env};
 use super::lifecycle::{Lifecycle, Transition};
 use super::Key;
-use crate::alert::{alert_id, Alert, Evidence, Status};
+use crate::alert::{alert_id, Alert, Evidence, Fields, Status};
 use crate::event::Millis;
 use crate::plan::{RulePlan, TemplatePiece};
-use serde_json::Value as Json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What [`Alerting::snapshot`] saves.
@@ -17,16 +16,19 @@ pub type AlertingState = (Lifecycle<Key>, Vec<(Key, String)>);
 /// which its resolution repeats (the values that made it fire, not the values at resolution).
 pub struct Alerting {
     plan: Arc<RulePlan>,
-    key_names: Vec<String>,
+    /// The key's names in sorted order (how the key is written, and hashed into the alert's
+    /// id), each with its place in the key.
+    key_names: Vec<(Arc<str>, usize)>,
+    /// The names of the rule's `return` values.
+    value_names: Vec<Arc<str>>,
     lifecycle: Lifecycle<Key>,
-    firing: HashMap<Key, Alert>,
+    firing: super::KeyMap<Alert>,
     /// What every alert of the rule shares: its name, severity, and the labels and annotations
     /// that have no template holes (`None` when they have some, and are rendered per alert).
     rule: Arc<str>,
     severity: Arc<str>,
     labels: Option<Arc<BTreeMap<String, String>>>,
     annotations: Option<Arc<BTreeMap<String, String>>>,
-    no_values: Arc<serde_json::Map<String, Json>>,
 }
 
 impl Alerting {
@@ -36,16 +38,23 @@ impl Alerting {
         let severity: Arc<str> = plan.alert.severity.to_string().into();
         let labels = fixed_text(&plan.labels).map(|labels| Arc::new(named(labels, &rule, &severity)));
         let annotations = fixed_text(&plan.annotations).map(Arc::new);
+        // Sorted, and of a name given twice the last, as a map of the names would have it.
+        let mut sorted: Vec<(Arc<str>, usize)> =
+            key_names.iter().enumerate().map(|(i, name)| (Arc::from(name.as_str()), i)).collect();
+        sorted.reverse();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        sorted.dedup_by(|a, b| a.0 == b.0);
+        let value_names = plan.returns.iter().map(|(name, _)| Arc::from(name.as_str())).collect();
         Alerting {
             plan,
-            key_names,
+            key_names: sorted,
+            value_names,
             lifecycle,
-            firing: HashMap::new(),
+            firing: Default::default(),
             rule,
             severity,
             labels,
             annotations,
-            no_values: Arc::default(),
         }
     }
 
@@ -143,16 +152,18 @@ impl Alerting {
 
     fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
         let plan = &self.plan;
-        let key_map: BTreeMap<String, Json> =
-            self.key_names.iter().cloned().zip(key.0.iter().map(|v| v.to_json())).collect();
-        // An empty map is shared: a preserve-order map costs a random hasher state to make.
-        let values = if plan.returns.is_empty() {
-            self.no_values.clone()
-        } else {
-            Arc::new(plan.returns.iter().map(|(name, e)| (name.clone(), eval(e, env).to_json())).collect())
-        };
+        let key_fields = Fields::new(
+            self.key_names.iter().filter_map(|(name, i)| Some((name.clone(), key.0.get(*i)?.to_json()))).collect(),
+        );
+        let values = Fields::new(
+            self.value_names
+                .iter()
+                .zip(&plan.returns)
+                .map(|(name, (_, e))| (name.clone(), eval(e, env).to_json()))
+                .collect(),
+        );
         Alert {
-            id: alert_id(&plan.name, &key_map, tr.starts_at),
+            id: alert_id(&plan.name, &key_fields, tr.starts_at),
             rule: self.rule.clone(),
             severity: self.severity.clone(),
             status: Status::Firing,
@@ -160,7 +171,7 @@ impl Alerting {
             starts_at: tr.starts_at,
             ends_at: None,
             detected_at: tr.at,
-            key: Arc::new(key_map),
+            key: key_fields,
             values,
             labels: self
                 .labels

@@ -54,7 +54,8 @@ impl<K> Ord for Due<K> {
 pub struct Lifecycle<K: Hash + Eq> {
     for_ms: i64,
     keep_ms: i64,
-    keys: HashMap<K, Phase>,
+    /// foldhash, as the engine's other per-key maps: an alert's key is hashed on every match.
+    keys: HashMap<K, Phase, foldhash::fast::RandomState>,
     dues: BinaryHeap<Reverse<Due<K>>>,
 }
 
@@ -63,7 +64,7 @@ impl<K: Hash + Eq + Clone> Lifecycle<K> {
         Lifecycle {
             for_ms: for_ms as i64,
             keep_ms: keep_firing_for_ms as i64,
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             dues: BinaryHeap::new(),
         }
     }

@@ -818,7 +818,7 @@ mod tests {
         let jobs: Vec<String> = out
             .iter()
             .filter(|a| a.status == crate::alert::Status::Firing)
-            .map(|a| a.key.values().map(|v| v.to_string()).collect())
+            .map(|a| a.key.iter().map(|(_, v)| v.to_string()).collect())
             .collect();
         assert_eq!(jobs.len(), 1, "{jobs:?}");
         assert!(jobs[0].contains("\"e\""), "{jobs:?}");
