@@ -76,7 +76,8 @@ impl Shape {
         for (gap, slot) in self.gaps.iter().zip(&self.slots) {
             s.gap(gap)?;
             match *slot {
-                Slot::Ts => ts = Some(s.value()?),
+                // A plain number reads as `ts_of` would read its integer or float.
+                Slot::Ts => ts = Some(s.plain_number().map_or_else(|| s.value(), |n| Some(Raw::Float(n)))?),
                 Slot::Field { position, name, ty } => event.fields[position] = s.typed(name, ty)?,
                 Slot::Ignored => {
                     s.value()?;
@@ -325,7 +326,10 @@ impl<'a> Scanner<'a> {
     /// A field's value, decoded for its type.
     fn typed(&mut self, name: &str, ty: Type) -> Option<Value> {
         match (ty, self.peek()?) {
-            (Type::Number, b'-' | b'0'..=b'9') => self.number()?.as_f64().map(Value::Num),
+            (Type::Number, b'-' | b'0'..=b'9') => match self.plain_number() {
+                Some(n) => Some(Value::Num(n)),
+                None => self.number()?.as_f64().map(Value::Num),
+            },
             (Type::Str, b'"') => {
                 let s = self.string()?;
                 (s.len() <= MAX_STRING).then(|| Value::str(s))
@@ -362,6 +366,67 @@ impl<'a> Scanner<'a> {
             self.at += 1;
         }
         self.at - start
+    }
+
+    /// The common number, `-?[0-9]+(.[0-9]+)?` of at most 19 digits, as [`number`] would read
+    /// it, in one pass; `None`, with nothing read, for anything else (an exponent, a leading
+    /// zero, `-0`, more digits), which [`number`] then reads or refuses.
+    fn plain_number(&mut self) -> Option<f64> {
+        let bytes = self.bytes;
+        let mut at = self.at;
+        let negative = bytes.get(at) == Some(&b'-');
+        at += usize::from(negative);
+        let int_start = at;
+        let mut mantissa = 0u64;
+        while let Some(&b) = bytes.get(at) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            if at - int_start == 19 {
+                return None;
+            }
+            mantissa = mantissa * 10 + u64::from(d);
+            at += 1;
+        }
+        let int_digits = at - int_start;
+        if int_digits == 0 || (int_digits > 1 && bytes[int_start] == b'0') {
+            return None;
+        }
+        let mut frac_digits = 0;
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            while let Some(&b) = bytes.get(at) {
+                let d = b.wrapping_sub(b'0');
+                if d > 9 {
+                    break;
+                }
+                if int_digits + frac_digits == 19 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(d);
+                at += 1;
+                frac_digits += 1;
+            }
+            if frac_digits == 0 {
+                return None;
+            }
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) || mantissa > 1 << 53 {
+            return None;
+        }
+        let n = if frac_digits == 0 {
+            // An integer, as `number` reads it: -0 is its float, and left to it.
+            if negative && mantissa == 0 {
+                return None;
+            }
+            mantissa as f64
+        } else {
+            // Clinger's fast path, exact as in `number`.
+            mantissa as f64 / *POW10.get(frac_digits)?
+        };
+        self.at = at;
+        Some(if negative { -n } else { n })
     }
 
     /// A number by JSON's grammar: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`.
@@ -466,11 +531,25 @@ mod tests {
             "0.30000000000000004",
             "1e-400",
             "-0.0",
+            "-0",
+            "-5",
+            "1234567890123456789",
+            "12345678901234567890",
+            "0.000000000000000000001",
+            "0.1234567890123456789",
+            "1767225600000",
         ] {
             let mut keys = Vec::new();
             let mut s = Scanner { bytes: text.as_bytes(), text, at: 0, last_keys: &mut keys, nth_key: 0 };
             let ours = s.number();
             let theirs: serde_json::Value = serde_json::from_str(text).expect(text);
+            // The one-pass reading agrees with the full one wherever it reads a number.
+            let mut no_keys = Vec::new();
+            let mut plain = Scanner::new(text, &mut no_keys);
+            if let Some(n) = plain.plain_number() {
+                assert_eq!(plain.at, text.len(), "{text}");
+                assert_eq!(Some(n.to_bits()), theirs.as_f64().map(f64::to_bits), "{text}");
+            }
             match ours {
                 Some(Raw::UInt(u)) => assert_eq!(theirs.as_u64(), Some(u), "{text}"),
                 Some(Raw::Int(i)) => assert_eq!(theirs.as_i64(), Some(i), "{text}"),
