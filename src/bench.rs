@@ -5,7 +5,7 @@
 //! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
 
 use crate::engine::{Engine, EngineConfig};
-use crate::event::decode;
+use crate::event::decode_bytes;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -224,8 +224,9 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     while let Some(line) = lines.next_line() {
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
-        let line = std::str::from_utf8(line?).map(str::trim_end);
-        match line.map_err(|_| ()).and_then(|line| decode(line, None).map_err(|_| ())) {
+        let line = line?;
+        let end = line.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+        match decode_bytes(&line[..end], None) {
             Ok(e) => {
                 events += 1;
                 engine.push(e, &mut alerts);

@@ -303,10 +303,22 @@ pub const MAX_STRING: usize = 64 * 1024;
 /// pass with serde's visitor interface straight into the stream's field order: no intermediate
 /// JSON tree, and keys and strings are borrowed from the line where they have no escapes.
 pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
-    if let Some(event) = scan::scan(line, default_stream) {
+    if let Some(event) = scan::scan(line.as_bytes(), default_stream) {
         return Ok(event);
     }
     decode_with_serde(line, default_stream)
+}
+
+/// [`decode`] for a line not yet known to be UTF-8: the scanner checks only its strings (what
+/// else it accepts is ASCII), so a plain line is not validated twice.
+pub fn decode_bytes(line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+    if let Some(event) = scan::scan(line, default_stream) {
+        return Ok(event);
+    }
+    match std::str::from_utf8(line) {
+        Ok(text) => decode_with_serde(text, default_stream),
+        Err(e) => Err(bad(None, format!("invalid UTF-8 at byte {}", e.valid_up_to()))),
+    }
 }
 
 /// Every line the fast path gives up on: any JSON, and the wording of every error.

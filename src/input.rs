@@ -11,7 +11,7 @@
 //!
 //! `.gz` files are decompressed on the fly.
 
-use crate::event::{decode, DecodeError, Event, Millis, Value};
+use crate::event::{decode_bytes, DecodeError, Event, Millis, Value};
 use crate::schema::Stream;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -146,22 +146,19 @@ fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send
                 })
             }
         };
-        let text = match std::str::from_utf8(bytes) {
-            Ok(t) => t.trim_end_matches('\r'),
-            Err(e) => {
-                return Some(Record {
-                    line: line_no,
-                    event: Err(DecodeError {
-                        field: None,
-                        reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-                    }),
-                })
-            }
-        };
-        if text.trim().is_empty() {
+        let mut bytes = bytes;
+        while let [rest @ .., b'\r'] = bytes {
+            bytes = rest;
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        return Some(Record { line: line_no, event: decode(text, None) });
+        // UTF-8 is checked by the decoder, which says where it breaks.
+        let event = decode_bytes(bytes, None);
+        if event.is_err() && std::str::from_utf8(bytes).is_ok_and(|t| t.trim().is_empty()) {
+            continue;
+        }
+        return Some(Record { line: line_no, event });
     })
 }
 

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 
 /// The event on `line`, or `None` when the line needs the full decoder.
-pub(super) fn scan(line: &str, default_stream: Option<Stream>) -> Option<Event> {
+pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
     thread_local! {
         static MEMORY: RefCell<Memory> = const { RefCell::new(Memory { last_keys: Vec::new(), shape: None }) };
     }
@@ -65,7 +65,7 @@ enum Slot {
 impl Shape {
     /// The event on `line` if it has this shape; `None` if not, or if a value needs the full
     /// scanner or serde_json.
-    fn scan(&self, line: &str, default_stream: Option<Stream>) -> Option<Event> {
+    fn scan(&self, line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
         if default_stream != self.default_stream {
             return None;
         }
@@ -117,7 +117,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// The full scan of a line: its event, and its shape when later lines can reuse it.
 fn scan_with(
-    line: &str,
+    line: &[u8],
     default_stream: Option<Stream>,
     last_keys: &mut Vec<(Box<[u8]>, Key)>,
 ) -> Option<(Event, Option<Shape>)> {
@@ -184,10 +184,10 @@ fn scan_with(
         let mut gaps = Vec::with_capacity(values.len() + 1);
         let mut from = 0;
         for &(start, end, _) in &values {
-            gaps.push(line.as_bytes()[from..start].into());
+            gaps.push(line[from..start].into());
             from = end;
         }
-        gaps.push(line.as_bytes()[from..].into());
+        gaps.push(line[from..].into());
         Shape { default_stream, stream, gaps, slots: values.into_iter().map(|(_, _, slot)| slot).collect() }
     });
     Some((event, shape))
@@ -223,7 +223,6 @@ const POW10: [f64; 23] = [
 
 struct Scanner<'a> {
     bytes: &'a [u8],
-    text: &'a str,
     at: usize,
     /// The keys of the previous line, in order: a producer writes its keys in the same order
     /// every time, so each key is first compared whole with the one at its place last time.
@@ -233,8 +232,8 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    fn new(line: &'a str, last_keys: &'a mut Vec<(Box<[u8]>, Key)>) -> Self {
-        Scanner { bytes: line.as_bytes(), text: line, at: 0, last_keys, nth_key: 0 }
+    fn new(line: &'a [u8], last_keys: &'a mut Vec<(Box<[u8]>, Key)>) -> Self {
+        Scanner { bytes: line, at: 0, last_keys, nth_key: 0 }
     }
 
     /// The bytes of a shape's gap, here.
@@ -319,8 +318,9 @@ impl<'a> Scanner<'a> {
             return None;
         }
         self.at = end + 1;
-        // Both ends are ASCII quotes, so the slice is on character boundaries.
-        self.text.get(start..end)
+        // Checked here, string by string: the rest of a line the scanner takes is ASCII it
+        // has matched, so a line it accepts is valid UTF-8 without a pass over the whole line.
+        std::str::from_utf8(&self.bytes[start..end]).ok()
     }
 
     /// A field's value, decoded for its type.
@@ -495,7 +495,7 @@ impl<'a> Scanner<'a> {
                     m * POW10[e]
                 }
             }
-            _ => self.text[start..self.at].trim_start_matches('-').parse::<f64>().ok()?,
+            _ => std::str::from_utf8(&self.bytes[start..self.at]).ok()?.trim_start_matches('-').parse::<f64>().ok()?,
         };
         // serde_json refuses what overflows; let it say so.
         f.is_finite().then_some(Raw::Float(if negative { -f } else { f }))
@@ -540,12 +540,12 @@ mod tests {
             "1767225600000",
         ] {
             let mut keys = Vec::new();
-            let mut s = Scanner { bytes: text.as_bytes(), text, at: 0, last_keys: &mut keys, nth_key: 0 };
+            let mut s = Scanner::new(text.as_bytes(), &mut keys);
             let ours = s.number();
             let theirs: serde_json::Value = serde_json::from_str(text).expect(text);
             // The one-pass reading agrees with the full one wherever it reads a number.
             let mut no_keys = Vec::new();
-            let mut plain = Scanner::new(text, &mut no_keys);
+            let mut plain = Scanner::new(text.as_bytes(), &mut no_keys);
             if let Some(n) = plain.plain_number() {
                 assert_eq!(plain.at, text.len(), "{text}");
                 assert_eq!(Some(n.to_bits()), theirs.as_f64().map(f64::to_bits), "{text}");
@@ -563,7 +563,7 @@ mod tests {
         }
         for bad in ["01", "-", "1.", ".5", "1e", "1e+", "-01"] {
             let mut keys = Vec::new();
-            let mut s = Scanner { bytes: bad.as_bytes(), text: bad, at: 0, last_keys: &mut keys, nth_key: 0 };
+            let mut s = Scanner::new(bad.as_bytes(), &mut keys);
             let whole = s.number().is_some() && s.at == bad.len();
             assert!(!whole, "{bad} is not JSON");
         }
@@ -600,18 +600,22 @@ mod tests {
                     _ => bytes.insert(at, alphabet[rng.usize(0..alphabet.len())]),
                 }
             }
-            let Ok(line) = String::from_utf8(bytes) else { continue };
+            // Damage may break UTF-8 too: a line either path takes must be valid.
+            let agrees = |default: Option<Stream>, fast: Event| {
+                let line = std::str::from_utf8(&bytes).expect("a line the scanner takes is UTF-8");
+                assert_eq!(super::super::decode_with_serde(line, default), Ok(fast), "{line}");
+            };
             for default in [None, Some(Stream::Metric)] {
-                if let Some(fast) = scan(&line, default) {
+                if let Some(fast) = scan(&bytes, default) {
                     scanned += 1;
-                    assert_eq!(super::super::decode_with_serde(&line, default), Ok(fast), "{line}");
+                    agrees(default, fast);
                 }
                 // The same damage against the shape of the undamaged line.
                 let mut keys = Vec::new();
-                let shape = scan_with(base, default, &mut keys).and_then(|(_, shape)| shape);
-                if let Some(fast) = shape.and_then(|shape| shape.scan(&line, default)) {
+                let shape = scan_with(base.as_bytes(), default, &mut keys).and_then(|(_, shape)| shape);
+                if let Some(fast) = shape.and_then(|shape| shape.scan(&bytes, default)) {
                     shaped += 1;
-                    assert_eq!(super::super::decode_with_serde(&line, default), Ok(fast), "{line}");
+                    agrees(default, fast);
                 }
             }
         }
@@ -619,7 +623,7 @@ mod tests {
         assert!(scanned > 5_000, "only {scanned} lines took the fast path");
         assert!(shaped > 2_000, "only {shaped} lines had the shape of their undamaged line");
         for line in [lines[0], lines[1]] {
-            assert!(scan(line, None).is_some(), "{line}");
+            assert!(scan(line.as_bytes(), None).is_some(), "{line}");
         }
     }
 }
