@@ -97,6 +97,7 @@ impl WindowOperatorBuilder {
             args: Vec::with_capacity(state.fields.len()),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
+            lookup: rebuild_positions(&state, first.sources[0].stream).filter(|_| !state.group_by.is_empty()),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
@@ -270,6 +271,8 @@ pub struct WindowOperator {
     has_invariant: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
     rebuild: Option<Vec<usize>>,
+    /// The same positions, to find a group from an event's fields (when there is a group key).
+    lookup: Option<Vec<usize>>,
     /// End of the next window to close.
     next_close: Option<Millis>,
     /// A window with nothing in it yet, copied for each new one.
@@ -547,36 +550,50 @@ impl Operator for WindowOperator {
         let mut args = std::mem::take(&mut self.args);
         args.clear();
         args.extend(self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))));
-        let key = self.group_key(event);
-        if self.groups.len() >= self.max_keys && !self.groups.contains_key(&key) {
-            self.evict();
-        }
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
-        let baselines = self.dependents.len();
-        let has_invariant = self.has_invariant;
         let keep_event = self.rebuild.is_none();
-        let open_windows = (self.size / self.slide).max(1) as usize;
-        let fields = self.empty.len();
-        let group = self.groups.entry(key).or_insert_with(|| Group {
-            // Sized once: a tumbling window has one open at a time, a sliding one size/slide.
-            open: OpenWindows::with_capacity(open_windows, fields),
-            history: History::new(),
-            last_event: None,
-            idle: 0,
-            active: false,
-            // Only rules with an invariant keep a baseline per group.
-            baselines: if has_invariant { vec![Baseline::default(); baselines].into() } else { Box::default() },
-        });
-        if keep_event {
-            group.last_event = Some(event.clone());
-        }
-        let mut start = first_start;
-        while start <= last_start {
-            for (acc, v) in group.open.window(start, &self.empty).zip(&args) {
-                acc.add(v);
+        let add = |group: &mut Group, empty: &[Acc], slide: Millis| {
+            if keep_event {
+                group.last_event = Some(event.clone());
             }
-            start += self.slide;
+            let mut start = first_start;
+            while start <= last_start {
+                for (acc, v) in group.open.window(start, empty).zip(&args) {
+                    acc.add(v);
+                }
+                start += slide;
+            }
+        };
+        // A live group is found from the event's fields in place; only a new one needs its key.
+        let found = match &self.lookup {
+            Some(positions) => self.groups.get_mut(&super::FieldsKey { event, positions }),
+            None => None,
+        };
+        match found {
+            Some(group) => add(group, &self.empty, self.slide),
+            None => {
+                let key = self.group_key(event);
+                if self.groups.len() >= self.max_keys && !self.groups.contains_key(&key) {
+                    self.evict();
+                }
+                let baselines = self.dependents.len();
+                let has_invariant = self.has_invariant;
+                let open_windows = (self.size / self.slide).max(1) as usize;
+                let fields = self.empty.len();
+                let group = self.groups.entry(key).or_insert_with(|| Group {
+                    // Sized once: a tumbling window has one open at a time, a sliding one
+                    // size/slide.
+                    open: OpenWindows::with_capacity(open_windows, fields),
+                    history: History::new(),
+                    last_event: None,
+                    idle: 0,
+                    active: false,
+                    // Only rules with an invariant keep a baseline per group.
+                    baselines: if has_invariant { vec![Baseline::default(); baselines].into() } else { Box::default() },
+                });
+                add(group, &self.empty, self.slide);
+            }
         }
         self.args = args;
         let first_end = first_start + self.size;
