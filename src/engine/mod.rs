@@ -274,17 +274,36 @@ impl SharedFilter {
             return test.holds(event);
         }
         let Some(filter) = &self.plan.sources[self.source].filter else { return true };
-        let mut events: [Option<&Event>; 8] = [None; 8];
-        let mut spill: Vec<Option<&Event>>;
-        let events: &mut [Option<&Event>] = if self.plan.sources.len() <= 8 {
-            &mut events[..self.plan.sources.len()]
-        } else {
-            spill = vec![None; self.plan.sources.len()];
-            &mut spill
-        };
-        events[self.source] = Some(event);
-        eval::holds(filter, &Env::events(&self.plan.sources, events, regexes))
+        with_events(&[], Some((self.source, event)), self.plan.sources.len(), |events| {
+            eval::holds(filter, &Env::events(&self.plan.sources, events, regexes))
+        })
     }
+}
+
+/// The events bound to a rule's `n` patterns as the evaluator takes them (`bound` by pattern,
+/// and `extra` at its pattern): on the stack for rules of up to eight patterns, as nearly all
+/// are.
+pub(crate) fn with_events<R>(
+    bound: &[Option<Arc<Event>>],
+    extra: Option<(usize, &Event)>,
+    n: usize,
+    f: impl FnOnce(&[Option<&Event>]) -> R,
+) -> R {
+    let mut stack: [Option<&Event>; 8] = [None; 8];
+    let mut heap: Vec<Option<&Event>>;
+    let events: &mut [Option<&Event>] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap = vec![None; n];
+        &mut heap
+    };
+    for (slot, e) in events.iter_mut().zip(bound) {
+        *slot = e.as_deref();
+    }
+    if let Some((source, e)) = extra {
+        events[source] = Some(e);
+    }
+    f(events)
 }
 
 /// The value a field of `source`'s events must have for the rule to use them: from the

@@ -12,7 +12,7 @@
 
 use super::alerting::Alerting;
 use super::eval::{holds, visit, Env, RegexCache};
-use super::{Key, KeyMap, Operator};
+use super::{with_events, Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::ast::StepKind;
 use crate::event::{Event, Millis, Value};
@@ -327,31 +327,6 @@ impl SequenceOperator {
             }
         })
     }
-}
-
-/// The events of a match as the evaluator takes them (`n` sources), with `extra` bound at its
-/// source: on the stack for rules of up to eight patterns, as nearly all are.
-fn with_events<R>(
-    bound: &[Option<Arc<Event>>],
-    extra: Option<(usize, &Event)>,
-    n: usize,
-    f: impl FnOnce(&[Option<&Event>]) -> R,
-) -> R {
-    let mut stack: [Option<&Event>; 8] = [None; 8];
-    let mut heap: Vec<Option<&Event>>;
-    let events: &mut [Option<&Event>] = if n <= stack.len() {
-        &mut stack[..n]
-    } else {
-        heap = vec![None; n];
-        &mut heap
-    };
-    for (slot, e) in events.iter_mut().zip(bound) {
-        *slot = e.as_deref();
-    }
-    if let Some((source, e)) = extra {
-        events[source] = Some(e);
-    }
-    f(events)
 }
 
 impl Operator for SequenceOperator {

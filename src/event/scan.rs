@@ -12,6 +12,10 @@
 //! [`convert`]; integers are told from floats by JSON's grammar, as serde_json does; and floats
 //! are correctly rounded, as serde_json's `float_roundtrip` makes them. A test compares both
 //! paths on mutated lines.
+//!
+//! Most lines are not scanned key by key: a line with the [`Shape`] of the last line scanned
+//! in full (the same bytes between its values) is read value by value. The scanner works on
+//! bytes and checks UTF-8 only inside strings; everything else it accepts is ASCII.
 
 use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Raw, Stream, Value, MAX_STRING};
 use crate::schema::Type;
