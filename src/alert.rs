@@ -151,12 +151,7 @@ pub fn alert_id(rule: &str, key: &Fields, starts_at: Millis) -> String {
     // Writing text keys and JSON values to a Vec cannot fail.
     serde_json::to_writer(&mut text, key).ok();
     write!(text, "\u{1f}{starts_at}").ok();
-    let hash = xxhash_rust::xxh3::xxh3_128(&text);
-    let mut hex = String::with_capacity(32);
-    for i in (0..32).rev() {
-        hex.push(char::from(b"0123456789abcdef"[(hash >> (4 * i)) as usize & 0xf]));
-    }
-    hex
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&text))
 }
 
 mod rfc3339 {

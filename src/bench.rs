@@ -224,9 +224,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     while let Some(line) = lines.next_line() {
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
-        let line = line?;
-        let end = line.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        match decode_bytes(&line[..end], None) {
+        match decode_bytes(line?.trim_ascii_end(), None) {
             Ok(e) => {
                 events += 1;
                 engine.push(e, &mut alerts);

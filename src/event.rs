@@ -224,15 +224,8 @@ impl Event {
 
     /// The canonical JSON form, as read back by [`decode`].
     pub fn to_json(&self) -> Json {
-        let mut obj = serde_json::Map::new();
-        obj.insert("stream".into(), Json::String(self.stream.name().into()));
-        obj.insert("ts".into(), Json::String(format_time(self.ts)));
-        for ((name, _), v) in self.stream.fields().iter().zip(&self.fields) {
-            if *v != Value::Null {
-                obj.insert((*name).into(), v.to_json());
-            }
-        }
-        Json::Object(obj)
+        // Serializing text keys and JSON values into a tree cannot fail.
+        serde_json::to_value(EventJson(self)).unwrap_or(Json::Null)
     }
 
     /// Deterministic order for events with equal timestamps.

@@ -150,10 +150,8 @@ fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send
         while let [rest @ .., b'\r'] = bytes {
             bytes = rest;
         }
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        // UTF-8 is checked by the decoder, which says where it breaks.
+        // UTF-8 is checked by the decoder, which says where it breaks; a blank line is no event
+        // and no error.
         let event = decode_bytes(bytes, None);
         if event.is_err() && std::str::from_utf8(bytes).is_ok_and(|t| t.trim().is_empty()) {
             continue;

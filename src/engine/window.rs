@@ -97,7 +97,6 @@ impl WindowOperatorBuilder {
             args: Vec::with_capacity(state.fields.len()),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
-            lookup: rebuild_positions(&state, first.sources[0].stream).filter(|_| !state.group_by.is_empty()),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
@@ -271,8 +270,6 @@ pub struct WindowOperator {
     has_invariant: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
     rebuild: Option<Vec<usize>>,
-    /// The same positions, to find a group from an event's fields (when there is a group key).
-    lookup: Option<Vec<usize>>,
     /// End of the next window to close.
     next_close: Option<Millis>,
     /// A window with nothing in it yet, copied for each new one.
@@ -565,10 +562,13 @@ impl Operator for WindowOperator {
                 start += slide;
             }
         };
-        // A live group is found from the event's fields in place; only a new one needs its key.
-        let found = match &self.lookup {
-            Some(positions) => self.groups.get_mut(&super::FieldsKey { event, positions }),
-            None => None,
+        // A live group is found from the event's fields in place (the positions of a stand-in
+        // event's key values are where the key's values are read); only a new one needs its key.
+        let found = match &self.rebuild {
+            Some(positions) if !self.state.group_by.is_empty() => {
+                self.groups.get_mut(&super::FieldsKey { event, positions })
+            }
+            _ => None,
         };
         match found {
             Some(group) => add(group, &self.empty, self.slide),

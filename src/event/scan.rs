@@ -88,9 +88,8 @@ impl Shape {
                 }
             }
         }
-        let last = self.gaps.last()?;
-        (s.bytes.len() - s.at == last.len()).then_some(())?;
-        s.gap(last)?;
+        s.gap(self.gaps.last()?)?;
+        (s.at == s.bytes.len()).then_some(())?;
         event.ts = ts_of(ts).ok()?;
         Some(event)
     }
