@@ -5,7 +5,7 @@
 //! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
 
 use crate::engine::{Engine, EngineConfig};
-use crate::event::decode_bytes;
+use crate::event::{decode_gated, Decoded};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -214,6 +214,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
 
+    let gate = engine.gate();
     let mut lines = crate::input::LineReader::new(std::fs::File::open(input)?);
     let mut alerts = Vec::new();
     let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
@@ -224,10 +225,14 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     while let Some(line) = lines.next_line() {
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
-        match decode_bytes(line?.trim_ascii_end(), None) {
-            Ok(e) => {
+        match decode_gated(line?.trim_ascii_end(), None, &gate) {
+            Ok(Decoded::Event(e)) => {
                 events += 1;
                 engine.push(e, &mut alerts);
+            }
+            Ok(Decoded::Time(ts)) => {
+                events += 1;
+                engine.pass(ts, &mut alerts);
             }
             Err(_) => malformed += 1,
         }

@@ -4,6 +4,7 @@
 //! or epoch milliseconds. Fields are stored in the order of the stream's schema
 //! ([`Stream::fields`]), so operators reach them by position.
 
+use crate::engine::Gate;
 use crate::schema::{Stream, Type};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -312,6 +313,24 @@ pub fn decode_bytes(line: &[u8], default_stream: Option<Stream>) -> Result<Event
         Ok(text) => decode_with_serde(text, default_stream),
         Err(e) => Err(bad(None, format!("invalid UTF-8 at byte {}", e.valid_up_to()))),
     }
+}
+
+/// What [`decode_gated`] makes of a line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    Event(Event),
+    /// A valid event that no rule takes: only its time matters ([`Engine::pass`](crate::engine::Engine::pass)).
+    Time(Millis),
+}
+
+/// [`decode_bytes`], except that a line the gate shows no rule takes comes back as its time
+/// alone, checked as the event would be but not built. Lines of the scanner's remembered
+/// shape are judged so; the others are decoded in full.
+pub fn decode_gated(line: &[u8], default_stream: Option<Stream>, gate: &Gate) -> Result<Decoded, DecodeError> {
+    if let Some(ts) = scan::time_only(line, default_stream, gate) {
+        return Ok(Decoded::Time(ts));
+    }
+    decode_bytes(line, default_stream).map(Decoded::Event)
 }
 
 /// Every line the fast path gives up on: any JSON, and the wording of every error.

@@ -289,14 +289,17 @@ fn replay(
     if plans.is_empty() {
         bail!("no rules in {}", rules.display());
     }
-    let opened = inputs
-        .iter()
-        .map(|p| vigil::input::open(p, format, input_options).with_context(|| format!("cannot read {}", p.display())))
-        .collect::<Result<Vec<_>>>()?;
     let mut engine = vigil::engine::Engine::new(
         plans,
         vigil::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
     );
+    let opened = inputs
+        .iter()
+        .map(|p| {
+            vigil::input::open_gated(p, format, input_options, engine.gate())
+                .with_context(|| format!("cannot read {}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut writer: Box<dyn std::io::Write> = match out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,

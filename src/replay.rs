@@ -7,7 +7,7 @@
 
 use crate::alert::Alert;
 use crate::engine::{Engine, EngineStats};
-use crate::event::{Event, Millis};
+use crate::event::{Decoded, Millis};
 use crate::input::{Input, Record};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ impl Progress for Quiet {}
 /// Replays `inputs` through `engine`, writing alerts as JSON lines to `out`.
 pub fn replay(
     engine: &mut Engine,
-    inputs: Vec<Input>,
+    inputs: Vec<Input<Decoded>>,
     options: &ReplayOptions,
     out: &mut dyn Write,
     progress: &mut dyn Progress,
@@ -99,12 +99,12 @@ pub fn replay(
     let mut alerts: Vec<Alert> = Vec::new();
     let started = Instant::now();
     let mut first_ts: Option<Millis> = None;
-    while let Some((name, record)) = merger.next() {
-        let event = match record.event {
-            Ok(e) => e,
+    while let Some((input, record)) = merger.next() {
+        let decoded = match record.event {
+            Ok(d) => d,
             Err(e) => {
                 summary.malformed += 1;
-                let message = format!("{name}:{}: {e}", record.line);
+                let message = format!("{}:{}: {e}", merger.name(input), record.line);
                 progress.malformed(&message);
                 if options.strict {
                     summary.stopped_at = Some(message);
@@ -115,9 +115,12 @@ pub fn replay(
         };
         summary.events += 1;
         if let Speed::Times(factor) = options.speed {
-            pace(&mut first_ts, event.ts, factor, started);
+            pace(&mut first_ts, decoded_ts(&decoded), factor, started);
         }
-        engine.push(event, &mut alerts);
+        match decoded {
+            Decoded::Event(event) => engine.push(event, &mut alerts),
+            Decoded::Time(ts) => engine.pass(ts, &mut alerts),
+        };
         write_alerts(&mut alerts, out, &mut summary)?;
         if summary.events % 4096 == 0 {
             progress.advance(summary.events, summary.alerts, merger.bytes());
@@ -149,6 +152,13 @@ fn write_alerts(alerts: &mut Vec<Alert>, out: &mut dyn Write, summary: &mut Summ
     out.write_all(&text)
 }
 
+fn decoded_ts(d: &Decoded) -> Millis {
+    match d {
+        Decoded::Event(e) => e.ts,
+        Decoded::Time(ts) => *ts,
+    }
+}
+
 /// Sleeps so that event time advances `factor` times faster than wall-clock time.
 fn pace(first_ts: &mut Option<Millis>, ts: Millis, factor: f64, started: Instant) {
     let first = *first_ts.get_or_insert(ts);
@@ -160,25 +170,31 @@ fn pace(first_ts: &mut Option<Millis>, ts: Millis, factor: f64, started: Instant
 
 /// Merges inputs by the time of their next event; malformed lines pass through at once.
 struct Merger {
-    inputs: Vec<Input>,
-    heads: Vec<Option<Record>>,
+    inputs: Vec<Input<Decoded>>,
+    heads: Vec<Option<Record<Decoded>>>,
 }
 
 impl Merger {
-    fn new(mut inputs: Vec<Input>) -> Self {
+    fn new(mut inputs: Vec<Input<Decoded>>) -> Self {
         let heads = inputs.iter_mut().map(|i| i.records.next()).collect();
         Merger { inputs, heads }
     }
 
-    fn next(&mut self) -> Option<(String, Record)> {
-        let key = |r: &Record| r.event.as_ref().map_or(Millis::MIN, |e: &Event| e.ts);
+    /// The next record, with the index of its input.
+    fn next(&mut self) -> Option<(usize, Record<Decoded>)> {
+        let key = |r: &Record<Decoded>| r.event.as_ref().map_or(Millis::MIN, decoded_ts);
         let i = (0..self.heads.len()).filter(|&i| self.heads[i].is_some()).min_by_key(|&i| {
             let r = self.heads[i].as_ref().expect("filtered");
             (key(r), i)
         })?;
         let record = self.heads[i].take().expect("filtered");
         self.heads[i] = self.inputs[i].records.next();
-        Some((self.inputs[i].name.clone(), record))
+        Some((i, record))
+    }
+
+    /// The name of the `i`th input.
+    fn name(&self, i: usize) -> &str {
+        &self.inputs[i].name
     }
 
     fn bytes(&self) -> (u64, u64) {

@@ -131,13 +131,27 @@ impl NumberTest {
     }
 
     pub fn holds(&self, event: &Event) -> bool {
-        self.0.iter().all(|&(index, ord, or_equal, n)| match event.fields.get(index) {
-            Some(Value::Num(x)) => match x.partial_cmp(&n) {
+        self.holds_on(|index| match event.fields.get(index) {
+            Some(Value::Num(x)) => Some(*x),
+            _ => None,
+        })
+    }
+
+    /// The field positions it reads, as bits.
+    pub fn reads(&self) -> u64 {
+        self.0.iter().fold(0, |bits, &(index, ..)| bits | 1u64.checked_shl(index as u32).unwrap_or(0))
+    }
+
+    /// Whether it holds for an event whose number at each position is `number(position)`
+    /// (`None` where the field is missing or not a number).
+    pub fn holds_on(&self, number: impl Fn(usize) -> Option<f64>) -> bool {
+        self.0.iter().all(|&(index, ord, or_equal, n)| match number(index) {
+            Some(x) => match x.partial_cmp(&n) {
                 Some(std::cmp::Ordering::Equal) => or_equal,
                 Some(o) => o == ord,
                 None => false,
             },
-            _ => false,
+            None => false,
         })
     }
 }

@@ -5,13 +5,18 @@
 //! joins the back of a queue in constant time; only an event that arrives out of order goes to
 //! a heap. The next event out is the smaller of the two fronts.
 
-use crate::event::Event;
+use crate::event::{Event, Millis};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-/// An event with its arrival number.
-pub struct Pending(pub Arc<Event>, pub u64);
+/// An event with its arrival number, or only the time of an event no rule takes (see
+/// [`Engine::pass`](super::Engine::pass)): such an event still moves time on when it leaves.
+pub struct Pending {
+    pub ts: Millis,
+    pub event: Option<Arc<Event>>,
+    pub arrival: u64,
+}
 
 impl PartialEq for Pending {
     fn eq(&self, other: &Self) -> bool {
@@ -27,8 +32,14 @@ impl PartialOrd for Pending {
 impl Ord for Pending {
     /// Timestamp first, then the event's content, so simultaneous events are processed in the
     /// same order whatever order they arrived in; the arrival number breaks exact duplicates.
+    /// A time alone goes before the events of its timestamp: all it does on leaving is fire the
+    /// timers due before that timestamp, as the first of those events does anyway.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.tie_order(&other.0).then(self.1.cmp(&other.1))
+        let content = match (&self.event, &other.event) {
+            (Some(a), Some(b)) => a.tie_order(b),
+            (a, b) => self.ts.cmp(&other.ts).then(a.is_some().cmp(&b.is_some())),
+        };
+        content.then(self.arrival.cmp(&other.arrival))
     }
 }
 
@@ -99,15 +110,19 @@ mod tests {
             let times: Vec<i64> = (0..50).map(|i| if rng.u8(0..4) == 0 { rng.i64(0..50) } else { i }).collect();
             let mut buffer = ReorderBuffer::default();
             for (n, &t) in times.iter().enumerate() {
-                buffer.push(Pending(Arc::new(Event::new(Stream::Metric, t)), n as u64));
+                // Every third is a time alone, which sorts with the events by its timestamp.
+                let event = (n % 3 != 0).then(|| Arc::new(Event::new(Stream::Metric, t)));
+                buffer.push(Pending { ts: t, event, arrival: n as u64 });
             }
             assert_eq!(buffer.iter().count(), times.len());
             let mut out = Vec::new();
             while let Some(p) = buffer.pop() {
-                out.push((p.0.ts, p.1));
+                out.push((p.ts, p.arrival));
             }
+            // By time, a time alone before the events of its timestamp, then by arrival (the
+            // events here differ in nothing else).
             let mut want: Vec<(i64, u64)> = times.iter().enumerate().map(|(n, &t)| (t, n as u64)).collect();
-            want.sort();
+            want.sort_by_key(|&(t, n)| (t, n % 3 != 0, n));
             assert_eq!(out, want);
         }
     }

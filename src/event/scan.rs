@@ -13,36 +13,83 @@
 //! are correctly rounded, as serde_json's `float_roundtrip` makes them. A test compares both
 //! paths on mutated lines.
 //!
-//! Most lines are not scanned key by key: a line with the [`Shape`] of the last line scanned
-//! in full (the same bytes between its values) is read value by value. The scanner works on
-//! bytes and checks UTF-8 only inside strings; everything else it accepts is ASCII.
+//! Most lines are not scanned key by key: a line with the [`Shape`] of one of the last lines
+//! scanned in full (the same bytes between its values) is read value by value. The scanner
+//! works on bytes and checks UTF-8 only inside strings; everything else it accepts is ASCII.
+//!
+//! A line of a known shape can also be judged without building its event ([`time_only`]): it
+//! is checked as it would be read, but only the numbers the engine's [`Gate`] compares are
+//! converted, and no string is copied.
+//!
+//! [`Gate`]: crate::engine::Gate
 
-use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Raw, Stream, Value, MAX_STRING};
+use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Millis, Raw, Stream, Value, MAX_STRING};
 use crate::schema::Type;
 use std::borrow::Cow;
 use std::cell::RefCell;
 
 /// The event on `line`, or `None` when the line needs the full decoder.
 pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
-    thread_local! {
-        static MEMORY: RefCell<Memory> = const { RefCell::new(Memory { last_keys: Vec::new(), shape: None }) };
-    }
     MEMORY.with_borrow_mut(|memory| {
-        if let Some(event) = memory.shape.as_ref().and_then(|shape| shape.scan(line, default_stream)) {
+        if let Some(event) = memory.shapes.iter().find_map(|shape| shape.scan(line, default_stream)) {
             return Some(event);
         }
         let (event, shape) = scan_with(line, default_stream, &mut memory.last_keys)?;
-        memory.shape = shape;
+        if let Some(shape) = shape {
+            memory.shapes.insert(0, shape);
+            memory.shapes.truncate(SHAPES);
+        }
         Some(event)
     })
 }
+
+/// The time of the event on `line` when it has a remembered shape and `gate` shows that no
+/// rule takes it; `None` when it needs decoding. The line is checked as [`scan`] checks it, so
+/// a line this passes is one [`scan`] would take, but no value is built.
+pub(super) fn time_only(line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Millis> {
+    MEMORY.with_borrow(|memory| memory.shapes.iter().find_map(|shape| shape.time_only(line, default_stream, gate)))
+}
+
+impl Shape {
+    /// [`time_only`] with this shape.
+    fn time_only(&self, line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Millis> {
+        if !gate.judges(self.stream) {
+            return None;
+        }
+        // The numbers the gate reads, by field position; streams have fewer than 16 fields.
+        let read = gate.reads(self.stream);
+        // NaN for a missing field: comparisons with both are false.
+        let mut numbers = [f64::NAN; 16];
+        let ts = self.read(line, default_stream, |s, position, name, ty| {
+            let wanted = read & (1 << position) != 0;
+            match (ty, s.peek()?) {
+                (Type::Str, b'"') => return s.skip_string(MAX_STRING),
+                (Type::Number, b'-' | b'0'..=b'9') if !wanted && s.skip_plain_number().is_some() => return Some(()),
+                _ => {}
+            }
+            // What the shortcuts above do not take, read as `scan` reads it.
+            if let Value::Num(n) = s.typed(name, ty)? {
+                *numbers.get_mut(position)? = n;
+            }
+            Some(())
+        })?;
+        gate.refuses(self.stream, |i| numbers.get(i).copied()).then_some(ts)
+    }
+}
+
+thread_local! {
+    static MEMORY: RefCell<Memory> = const { RefCell::new(Memory { last_keys: Vec::new(), shapes: Vec::new() }) };
+}
+
+/// How many shapes the scanner remembers: one per stream, for input that mixes them.
+const SHAPES: usize = 4;
 
 /// What the scanner remembers of the lines before.
 struct Memory {
     /// The keys of the previous line the full scan read, in order.
     last_keys: Vec<(Box<[u8]>, Key)>,
-    /// The shape of the last line the full scan read.
-    shape: Option<Shape>,
+    /// The shapes of the last lines the full scan read, newest first.
+    shapes: Vec<Shape>,
 }
 
 /// A line's shape: the bytes between its values, and what each value is. A producer writes
@@ -70,19 +117,37 @@ impl Shape {
     /// The event on `line` if it has this shape; `None` if not, or if a value needs the full
     /// scanner or serde_json.
     fn scan(&self, line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
+        let mut event = Event::new(self.stream, 0);
+        event.ts = self.read(line, default_stream, |s, position, name, ty| {
+            event.fields[position] = s.typed(name, ty)?;
+            Some(())
+        })?;
+        Some(event)
+    }
+
+    /// Reads `line` with this shape, handing each field's value to `field` (with the field's
+    /// position, name and type) to read; the event's time, or `None` where the line differs.
+    fn read(
+        &self,
+        line: &[u8],
+        default_stream: Option<Stream>,
+        mut field: impl FnMut(&mut Scanner<'_>, usize, &'static str, Type) -> Option<()>,
+    ) -> Option<Millis> {
         if default_stream != self.default_stream {
             return None;
         }
         let mut no_keys = Vec::new();
         let mut s = Scanner::new(line, &mut no_keys);
-        let mut event = Event::new(self.stream, 0);
         let mut ts = None;
         for (gap, slot) in self.gaps.iter().zip(&self.slots) {
             s.gap(gap)?;
             match *slot {
                 // A plain number reads as `ts_of` would read its integer or float.
-                Slot::Ts => ts = Some(s.plain_number().map_or_else(|| s.value(), |n| Some(Raw::Float(n)))?),
-                Slot::Field { position, name, ty } => event.fields[position] = s.typed(name, ty)?,
+                Slot::Ts => match s.plain_millis() {
+                    Some(millis) => ts = Some(Raw::Int(millis)),
+                    None => ts = Some(s.plain_number().map_or_else(|| s.value(), |n| Some(Raw::Float(n)))?),
+                },
+                Slot::Field { position, name, ty } => field(&mut s, position, name, ty)?,
                 Slot::Ignored => {
                     s.value()?;
                 }
@@ -90,8 +155,7 @@ impl Shape {
         }
         s.gap(self.gaps.last()?)?;
         (s.at == s.bytes.len()).then_some(())?;
-        event.ts = ts_of(ts).ok()?;
-        Some(event)
+        ts_of(ts).ok()
     }
 }
 
@@ -224,6 +288,50 @@ const POW10: [f64; 23] = [
     1e21, 1e22,
 ];
 
+/// Reads the digits from `at` on into `acc` (`acc * 10 + digit` each), eight at a time where
+/// it can; where they end, or `None` when there are more than `most`.
+fn plain_digits(bytes: &[u8], mut at: usize, acc: &mut u64, most: usize) -> Option<usize> {
+    let start = at;
+    while at - start + 8 <= most {
+        match eight_digits(bytes, at) {
+            Some(v) => {
+                *acc = *acc * 100_000_000 + v;
+                at += 8;
+            }
+            None => break,
+        }
+    }
+    while let Some(&b) = bytes.get(at) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        if at - start == most {
+            return None;
+        }
+        *acc = *acc * 10 + u64::from(d);
+        at += 1;
+    }
+    Some(at)
+}
+
+/// The value of the eight bytes at `at` when all are ASCII digits, computed in one word.
+fn eight_digits(bytes: &[u8], at: usize) -> Option<u64> {
+    let word = u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
+    // A byte is a digit when its high nibble is 3 and adding 6 does not carry out of its low
+    // nibble (which would make 0x3A..=0x3F a 4).
+    let high = word & 0xF0F0_F0F0_F0F0_F0F0;
+    let carried = (word.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4;
+    if high | carried != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    // The first digit is the lowest byte. Pairs, then fours, then all eight: each step puts
+    // ten (a hundred, ten thousand) times the earlier part above the later one.
+    let v = (word & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(10 << 8 | 1) >> 8;
+    let v = (v & 0x00FF_00FF_00FF_00FF).wrapping_mul(100 << 16 | 1) >> 16;
+    Some((v & 0x0000_FFFF_0000_FFFF).wrapping_mul(10_000 << 32 | 1) >> 32)
+}
+
 struct Scanner<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -311,19 +419,38 @@ impl<'a> Scanner<'a> {
 
     /// A string without escapes or control characters, borrowed from the line.
     fn string(&mut self) -> Option<&'a str> {
+        let (start, end, _) = self.plain_string()?;
+        // Checked here, string by string: the rest of a line the scanner takes is ASCII it
+        // has matched, so a line it accepts is valid UTF-8 without a pass over the whole line.
+        std::str::from_utf8(&self.bytes[start..end]).ok()
+    }
+
+    /// Passes over a string [`Scanner::string`] would take, of at most `most` bytes, without
+    /// borrowing it: UTF-8 is checked only when a byte is not ASCII.
+    fn skip_string(&mut self, most: usize) -> Option<()> {
+        let (start, end, ascii) = self.plain_string()?;
+        (end - start <= most && (ascii || std::str::from_utf8(&self.bytes[start..end]).is_ok())).then_some(())
+    }
+
+    /// Passes over a string without escapes or control characters: where its text starts and
+    /// ends, and whether it is all ASCII.
+    fn plain_string(&mut self) -> Option<(usize, usize, bool)> {
         self.eat(b'"')?;
         let start = self.at;
         let mut end = start;
-        while end < self.bytes.len() && !STRING_END[self.bytes[end] as usize] {
+        let mut seen = 0u8;
+        while let Some(&b) = self.bytes.get(end) {
+            if STRING_END[b as usize] {
+                break;
+            }
+            seen |= b;
             end += 1;
         }
         if self.bytes.get(end) != Some(&b'"') {
             return None;
         }
         self.at = end + 1;
-        // Checked here, string by string: the rest of a line the scanner takes is ASCII it
-        // has matched, so a line it accepts is valid UTF-8 without a pass over the whole line.
-        std::str::from_utf8(&self.bytes[start..end]).ok()
+        Some((start, end, seen < 0x80))
     }
 
     /// A field's value, decoded for its type.
@@ -375,47 +502,8 @@ impl<'a> Scanner<'a> {
     /// it, in one pass; `None`, with nothing read, for anything else (an exponent, a leading
     /// zero, `-0`, more digits), which [`number`] then reads or refuses.
     fn plain_number(&mut self) -> Option<f64> {
-        let bytes = self.bytes;
-        let mut at = self.at;
-        let negative = bytes.get(at) == Some(&b'-');
-        at += usize::from(negative);
-        let int_start = at;
-        let mut mantissa = 0u64;
-        while let Some(&b) = bytes.get(at) {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            if at - int_start == 19 {
-                return None;
-            }
-            mantissa = mantissa * 10 + u64::from(d);
-            at += 1;
-        }
-        let int_digits = at - int_start;
-        if int_digits == 0 || (int_digits > 1 && bytes[int_start] == b'0') {
-            return None;
-        }
-        let mut frac_digits = 0;
-        if bytes.get(at) == Some(&b'.') {
-            at += 1;
-            while let Some(&b) = bytes.get(at) {
-                let d = b.wrapping_sub(b'0');
-                if d > 9 {
-                    break;
-                }
-                if int_digits + frac_digits == 19 {
-                    return None;
-                }
-                mantissa = mantissa * 10 + u64::from(d);
-                at += 1;
-                frac_digits += 1;
-            }
-            if frac_digits == 0 {
-                return None;
-            }
-        }
-        if matches!(bytes.get(at), Some(b'e' | b'E')) || mantissa > 1 << 53 {
+        let (at, mantissa, frac_digits, negative) = self.plain()?;
+        if mantissa > 1 << 53 {
             return None;
         }
         let n = if frac_digits == 0 {
@@ -432,7 +520,54 @@ impl<'a> Scanner<'a> {
         Some(if negative { -n } else { n })
     }
 
-    /// A number by JSON's grammar: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    /// Epoch milliseconds written as a plain integer, as [`ts_of`] reads them: `None`, with
+    /// nothing read, for anything else.
+    fn plain_millis(&mut self) -> Option<Millis> {
+        let (at, mantissa, frac_digits, negative) = self.plain()?;
+        // `ts_of` takes a float under 9e15 (and the integer is exact there); `-0` is 0.
+        if frac_digits > 0 || mantissa >= 9_000_000_000_000_000 {
+            return None;
+        }
+        self.at = at;
+        Some(if negative { -(mantissa as i64) } else { mantissa as i64 })
+    }
+
+    /// Passes over a plain number (see [`Scanner::plain_number`]) without converting it: any
+    /// such number is a finite float. `None`, with nothing read, for any other number.
+    fn skip_plain_number(&mut self) -> Option<()> {
+        self.at = self.plain()?.0;
+        Some(())
+    }
+
+    /// The plain number here: where it ends, its digits (at most 19, as one integer), how many
+    /// come after the point, and its sign; `None` if the number here is not plain.
+    fn plain(&self) -> Option<(usize, u64, usize, bool)> {
+        let bytes = self.bytes;
+        let mut at = self.at;
+        let negative = bytes.get(at) == Some(&b'-');
+        at += usize::from(negative);
+        let int_start = at;
+        let mut mantissa = 0u64;
+        at = plain_digits(bytes, at, &mut mantissa, 19)?;
+        let int_digits = at - int_start;
+        if int_digits == 0 || (int_digits > 1 && bytes[int_start] == b'0') {
+            return None;
+        }
+        let mut frac_digits = 0;
+        if bytes.get(at) == Some(&b'.') {
+            let frac_start = at + 1;
+            at = plain_digits(bytes, frac_start, &mut mantissa, 19 - int_digits)?;
+            frac_digits = at - frac_start;
+            if frac_digits == 0 {
+                return None;
+            }
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+            return None;
+        }
+        Some((at, mantissa, frac_digits, negative))
+    }
+
     fn number(&mut self) -> Option<Raw<'a>> {
         let start = self.at;
         let negative = self.eat(b'-').is_some();
@@ -589,7 +724,11 @@ mod tests {
         ];
         let alphabet = b"{}[]\":,.-+0123456789eE tfnul\"\\\n\t\x01abc\xc3\xa9";
         let mut rng = fastrand::Rng::with_seed(20261130);
-        let (mut scanned, mut shaped) = (0, 0);
+        let (mut scanned, mut shaped, mut timed) = (0, 0, 0);
+        // Judges task_usage by its numbers, and refuses the events of every other stream.
+        let rule = "rule hot { task t use machine m as e where e.cpu > 0.9 and e.mem <= 0.5 }";
+        let plans = crate::compile("hot.saql", rule.as_bytes()).plans;
+        let gate = crate::engine::Engine::new(plans, Default::default()).gate();
         for round in 0..20_000 {
             let base = lines[round % lines.len()];
             let mut bytes = base.as_bytes().to_vec();
@@ -616,15 +755,27 @@ mod tests {
                 // The same damage against the shape of the undamaged line.
                 let mut keys = Vec::new();
                 let shape = scan_with(base.as_bytes(), default, &mut keys).and_then(|(_, shape)| shape);
-                if let Some(fast) = shape.and_then(|shape| shape.scan(&bytes, default)) {
+                let Some(shape) = shape else { continue };
+                if let Some(fast) = shape.scan(&bytes, default) {
                     shaped += 1;
                     agrees(default, fast);
+                }
+                // A time alone only for a line that is an event the gate's rule does not take.
+                if let Some(ts) = shape.time_only(&bytes, default, &gate) {
+                    timed += 1;
+                    let line = std::str::from_utf8(&bytes).expect("a line the scanner takes is UTF-8");
+                    let event = super::super::decode_with_serde(line, default).expect("a line the gate checked");
+                    assert_eq!(event.ts, ts, "{line}");
+                    let number = |name| event.get(name).as_f64().unwrap_or(f64::NAN);
+                    let taken = event.stream == Stream::TaskUsage && number("cpu") > 0.9 && number("mem") <= 0.5;
+                    assert!(!taken, "the gate refused an event its rule takes: {line}");
                 }
             }
         }
         // Plain lines take the fast path; escapes, a missing stream, overflow do not.
         assert!(scanned > 5_000, "only {scanned} lines took the fast path");
         assert!(shaped > 2_000, "only {shaped} lines had the shape of their undamaged line");
+        assert!(timed > 1_000, "only {timed} lines were refused by the gate");
         for line in [lines[0], lines[1]] {
             assert!(scan(line.as_bytes(), None).is_some(), "{line}");
         }
