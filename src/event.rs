@@ -309,6 +309,11 @@ pub fn decode_bytes(line: &[u8], default_stream: Option<Stream>) -> Result<Event
     if let Some(event) = scan::scan(line, default_stream) {
         return Ok(event);
     }
+    decode_unscanned(line, default_stream)
+}
+
+/// A line the scanner did not take, with serde_json.
+fn decode_unscanned(line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
     match std::str::from_utf8(line) {
         Ok(text) => decode_with_serde(text, default_stream),
         Err(e) => Err(bad(None, format!("invalid UTF-8 at byte {}", e.valid_up_to()))),
@@ -327,10 +332,10 @@ pub enum Decoded {
 /// alone, checked as the event would be but not built. Lines of the scanner's remembered
 /// shape are judged so; the others are decoded in full.
 pub fn decode_gated(line: &[u8], default_stream: Option<Stream>, gate: &Gate) -> Result<Decoded, DecodeError> {
-    if let Some(ts) = scan::time_only(line, default_stream, gate) {
-        return Ok(Decoded::Time(ts));
+    if let Some(decoded) = scan::scan_gated(line, default_stream, gate) {
+        return Ok(decoded);
     }
-    decode_bytes(line, default_stream).map(Decoded::Event)
+    decode_unscanned(line, default_stream).map(Decoded::Event)
 }
 
 /// Every line the fast path gives up on: any JSON, and the wording of every error.

@@ -17,41 +17,59 @@
 //! scanned in full (the same bytes between its values) is read value by value. The scanner
 //! works on bytes and checks UTF-8 only inside strings; everything else it accepts is ASCII.
 //!
-//! A line of a known shape can also be judged without building its event ([`time_only`]): it
+//! A line of a known shape can also be judged without building its event ([`scan_gated`]): it
 //! is checked as it would be read, but only the numbers the engine's [`Gate`] compares are
 //! converted, and no string is copied.
 //!
 //! [`Gate`]: crate::engine::Gate
 
-use super::{convert, key_of, stream_of, stream_position, ts_of, Event, Key, Millis, Raw, Stream, Value, MAX_STRING};
+use super::{
+    convert, key_of, stream_of, stream_position, ts_of, Decoded, Event, Key, Millis, Raw, Stream, Value, MAX_STRING,
+};
 use crate::schema::Type;
 use std::borrow::Cow;
 use std::cell::RefCell;
 
 /// The event on `line`, or `None` when the line needs the full decoder.
 pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
+    scan_as(line, default_stream, |shape| shape.scan(line, default_stream), |event| event)
+}
+
+/// [`scan`], except that a line of a known shape whose event `gate` shows no rule takes comes
+/// back as its time alone. The line is checked as [`scan`] checks it, so a line passed so is
+/// one [`scan`] would take, but no value is built.
+pub(super) fn scan_gated(line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Decoded> {
+    let known = |shape: &Shape| match shape.time_only(line, default_stream, gate) {
+        Some(ts) => Some(Decoded::Time(ts)),
+        None => shape.scan(line, default_stream).map(Decoded::Event),
+    };
+    scan_as(line, default_stream, known, Decoded::Event)
+}
+
+/// A line read with the first remembered shape it has (`known`), or else scanned in full
+/// (the event handed to `new`) and its shape remembered.
+fn scan_as<T>(
+    line: &[u8],
+    default_stream: Option<Stream>,
+    known: impl FnMut(&Shape) -> Option<T>,
+    new: impl FnOnce(Event) -> T,
+) -> Option<T> {
     MEMORY.with_borrow_mut(|memory| {
-        if let Some(event) = memory.shapes.iter().find_map(|shape| shape.scan(line, default_stream)) {
-            return Some(event);
+        if let Some(found) = memory.shapes.iter().find_map(known) {
+            return Some(found);
         }
         let (event, shape) = scan_with(line, default_stream, &mut memory.last_keys)?;
         if let Some(shape) = shape {
             memory.shapes.insert(0, shape);
             memory.shapes.truncate(SHAPES);
         }
-        Some(event)
+        Some(new(event))
     })
 }
 
-/// The time of the event on `line` when it has a remembered shape and `gate` shows that no
-/// rule takes it; `None` when it needs decoding. The line is checked as [`scan`] checks it, so
-/// a line this passes is one [`scan`] would take, but no value is built.
-pub(super) fn time_only(line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Millis> {
-    MEMORY.with_borrow(|memory| memory.shapes.iter().find_map(|shape| shape.time_only(line, default_stream, gate)))
-}
-
 impl Shape {
-    /// [`time_only`] with this shape.
+    /// The time of the event on `line` when it has this shape and `gate` shows that no rule
+    /// takes it; `None` when it needs decoding.
     fn time_only(&self, line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Millis> {
         if !gate.judges(self.stream) {
             return None;
@@ -127,6 +145,7 @@ impl Shape {
 
     /// Reads `line` with this shape, handing each field's value to `field` (with the field's
     /// position, name and type) to read; the event's time, or `None` where the line differs.
+    #[inline(always)]
     fn read(
         &self,
         line: &[u8],
@@ -287,50 +306,6 @@ const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
     1e21, 1e22,
 ];
-
-/// Reads the digits from `at` on into `acc` (`acc * 10 + digit` each), eight at a time where
-/// it can; where they end, or `None` when there are more than `most`.
-fn plain_digits(bytes: &[u8], mut at: usize, acc: &mut u64, most: usize) -> Option<usize> {
-    let start = at;
-    while at - start + 8 <= most {
-        match eight_digits(bytes, at) {
-            Some(v) => {
-                *acc = *acc * 100_000_000 + v;
-                at += 8;
-            }
-            None => break,
-        }
-    }
-    while let Some(&b) = bytes.get(at) {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            break;
-        }
-        if at - start == most {
-            return None;
-        }
-        *acc = *acc * 10 + u64::from(d);
-        at += 1;
-    }
-    Some(at)
-}
-
-/// The value of the eight bytes at `at` when all are ASCII digits, computed in one word.
-fn eight_digits(bytes: &[u8], at: usize) -> Option<u64> {
-    let word = u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
-    // A byte is a digit when its high nibble is 3 and adding 6 does not carry out of its low
-    // nibble (which would make 0x3A..=0x3F a 4).
-    let high = word & 0xF0F0_F0F0_F0F0_F0F0;
-    let carried = (word.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4;
-    if high | carried != 0x3333_3333_3333_3333 {
-        return None;
-    }
-    // The first digit is the lowest byte. Pairs, then fours, then all eight: each step puts
-    // ten (a hundred, ten thousand) times the earlier part above the later one.
-    let v = (word & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(10 << 8 | 1) >> 8;
-    let v = (v & 0x00FF_00FF_00FF_00FF).wrapping_mul(100 << 16 | 1) >> 16;
-    Some((v & 0x0000_FFFF_0000_FFFF).wrapping_mul(10_000 << 32 | 1) >> 32)
-}
 
 struct Scanner<'a> {
     bytes: &'a [u8],
@@ -548,16 +523,36 @@ impl<'a> Scanner<'a> {
         at += usize::from(negative);
         let int_start = at;
         let mut mantissa = 0u64;
-        at = plain_digits(bytes, at, &mut mantissa, 19)?;
+        while let Some(&b) = bytes.get(at) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            if at - int_start == 19 {
+                return None;
+            }
+            mantissa = mantissa * 10 + u64::from(d);
+            at += 1;
+        }
         let int_digits = at - int_start;
         if int_digits == 0 || (int_digits > 1 && bytes[int_start] == b'0') {
             return None;
         }
         let mut frac_digits = 0;
         if bytes.get(at) == Some(&b'.') {
-            let frac_start = at + 1;
-            at = plain_digits(bytes, frac_start, &mut mantissa, 19 - int_digits)?;
-            frac_digits = at - frac_start;
+            at += 1;
+            while let Some(&b) = bytes.get(at) {
+                let d = b.wrapping_sub(b'0');
+                if d > 9 {
+                    break;
+                }
+                if int_digits + frac_digits == 19 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(d);
+                at += 1;
+                frac_digits += 1;
+            }
             if frac_digits == 0 {
                 return None;
             }
