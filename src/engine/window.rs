@@ -16,7 +16,7 @@ use super::state::Acc;
 use super::{Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{format_time, Event, Millis, Value};
-use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan};
+use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan, TExprKind};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,6 +95,16 @@ impl WindowOperatorBuilder {
         WindowOperator {
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
             args: Vec::with_capacity(state.fields.len()),
+            arg_fields: state
+                .fields
+                .iter()
+                .map(|f| match f.arg.as_ref().map(|a| &a.kind) {
+                    Some(TExprKind::EventField { source: 0, index, .. } | TExprKind::EntityField { source: 0, index, .. }) => {
+                        Some(*index)
+                    }
+                    _ => None,
+                })
+                .collect(),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
@@ -276,6 +286,9 @@ pub struct WindowOperator {
     empty: Box<[Acc]>,
     /// The aggregates' arguments for the event at hand, kept to save an allocation per event.
     args: Vec<Value>,
+    /// By aggregate: the position of the event's field that is its whole argument (`avg(e.cpu)`),
+    /// read without the evaluator.
+    arg_fields: Vec<Option<usize>>,
     dependents: Vec<Dependent>,
     regexes: Arc<RegexCache>,
     max_keys: usize,
@@ -546,7 +559,11 @@ impl Operator for WindowOperator {
         let env = Env::events(&self.source, &events, &self.regexes);
         let mut args = std::mem::take(&mut self.args);
         args.clear();
-        args.extend(self.state.fields.iter().map(|f| f.arg.as_ref().map_or(Value::Null, |a| eval(a, &env))));
+        args.extend(self.state.fields.iter().zip(&self.arg_fields).map(|(f, field)| match (field, &f.arg) {
+            (Some(index), _) => event.value(*index),
+            (None, Some(arg)) => eval(arg, &env),
+            (None, None) => Value::Null,
+        }));
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
         let keep_event = self.rebuild.is_none();
