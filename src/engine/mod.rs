@@ -266,6 +266,8 @@ pub struct Gate {
     /// By `Stream as usize`: the filters when every route of the stream has one of numbers
     /// (none at all for a stream no rule reads).
     streams: [Option<Arc<[eval::NumberTest]>>; 4],
+    /// By stream: the field positions those filters read, as bits.
+    reads: [u64; 4],
 }
 
 impl Gate {
@@ -279,7 +281,10 @@ impl Gate {
             used.dedup();
             used.into_iter().map(|f| filters[f].numbers.clone()).collect::<Option<Vec<_>>>().map(Arc::from)
         };
-        Gate { streams: [0, 1, 2, 3].map(|i| gate(&routes[i])) }
+        let streams = [0, 1, 2, 3].map(|i| gate(&routes[i]));
+        let reads = [0, 1, 2, 3]
+            .map(|i| streams[i].as_ref().map_or(0, |tests| tests.iter().fold(0, |bits, t| bits | t.reads())));
+        Gate { streams, reads }
     }
 
     /// Whether events of `stream` can be judged from their numbers alone.
@@ -289,7 +294,7 @@ impl Gate {
 
     /// The field positions whose numbers the gate reads for `stream`, as bits.
     pub fn reads(&self, stream: Stream) -> u64 {
-        self.streams[stream as usize].as_ref().map_or(0, |tests| tests.iter().fold(0, |bits, t| bits | t.reads()))
+        self.reads[stream as usize]
     }
 
     /// Whether no rule takes an event of `stream` whose number at each field position is

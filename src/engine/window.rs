@@ -99,9 +99,10 @@ impl WindowOperatorBuilder {
                 .fields
                 .iter()
                 .map(|f| match f.arg.as_ref().map(|a| &a.kind) {
-                    Some(TExprKind::EventField { source: 0, index, .. } | TExprKind::EntityField { source: 0, index, .. }) => {
-                        Some(*index)
-                    }
+                    Some(
+                        TExprKind::EventField { source: 0, index, .. }
+                        | TExprKind::EntityField { source: 0, index, .. },
+                    ) => Some(*index),
                     _ => None,
                 })
                 .collect(),
