@@ -137,7 +137,13 @@ impl Shape {
     fn scan(&self, line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
         let mut event = Event::new(self.stream, 0);
         event.ts = self.read(line, default_stream, |s, position, name, ty| {
-            event.fields[position] = s.typed(name, ty)?;
+            let value = s.typed(name, ty)?;
+            // A shape has each field once, so the slot still holds the `Null` the event was made
+            // with: written over without a call to drop it.
+            match std::mem::replace(&mut event.fields[position], value) {
+                Value::Null => {}
+                other => drop(other),
+            }
             Some(())
         })?;
         Some(event)
