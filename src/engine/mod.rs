@@ -690,6 +690,15 @@ impl Engine {
         }
     }
 
+    /// Releases the events of the newest timestamp that the lateness allows, which otherwise
+    /// wait for a newer event (a service's quiet stream). An event of that timestamp arriving
+    /// after this is late.
+    pub fn settle(&mut self, out: &mut Vec<Alert>) {
+        if let Some(max) = self.max_ts {
+            self.advance_to(max, out);
+        }
+    }
+
     /// Moves time to `now` without an event (a service's idle clock, with lateness applied).
     pub fn advance_to(&mut self, now: Millis, out: &mut Vec<Alert>) {
         let target = now.saturating_sub(self.config.lateness_ms);
@@ -921,6 +930,34 @@ mod tests {
             }
         }
         assert_eq!(compiled, 3);
+    }
+
+    #[test]
+    fn settling_releases_the_newest_millisecond_within_the_lateness() {
+        let rule = "rule hot { task t use machine m as e where e.cpu > 0.9 }";
+        let usage = |ts: Millis, cpu: f64| {
+            let mut e = Event::new(crate::schema::Stream::TaskUsage, ts);
+            e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0)).set("machine_id", Value::str("m"));
+            e.set("cpu", Value::Num(cpu));
+            e
+        };
+        let mut out = Vec::new();
+        let mut engine = Engine::new(plans(rule), EngineConfig::default());
+        engine.push(usage(1_000, 0.95), &mut out);
+        assert!(out.is_empty(), "the newest millisecond waits for a newer event");
+        engine.settle(&mut out);
+        let firing = |out: &[Alert]| out.iter().filter(|a| a.status == crate::alert::Status::Firing).count();
+        assert_eq!(firing(&out), 1, "settled, its alert comes out");
+        assert!(!engine.push(usage(1_000, 0.5), &mut out), "the settled millisecond is closed");
+        // With a lateness, settling releases only what the lateness allows.
+        let mut late = Engine::new(plans(rule), EngineConfig { lateness_ms: 5_000, ..EngineConfig::default() });
+        let mut out = Vec::new();
+        late.push(usage(1_000, 0.95), &mut out);
+        late.push(usage(6_000, 0.5), &mut out);
+        assert!(out.is_empty(), "5 s back, the first event still waits");
+        late.settle(&mut out);
+        assert_eq!(firing(&out), 1, "settled, the event 5 s back is released");
+        assert!(late.push(usage(3_000, 0.5), &mut out), "an event within the lateness is still taken");
     }
 
     #[test]

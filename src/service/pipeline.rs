@@ -24,10 +24,15 @@ pub const INPUT_CAPACITY: usize = 16_384;
 const ALERT_CAPACITY: usize = 1_024;
 /// Quiet time after which buffered events are released (the source is idle).
 const IDLE: Duration = Duration::from_secs(1);
+/// Quiet time after which the events of the newest millisecond are released. They wait for a
+/// newer event, since another of their millisecond may still come (simultaneous events are
+/// processed in an order of their content), and without this a live stream that pauses would
+/// hold them, and their alerts, for [`IDLE`]: with no lateness allowed, 1 to 1.5 s.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// Sends [`Input::Tick`] to the engine until it stops.
 pub async fn tick(tx: mpsc::Sender<Input>) {
-    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    let mut interval = tokio::time::interval(Duration::from_millis(50));
     loop {
         interval.tick().await;
         if tx.send(Input::Tick).await.is_err() {
@@ -54,7 +59,8 @@ pub enum Output {
 
 pub enum Input {
     Event(Event, Option<Position>),
-    /// Sent twice a second; after a quiet second the newest buffered events are released.
+    /// Sent 20 times a second; after a quiet tenth of a second the newest millisecond's events
+    /// are released (within the lateness), after a quiet second every buffered event.
     Tick,
     /// Replace the rules; the reply names the rules whose state was kept.
     Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
@@ -174,6 +180,7 @@ pub fn spawn_engine(
                     // The watermark trails the newest event, so the newest events wait for a
                     // newer one. When none comes for a second the stream is idle: release them.
                     Input::Tick if last_event.elapsed() >= IDLE => engine.flush(&mut out),
+                    Input::Tick if last_event.elapsed() >= SETTLE => engine.settle(&mut out),
                     Input::Tick => {}
                     Input::Event(event, position) => {
                         if let Some(p) = position {
