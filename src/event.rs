@@ -328,6 +328,16 @@ pub enum Decoded {
     Time(Millis),
 }
 
+impl Decoded {
+    /// The event's time.
+    pub fn ts(&self) -> Millis {
+        match self {
+            Decoded::Event(e) => e.ts,
+            Decoded::Time(ts) => *ts,
+        }
+    }
+}
+
 /// [`decode_bytes`], except that a line the gate shows no rule takes comes back as its time
 /// alone, checked as the event would be but not built. Lines of the scanner's remembered
 /// shape are judged so; the others are decoded in full.

@@ -115,7 +115,7 @@ pub fn replay(
         };
         summary.events += 1;
         if let Speed::Times(factor) = options.speed {
-            pace(&mut first_ts, decoded_ts(&decoded), factor, started);
+            pace(&mut first_ts, decoded.ts(), factor, started);
         }
         match decoded {
             Decoded::Event(event) => engine.push(event, &mut alerts),
@@ -152,13 +152,6 @@ fn write_alerts(alerts: &mut Vec<Alert>, out: &mut dyn Write, summary: &mut Summ
     out.write_all(&text)
 }
 
-fn decoded_ts(d: &Decoded) -> Millis {
-    match d {
-        Decoded::Event(e) => e.ts,
-        Decoded::Time(ts) => *ts,
-    }
-}
-
 /// Sleeps so that event time advances `factor` times faster than wall-clock time.
 fn pace(first_ts: &mut Option<Millis>, ts: Millis, factor: f64, started: Instant) {
     let first = *first_ts.get_or_insert(ts);
@@ -182,7 +175,7 @@ impl Merger {
 
     /// The next record, with the index of its input.
     fn next(&mut self) -> Option<(usize, Record<Decoded>)> {
-        let key = |r: &Record<Decoded>| r.event.as_ref().map_or(Millis::MIN, decoded_ts);
+        let key = |r: &Record<Decoded>| r.event.as_ref().map_or(Millis::MIN, Decoded::ts);
         let i = (0..self.heads.len()).filter(|&i| self.heads[i].is_some()).min_by_key(|&i| {
             let r = self.heads[i].as_ref().expect("filtered");
             (key(r), i)

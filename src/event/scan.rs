@@ -569,6 +569,7 @@ impl<'a> Scanner<'a> {
         Some((at, mantissa, frac_digits, negative))
     }
 
+    /// A number by JSON's grammar: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`.
     fn number(&mut self) -> Option<Raw<'a>> {
         let start = self.at;
         let negative = self.eat(b'-').is_some();
