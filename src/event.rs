@@ -7,6 +7,7 @@
 use crate::engine::Gate;
 use crate::schema::{Stream, Type};
 use serde_json::Value as Json;
+use smol_str::SmolStr;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -24,7 +25,9 @@ pub enum Value {
     /// A missing field, or the result of an operation that has no answer (avg of nothing).
     Null,
     Num(f64),
-    Str(Arc<str>),
+    /// Text: up to 23 bytes (ids, names) held in the value itself, with nothing to allocate,
+    /// copy or free; longer text shared.
+    Str(SmolStr),
     Bool(bool),
     /// A duration in milliseconds.
     Dur(i64),
@@ -38,7 +41,7 @@ pub enum Value {
 
 impl Value {
     pub fn str(s: &str) -> Value {
-        Value::Str(Arc::from(s))
+        Value::Str(SmolStr::new(s))
     }
 
     pub fn as_f64(&self) -> Option<f64> {
@@ -821,6 +824,15 @@ fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_holds_short_text_in_its_24_bytes() {
+        // Group keys and events are lists of values: a larger value would cost every key.
+        assert_eq!(std::mem::size_of::<Value>(), 24);
+        assert!(matches!(Value::str("m1234"), Value::Str(s) if !s.is_heap_allocated()));
+        let long = "x".repeat(100);
+        assert!(matches!(Value::str(&long), Value::Str(s) if s.is_heap_allocated() && *s == long));
+    }
 
     #[test]
     fn every_field_name_is_matched_to_its_number() {

@@ -238,7 +238,7 @@ fn entity_identity(var: &str, kind: crate::schema::EntityKind, env: &Env) -> Val
         let binds = src.subject.1 == var || src.object.as_ref().is_some_and(|(_, v)| v == var);
         if let (true, Some(Some(ev))) = (binds, env.events.get(i)) {
             let parts: Vec<String> = kind.key_fields().iter().map(|f| ev.get(f).to_text()).collect();
-            return Value::Str(Arc::from(parts.join("\u{1f}")));
+            return Value::str(&parts.join("\u{1f}"));
         }
     }
     Value::Null
