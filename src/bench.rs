@@ -5,7 +5,7 @@
 //! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
 
 use crate::engine::{Engine, EngineConfig};
-use crate::event::{decode_gated, Decoded};
+use crate::event::decode_gated;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -226,13 +226,9 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
         match decode_gated(line?.trim_ascii_end(), None, &gate) {
-            Ok(Decoded::Event(e)) => {
+            Ok(decoded) => {
                 events += 1;
-                engine.push(e, &mut alerts);
-            }
-            Ok(Decoded::Time(ts)) => {
-                events += 1;
-                engine.pass(ts, &mut alerts);
+                engine.take(decoded, &mut alerts);
             }
             Err(_) => malformed += 1,
         }

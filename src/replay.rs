@@ -117,10 +117,7 @@ pub fn replay(
         if let Speed::Times(factor) = options.speed {
             pace(&mut first_ts, decoded.ts(), factor, started);
         }
-        match decoded {
-            Decoded::Event(event) => engine.push(event, &mut alerts),
-            Decoded::Time(ts) => engine.pass(ts, &mut alerts),
-        };
+        engine.take(decoded, &mut alerts);
         write_alerts(&mut alerts, out, &mut summary)?;
         if summary.events % 4096 == 0 {
             progress.advance(summary.events, summary.alerts, merger.bytes());

@@ -674,6 +674,14 @@ impl Engine {
         true
     }
 
+    /// What a gated decoder made of a line: an event is pushed, a time alone passed.
+    pub fn take(&mut self, decoded: crate::event::Decoded, out: &mut Vec<Alert>) -> bool {
+        match decoded {
+            crate::event::Decoded::Event(event) => self.push(event, out),
+            crate::event::Decoded::Time(ts) => self.pass(ts, out),
+        }
+    }
+
     fn arrive(&mut self, ts: Millis, event: Option<Arc<Event>>, out: &mut Vec<Alert>) {
         self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
         self.arrivals += 1;
