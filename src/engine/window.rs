@@ -353,29 +353,26 @@ impl WindowOperator {
             group.history.truncate(self.history);
             group.idle = if group.active { 0 } else { group.idle.saturating_add(1) };
         }
-        // A stable order makes the alerts of one close come out the same on every run.
-        let mut keys: Vec<Key> = self.groups.keys().cloned().collect();
-        keys.sort_by(compare_keys);
         let clusters: Vec<HashMap<Key, ClusterResult>> = (0..self.dependents.len()).map(|d| self.cluster(d)).collect();
         let (size, slide) = (self.size, self.slide);
-        let names = &self.field_names;
-        // Group by group, each judged by every rule that shares the state: one lookup per group.
-        for key in &keys {
-            let Group { history, last_event, baselines, active, .. } = self.groups.get_mut(key).expect("listed above");
-            let stand_in = stand_in(last_event, &self.rebuild, key, self.source[0].stream);
-            let events = [Some(stand_in.as_ref())];
+        let Self { groups, dependents, source, rebuild, regexes, field_names: names, .. } = self;
+        let mut scratch = Event::new(source[0].stream, 0);
+        // Each group's alerts, to be put in key order once every group is judged: groups are
+        // judged in the map's order, which differs from run to run, and most closes alert for
+        // few groups, so sorting those is cheaper than sorting every key first.
+        let first = out.len();
+        let mut runs: Vec<(&Key, usize, usize)> = Vec::new();
+        // Group by group, each judged by every rule that shares the state.
+        for (key, group) in groups.iter_mut() {
+            let from = out.len();
+            let Group { history, last_event, baselines, active, .. } = group;
+            let events = [Some(stand_in(last_event, rebuild, key, &mut scratch))];
             let active = *active;
-            for (d, dependent) in self.dependents.iter_mut().enumerate() {
+            for (d, dependent) in dependents.iter_mut().enumerate() {
                 let plan = &dependent.plan;
                 let cluster = clusters[d].get(key);
-                let env = Env {
-                    sources: &self.source,
-                    events: &events,
-                    state: Some(history),
-                    baselines: None,
-                    cluster,
-                    regexes: &self.regexes,
-                };
+                let env =
+                    Env { sources: source, events: &events, state: Some(history), baselines: None, cluster, regexes };
                 let alerting = &mut dependent.alerting;
                 match &plan.invariant {
                     // No alert while a group trains; windows without events teach nothing.
@@ -401,6 +398,21 @@ impl WindowOperator {
                     }
                 }
             }
+            if out.len() > from {
+                runs.push((key, from, out.len()));
+            }
+        }
+        // A stable order makes the alerts of one close come out the same on every run: by
+        // key, and a group's own in the order of the rules.
+        if runs.len() > 1 {
+            runs.sort_by(|a, b| compare_keys(a.0, b.0));
+            let mut rank = vec![0; out.len() - first];
+            for (n, &(_, from, to)) in runs.iter().enumerate() {
+                rank[from - first..to - first].fill(n);
+            }
+            let mut alerts: Vec<(usize, Alert)> = rank.into_iter().zip(out.drain(first..)).collect();
+            alerts.sort_by_key(|(n, _)| *n);
+            out.extend(alerts.into_iter().map(|(_, alert)| alert));
         }
         // Without `ss[1]` anywhere, nothing reads a window after its close: keep no history.
         if self.history <= 1 {
@@ -431,12 +443,12 @@ impl WindowOperator {
         let plan = &self.dependents[d].plan;
         let Some(c) = &plan.cluster else { return HashMap::new() };
         let mut peers: HashMap<Key, Vec<(Key, Vec<f64>)>> = HashMap::new();
+        let mut scratch = Event::new(self.source[0].stream, 0);
         for (key, group) in &self.groups {
             if !group.active {
                 continue;
             }
-            let stand_in = stand_in(&group.last_event, &self.rebuild, key, self.source[0].stream);
-            let events = [Some(stand_in.as_ref())];
+            let events = [Some(stand_in(&group.last_event, &self.rebuild, key, &mut scratch))];
             let env = Env {
                 sources: &self.source,
                 events: &events,
@@ -485,25 +497,26 @@ fn rebuild_positions(state: &StatePlan, stream: crate::schema::Stream) -> Option
     Some(out)
 }
 
-/// The event a group's alert reads its key values from.
-fn stand_in(
-    last: &Option<Arc<Event>>,
+/// The event a group's alert reads its key values from: its latest event if it keeps one, or
+/// else `scratch`, a blank event of the pattern's stream, with the key's values written where
+/// they came from.
+fn stand_in<'e>(
+    last: &'e Option<Arc<Event>>,
     rebuild: &Option<Vec<usize>>,
     key: &Key,
-    stream: crate::schema::Stream,
-) -> Arc<Event> {
+    scratch: &'e mut Event,
+) -> &'e Event {
     if let Some(e) = last {
-        return e.clone();
+        return e;
     }
-    let mut e = Event::new(stream, 0);
     if let Some(positions) = rebuild {
         for (pos, v) in positions.iter().zip(&key.0) {
-            if let Some(slot) = e.fields.get_mut(*pos) {
+            if let Some(slot) = scratch.fields.get_mut(*pos) {
                 *slot = v.clone();
             }
         }
     }
-    Arc::new(e)
+    scratch
 }
 
 fn compare_keys(a: &Key, b: &Key) -> std::cmp::Ordering {
