@@ -140,10 +140,7 @@ impl Shape {
             let value = s.typed(name, ty)?;
             // A shape has each field once, so the slot still holds the `Null` the event was made
             // with: written over without a call to drop it.
-            match std::mem::replace(&mut event.fields[position], value) {
-                Value::Null => {}
-                other => drop(other),
-            }
+            std::mem::replace(&mut event.fields[position], value).discard();
             Some(())
         })?;
         Some(event)
