@@ -41,6 +41,11 @@ pub enum Value {
 
 impl Value {
     pub fn str(s: &str) -> Value {
+        // Ids are a few bytes: copied byte by byte, they cost less than `SmolStr::new`'s call
+        // to copy and its check for text of only spaces.
+        if s.len() <= 23 {
+            return Value::Str(SmolStr::new_inline(s));
+        }
         Value::Str(SmolStr::new(s))
     }
 
@@ -53,6 +58,12 @@ impl Value {
             Value::Str(ref s) if !s.is_heap_allocated() => std::mem::forget(self),
             owner => drop(owner),
         }
+    }
+
+    /// Whether the value is missing: a look at its kind, where `== Value::Null` would call the
+    /// comparison of any two values.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
     }
 
     pub fn as_f64(&self) -> Option<f64> {

@@ -720,8 +720,7 @@ impl Engine {
         if self.watermark.is_some_and(|w| target <= w) {
             return;
         }
-        while self.buffer.peek().is_some_and(|p| p.ts <= target) {
-            let Pending { ts, event, .. } = self.buffer.pop().expect("peeked");
+        while let Some(Pending { ts, event, .. }) = self.buffer.pop_until(target) {
             // All events before this one's timestamp have been released: let timers due
             // strictly before it fire first, so results do not depend on how input was batched.
             self.fire_timers(ts - 1, out);
@@ -817,7 +816,7 @@ impl Engine {
 /// machine id, and an event without one is not that pattern (it would otherwise join every
 /// other machine-less event as "the same machine").
 pub(crate) fn binds_entities(key_positions: &[usize], event: &Event) -> bool {
-    key_positions.iter().all(|&i| event.fields.get(i).is_some_and(|v| *v != Value::Null))
+    key_positions.iter().all(|&i| event.fields.get(i).is_some_and(|v| !v.is_null()))
 }
 
 /// Where the key fields of a pattern's entities are in its stream's events, with their names

@@ -7,6 +7,7 @@
 
 use crate::event::{Event, Millis};
 use std::cmp::{Ordering, Reverse};
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
@@ -70,17 +71,16 @@ impl ReorderBuffer {
         }
     }
 
-    pub fn peek(&self) -> Option<&Pending> {
-        match self.queue_first()? {
-            true => self.in_order.front(),
-            false => self.late.peek().map(|Reverse(p)| p),
+    /// The next event out, if its timestamp is at most `until`.
+    pub fn pop_until(&mut self, until: Millis) -> Option<Pending> {
+        // In order, with nothing late waiting: the front of the queue, without comparing it to
+        // the heap's.
+        if self.late.is_empty() {
+            return self.in_order.pop_front_if(|p| p.ts <= until);
         }
-    }
-
-    pub fn pop(&mut self) -> Option<Pending> {
         match self.queue_first()? {
-            true => self.in_order.pop_front(),
-            false => self.late.pop().map(|Reverse(p)| p),
+            true => self.in_order.pop_front_if(|p| p.ts <= until),
+            false => self.late.peek_mut().filter(|p| p.0.ts <= until).map(|p| PeekMut::pop(p).0),
         }
     }
 
@@ -116,7 +116,7 @@ mod tests {
             }
             assert_eq!(buffer.iter().count(), times.len());
             let mut out = Vec::new();
-            while let Some(p) = buffer.pop() {
+            while let Some(p) = buffer.pop_until(i64::MAX) {
                 out.push((p.ts, p.arrival));
             }
             // By time, a time alone before the events of its timestamp, then by arrival (the

@@ -55,7 +55,7 @@ impl Acc {
         let num = v.as_f64().filter(|x| x.is_finite());
         match self {
             Acc::Count(n) => *n += 1,
-            Acc::CountOf(n) => *n += u64::from(*v != Value::Null),
+            Acc::CountOf(n) => *n += u64::from(!v.is_null()),
             Acc::Sum(s) => *s += num.unwrap_or(0.0),
             Acc::Avg { sum, n } => {
                 if let Some(x) = num {
@@ -84,22 +84,22 @@ impl Acc {
             }
             Acc::Percentile(b) => b.0.extend(num),
             Acc::Distinct(s) => {
-                if *v != Value::Null {
+                if !v.is_null() {
                     s.insert(v.to_text());
                 }
             }
             Acc::Set(s) => {
-                if *v != Value::Null {
+                if !v.is_null() {
                     s.insert(v.to_text());
                 }
             }
             Acc::First(f) => {
-                if **f == Value::Null {
+                if f.is_null() {
                     **f = v.clone();
                 }
             }
             Acc::Last(l) => {
-                if *v != Value::Null {
+                if !v.is_null() {
                     **l = v.clone();
                 }
             }

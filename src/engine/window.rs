@@ -92,20 +92,20 @@ impl WindowOperatorBuilder {
             .into_iter()
             .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
             .collect();
+        let args: Vec<(Option<usize>, Value)> = state
+            .fields
+            .iter()
+            .map(|f| match f.arg.as_ref().map(|a| &a.kind) {
+                Some(
+                    TExprKind::EventField { source: 0, index, .. } | TExprKind::EntityField { source: 0, index, .. },
+                ) if *index != crate::event::TS_INDEX => (Some(*index), Value::Null),
+                _ => (None, Value::Null),
+            })
+            .collect();
         WindowOperator {
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
-            args: Vec::with_capacity(state.fields.len()),
-            arg_fields: state
-                .fields
-                .iter()
-                .map(|f| match f.arg.as_ref().map(|a| &a.kind) {
-                    Some(
-                        TExprKind::EventField { source: 0, index, .. }
-                        | TExprKind::EntityField { source: 0, index, .. },
-                    ) => Some(*index),
-                    _ => None,
-                })
-                .collect(),
+            evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
+            args,
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
             key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
@@ -285,11 +285,12 @@ pub struct WindowOperator {
     next_close: Option<Millis>,
     /// A window with nothing in it yet, copied for each new one.
     empty: Box<[Acc]>,
-    /// The aggregates' arguments for the event at hand, kept to save an allocation per event.
-    args: Vec<Value>,
     /// By aggregate: the position of the event's field that is its whole argument (`avg(e.cpu)`),
-    /// read without the evaluator.
-    arg_fields: Vec<Option<usize>>,
+    /// read in place; or else the argument's value for the event at hand (`Null` for
+    /// `count()`), kept here to save an allocation per event.
+    args: Vec<(Option<usize>, Value)>,
+    /// Whether an argument needs the evaluator.
+    evaluates_args: bool,
     dependents: Vec<Dependent>,
     regexes: Arc<RegexCache>,
     max_keys: usize,
@@ -569,15 +570,16 @@ impl Operator for WindowOperator {
             return;
         }
         // The engine has checked the pattern's filter.
-        let events = [Some(event.as_ref())];
-        let env = Env::events(&self.source, &events, &self.regexes);
         let mut args = std::mem::take(&mut self.args);
-        args.clear();
-        args.extend(self.state.fields.iter().zip(&self.arg_fields).map(|(f, field)| match (field, &f.arg) {
-            (Some(index), _) => event.value(*index),
-            (None, Some(arg)) => eval(arg, &env),
-            (None, None) => Value::Null,
-        }));
+        if self.evaluates_args {
+            let events = [Some(event.as_ref())];
+            let env = Env::events(&self.source, &events, &self.regexes);
+            for (f, (field, value)) in self.state.fields.iter().zip(&mut args) {
+                if let (None, Some(arg)) = (field, &f.arg) {
+                    *value = eval(arg, &env);
+                }
+            }
+        }
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
         let keep_event = self.rebuild.is_none();
@@ -587,8 +589,8 @@ impl Operator for WindowOperator {
             }
             let mut start = first_start;
             while start <= last_start {
-                for (acc, v) in group.open.window(start, empty).zip(&args) {
-                    acc.add(v);
+                for (acc, (field, value)) in group.open.window(start, empty).zip(&args) {
+                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
                 }
                 start += slide;
             }
