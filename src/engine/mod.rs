@@ -940,6 +940,42 @@ mod tests {
     }
 
     #[test]
+    fn window_arguments_read_in_place_or_evaluated_agree_and_alerts_come_in_key_order() {
+        // `sum(e.cpu)` is read in place, `sum(e.cpu * 100)` through the evaluator, `count()`
+        // has no argument; each window's alerts come out by machine whatever the map's order.
+        let rule = r#"
+            rule w {
+              task t use machine m as e #time(10 s)
+              state ss { a := sum(e.cpu), b := sum(e.cpu * 100), n := count() } group by m
+              alert ss.n > 0 and ss.b == ss.a * 100
+              return ss.a, ss.b, ss.n
+            }
+        "#;
+        let mut engine = Engine::new(plans(rule), EngineConfig::default());
+        let mut out = Vec::new();
+        for i in 0..200 {
+            let mut e = Event::new(crate::schema::Stream::TaskUsage, i * 100);
+            e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0));
+            e.set("machine_id", Value::str(&format!("m{}", (i * 7) % 40))).set("cpu", Value::Num(0.5));
+            engine.push(e, &mut out);
+        }
+        engine.advance_to(100_000, &mut out);
+        let fired: Vec<&Alert> = out.iter().filter(|a| a.status == crate::alert::Status::Firing).collect();
+        assert_eq!(fired.len(), 40, "every machine fires once, in the first window it has events");
+        for a in &fired {
+            let n = a.values.get("ss.n").and_then(|v| v.as_f64()).expect("n is returned");
+            assert_eq!(a.values.get("ss.a").and_then(|v| v.as_f64()), Some(0.5 * n));
+            assert_eq!(a.values.get("ss.b").and_then(|v| v.as_f64()), Some(50.0 * n));
+        }
+        for pair in fired.windows(2) {
+            let machine = |a: &Alert| a.key.get("m.machine_id").and_then(|v| v.as_str().map(str::to_string));
+            if pair[0].time == pair[1].time {
+                assert!(machine(pair[0]) < machine(pair[1]), "{:?} before {:?}", machine(pair[0]), machine(pair[1]));
+            }
+        }
+    }
+
+    #[test]
     fn settling_releases_the_newest_millisecond_within_the_lateness() {
         let rule = "rule hot { task t use machine m as e where e.cpu > 0.9 }";
         let usage = |ts: Millis, cpu: f64| {
