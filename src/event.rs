@@ -214,7 +214,9 @@ impl Event {
     /// An event with every field missing; fill it with [`Event::set`].
     pub fn new(stream: Stream, ts: Millis) -> Event {
         // Not `vec![Value::Null; n]`, which clones its element through `Value::clone`.
-        Event { stream, ts, fields: std::iter::repeat_with(|| Value::Null).take(stream.fields().len()).collect() }
+        let mut fields = Vec::with_capacity(stream.fields().len());
+        fields.resize_with(stream.fields().len(), || Value::Null);
+        Event { stream, ts, fields }
     }
 
     pub fn set(&mut self, field: &str, value: Value) -> &mut Self {

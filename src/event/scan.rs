@@ -166,8 +166,11 @@ impl Shape {
             match *slot {
                 // A plain number reads as `ts_of` would read its integer or float.
                 Slot::Ts => match s.plain_millis() {
-                    Some(millis) => ts = Some(Raw::Int(millis)),
-                    None => ts = Some(s.plain_number().map_or_else(|| s.value(), |n| Some(Raw::Float(n)))?),
+                    Some(millis) => ts = Some(millis),
+                    None => {
+                        let raw = s.plain_number().map_or_else(|| s.value(), |n| Some(Raw::Float(n)))?;
+                        ts = Some(ts_of(Some(raw)).ok()?);
+                    }
                 },
                 Slot::Field { position, name, ty } => field(&mut s, position, name, ty)?,
                 Slot::Ignored => {
@@ -177,7 +180,7 @@ impl Shape {
         }
         s.gap(self.gaps.last()?)?;
         (s.at == s.bytes.len()).then_some(())?;
-        ts_of(ts).ok()
+        ts
     }
 }
 
