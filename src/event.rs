@@ -41,8 +41,9 @@ pub enum Value {
 
 impl Value {
     pub fn str(s: &str) -> Value {
-        // Ids are a few bytes: copied byte by byte, they cost less than `SmolStr::new`'s call
-        // to copy and its check for text of only spaces.
+        // Up to 23 bytes, what a `SmolStr` holds inline: ids are a few bytes, and copied byte by
+        // byte they cost less than `SmolStr::new`'s call to copy and its check for text of only
+        // spaces.
         if s.len() <= 23 {
             return Value::Str(SmolStr::new_inline(s));
         }

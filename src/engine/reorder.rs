@@ -76,11 +76,20 @@ impl ReorderBuffer {
         // In order, with nothing late waiting: the front of the queue, without comparing it to
         // the heap's.
         if self.late.is_empty() {
-            return self.in_order.pop_front_if(|p| p.ts <= until);
+            return self.front_until(until);
         }
         match self.queue_first()? {
-            true => self.in_order.pop_front_if(|p| p.ts <= until),
+            true => self.front_until(until),
             false => self.late.peek_mut().filter(|p| p.0.ts <= until).map(|p| PeekMut::pop(p).0),
+        }
+    }
+
+    /// The front of the queue, if its timestamp is at most `until` (`VecDeque::pop_front_if`,
+    /// which is newer than the Rust version the crate supports).
+    fn front_until(&mut self, until: Millis) -> Option<Pending> {
+        match self.in_order.front() {
+            Some(p) if p.ts <= until => self.in_order.pop_front(),
+            _ => None,
         }
     }
 
