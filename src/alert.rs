@@ -183,3 +183,21 @@ mod rfc3339_opt {
             .transpose()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alert_ids_stay_what_stores_and_checkpoints_hold() {
+        // An id the first builds wrote (`machine_cpu_spike` over the sample data), and a key
+        // whose hash has leading zero digits, which must stay in the 32 digits.
+        let key = Fields::new(vec![(Arc::from("m.machine_id"), Json::String("m00".into()))]);
+        assert_eq!(alert_id("machine_cpu_spike", &key, 1_767_228_300_000), "5b1914928e026a9613923f37f14b8a72");
+        for start in -3..200 {
+            let id = alert_id("r", &key, start);
+            let text = format!("r\u{1f}{}\u{1f}{start}", serde_json::to_string(&key).expect("json"));
+            assert_eq!(id, format!("{:032x}", xxhash_rust::xxh3::xxh3_128(text.as_bytes())));
+        }
+    }
+}
