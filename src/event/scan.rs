@@ -83,6 +83,12 @@ impl Shape {
             match (ty, s.peek()?) {
                 (Type::Str, b'"') => return s.skip_string(MAX_STRING),
                 (Type::Number, b'-' | b'0'..=b'9') if !wanted && s.skip_plain_number().is_some() => return Some(()),
+                (Type::Number, b'-' | b'0'..=b'9') if wanted => {
+                    if let Some(n) = s.plain_number() {
+                        *numbers.get_mut(position)? = n;
+                        return Some(());
+                    }
+                }
                 _ => {}
             }
             // What the shortcuts above do not take, read as `scan` reads it.
@@ -504,6 +510,9 @@ impl<'a> Scanner<'a> {
     /// Epoch milliseconds written as a plain integer, as [`ts_of`] reads them: `None`, with
     /// nothing read, for anything else.
     fn plain_millis(&mut self) -> Option<Millis> {
+        if let Some(millis) = self.thirteen_digits() {
+            return Some(millis);
+        }
         let (at, mantissa, frac_digits, negative) = self.plain()?;
         // `ts_of` takes a float under 9e15 (and the integer is exact there); `-0` is 0.
         if frac_digits > 0 || mantissa >= 9_000_000_000_000_000 {
@@ -511,6 +520,38 @@ impl<'a> Scanner<'a> {
         }
         self.at = at;
         Some(if negative { -(mantissa as i64) } else { mantissa as i64 })
+    }
+
+    /// The common time, epoch milliseconds of this era: thirteen digits, not starting with 0,
+    /// followed by a byte that ends the number (not a digit, `.`, `e` or `E`). The first eight
+    /// digits are read as one word (the number reader's digit loop costs about seven
+    /// instructions a digit, and every event has a time). `None`, with nothing read, otherwise.
+    fn thirteen_digits(&mut self) -> Option<Millis> {
+        let bytes = self.bytes.get(self.at..self.at + 14)?;
+        if bytes[0] == b'0' || matches!(bytes[13], b'0'..=b'9' | b'.' | b'e' | b'E') {
+            return None;
+        }
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[..8]);
+        let w = u64::from_le_bytes(word);
+        // Every byte is an ASCII digit: its high nibble is 3, and adding 6 keeps it 3.
+        let high = 0xF0F0_F0F0_F0F0_F0F0;
+        if (w & high) | ((w.wrapping_add(0x0606_0606_0606_0606) & high) >> 4) != 0x3333_3333_3333_3333 {
+            return None;
+        }
+        // Pairs of digits, then fours, then eight (the first digit is the lowest byte).
+        let w = (w & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(2561) >> 8;
+        let w = (w & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601) >> 16;
+        let mut n = (w & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001) >> 32;
+        for &b in &bytes[8..13] {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            n = n * 10 + u64::from(d);
+        }
+        self.at += 13;
+        Some(n as Millis)
     }
 
     /// Passes over a plain number (see [`Scanner::plain_number`]) without converting it: any
@@ -706,6 +747,40 @@ mod tests {
             let mut s = Scanner::new(bad.as_bytes(), &mut keys);
             let whole = s.number().is_some() && s.at == bad.len();
             assert!(!whole, "{bad} is not JSON");
+        }
+    }
+
+    #[test]
+    fn thirteen_digit_times_read_as_the_number_reader_reads_them() {
+        for text in [
+            "1767225600000,",
+            "1767225600000}",
+            "9999999999999 ",
+            "1000000000000,",
+            "0767225600000,",
+            "17672256000001,",
+            "1767225600000.5,",
+            "1767225600000e3,",
+            "176722560a000,",
+            "1767225600000",
+            "-767225600000,",
+            "1767:25600000,",
+        ] {
+            let mut keys = Vec::new();
+            let mut fast = Scanner::new(text.as_bytes(), &mut keys);
+            let millis = fast.plain_millis();
+            let mut keys = Vec::new();
+            let mut slow = Scanner::new(text.as_bytes(), &mut keys);
+            let reference = slow.plain().filter(|p| p.2 == 0).map(|(at, m, _, negative)| {
+                slow.at = at;
+                if negative {
+                    -(m as i64)
+                } else {
+                    m as i64
+                }
+            });
+            assert_eq!(millis, reference, "{text}");
+            assert_eq!(fast.at, slow.at, "{text}");
         }
     }
 
