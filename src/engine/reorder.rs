@@ -73,11 +73,6 @@ impl ReorderBuffer {
 
     /// The next event out, if its timestamp is at most `until`.
     pub fn pop_until(&mut self, until: Millis) -> Option<Pending> {
-        // In order, with nothing late waiting: the front of the queue, without comparing it to
-        // the heap's.
-        if self.late.is_empty() {
-            return self.front_until(until);
-        }
         match self.queue_first()? {
             true => self.front_until(until),
             false => self.late.peek_mut().filter(|p| p.0.ts <= until).map(|p| PeekMut::pop(p).0),

@@ -82,8 +82,12 @@ impl Shape {
             let wanted = read & (1 << position) != 0;
             match (ty, s.peek()?) {
                 (Type::Str, b'"') => return s.skip_string(MAX_STRING),
-                (Type::Number, b'-' | b'0'..=b'9') if !wanted && s.skip_plain_number().is_some() => return Some(()),
-                (Type::Number, b'-' | b'0'..=b'9') if wanted => {
+                (Type::Number, b'-' | b'0'..=b'9') if !wanted => {
+                    if s.skip_plain_number().is_some() {
+                        return Some(());
+                    }
+                }
+                (Type::Number, b'-' | b'0'..=b'9') => {
                     if let Some(n) = s.plain_number() {
                         *numbers.get_mut(position)? = n;
                         return Some(());
@@ -510,9 +514,11 @@ impl<'a> Scanner<'a> {
     /// Epoch milliseconds written as a plain integer, as [`ts_of`] reads them: `None`, with
     /// nothing read, for anything else.
     fn plain_millis(&mut self) -> Option<Millis> {
-        if let Some(millis) = self.thirteen_digits() {
-            return Some(millis);
-        }
+        self.thirteen_digits().or_else(|| self.plain_integer_millis())
+    }
+
+    /// [`Scanner::plain_millis`] by the number reader's digit loop, for any plain integer.
+    fn plain_integer_millis(&mut self) -> Option<Millis> {
         let (at, mantissa, frac_digits, negative) = self.plain()?;
         // `ts_of` takes a float under 9e15 (and the integer is exact there); `-0` is 0.
         if frac_digits > 0 || mantissa >= 9_000_000_000_000_000 {
@@ -752,6 +758,7 @@ mod tests {
 
     #[test]
     fn thirteen_digit_times_read_as_the_number_reader_reads_them() {
+        let mut taken = 0;
         for text in [
             "1767225600000,",
             "1767225600000}",
@@ -767,21 +774,25 @@ mod tests {
             "1767:25600000,",
         ] {
             let mut keys = Vec::new();
-            let mut fast = Scanner::new(text.as_bytes(), &mut keys);
-            let millis = fast.plain_millis();
+            let mut word = Scanner::new(text.as_bytes(), &mut keys);
             let mut keys = Vec::new();
-            let mut slow = Scanner::new(text.as_bytes(), &mut keys);
-            let reference = slow.plain().filter(|p| p.2 == 0).map(|(at, m, _, negative)| {
-                slow.at = at;
-                if negative {
-                    -(m as i64)
-                } else {
-                    m as i64
-                }
-            });
-            assert_eq!(millis, reference, "{text}");
-            assert_eq!(fast.at, slow.at, "{text}");
+            let mut digits = Scanner::new(text.as_bytes(), &mut keys);
+            // Where the word reader takes a time, the digit loop reads the same and stops at
+            // the same place; where it does not, `plain_millis` goes to the loop.
+            let by_digits = digits.plain_integer_millis();
+            if let Some(millis) = word.thirteen_digits() {
+                taken += 1;
+                assert_eq!(Some(millis), by_digits, "{text}");
+                assert_eq!(word.at, digits.at, "{text}");
+            } else {
+                assert_eq!(word.at, 0, "{text}: nothing read");
+            }
+            // And `plain_millis` as a whole reads as the digit loop does.
+            let mut keys = Vec::new();
+            let mut whole = Scanner::new(text.as_bytes(), &mut keys);
+            assert_eq!((whole.plain_millis(), whole.at), (by_digits, digits.at), "{text}");
         }
+        assert_eq!(taken, 4, "the four well-formed thirteen-digit times");
     }
 
     /// The fast path either gives up or decodes exactly what serde_json's path decodes, on
