@@ -82,12 +82,8 @@ impl Shape {
             let wanted = read & (1 << position) != 0;
             match (ty, s.peek()?) {
                 (Type::Str, b'"') => return s.skip_string(MAX_STRING),
-                (Type::Number, b'-' | b'0'..=b'9') if !wanted => {
-                    if s.skip_plain_number().is_some() {
-                        return Some(());
-                    }
-                }
-                (Type::Number, b'-' | b'0'..=b'9') => {
+                (Type::Number, b'-' | b'0'..=b'9') if !wanted && s.skip_plain_number().is_some() => return Some(()),
+                (Type::Number, b'-' | b'0'..=b'9') if wanted => {
                     if let Some(n) = s.plain_number() {
                         *numbers.get_mut(position)? = n;
                         return Some(());
