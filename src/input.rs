@@ -86,7 +86,9 @@ pub fn open_gated(path: &Path, format: Format, options: &InputOptions, gate: Gat
         format,
         options,
         move |line| decode_gated(line, None, &gate),
-        |records| Box::new(records.map(|r| Record { line: r.line, event: r.event.map(Decoded::Event) })),
+        |records| {
+            Box::new(records.map(|r| Record { line: r.line, event: r.event.map(|e| Decoded::Event(Arc::new(e))) }))
+        },
     )
 }
 

@@ -171,10 +171,10 @@ fn run_lines(lines: &[String], plans: &[vigil::plan::RulePlan], gated: bool) -> 
         let event = if gated {
             vigil::event::decode_gated(line.as_bytes(), None, &gate).expect("a valid line")
         } else {
-            vigil::event::Decoded::Event(vigil::event::decode(line, None).expect("a valid line"))
+            vigil::event::Decoded::Event(std::sync::Arc::new(vigil::event::decode(line, None).expect("a valid line")))
         };
         match event {
-            vigil::event::Decoded::Event(e) => engine.push(e, &mut alerts),
+            vigil::event::Decoded::Event(e) => engine.push_shared(e, &mut alerts),
             vigil::event::Decoded::Time(ts) => {
                 passed += 1;
                 engine.pass(ts, &mut alerts)

@@ -653,11 +653,17 @@ impl Engine {
     /// Takes one event; alerts it causes (now or by moving time on) go to `out`. Returns false
     /// when the event was late and not processed.
     pub fn push(&mut self, event: Event, out: &mut Vec<Alert>) -> bool {
+        self.push_shared(Arc::new(event), out)
+    }
+
+    /// [`Engine::push`] of an event already shared, as decoders hand them over
+    /// ([`Decoded::Event`](crate::event::Decoded::Event)).
+    pub fn push_shared(&mut self, event: Arc<Event>, out: &mut Vec<Alert>) -> bool {
         if self.watermark.is_some_and(|w| event.ts <= w) {
             self.count_late(&event);
             return false;
         }
-        self.arrive(event.ts, Some(Arc::new(event)), out);
+        self.arrive(event.ts, Some(event), out);
         true
     }
 
@@ -677,7 +683,7 @@ impl Engine {
     /// What a gated decoder made of a line: an event is pushed, a time alone passed.
     pub fn take(&mut self, decoded: crate::event::Decoded, out: &mut Vec<Alert>) -> bool {
         match decoded {
-            crate::event::Decoded::Event(event) => self.push(event, out),
+            crate::event::Decoded::Event(event) => self.push_shared(event, out),
             crate::event::Decoded::Time(ts) => self.pass(ts, out),
         }
     }
@@ -726,6 +732,8 @@ impl Engine {
             self.fire_timers(ts - 1, out);
             if let Some(event) = event {
                 self.dispatch(&event, out);
+                // For the decoder to read a later line into, unless a rule keeps it.
+                crate::event::recycle(event);
             }
         }
         self.fire_timers(target, out);

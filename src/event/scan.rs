@@ -29,21 +29,31 @@ use super::{
 use crate::schema::Type;
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// The event on `line`, or `None` when the line needs the full decoder.
 pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
-    scan_as(line, default_stream, |shape| shape.scan(line, default_stream), |event| event)
+    scan_as(
+        line,
+        default_stream,
+        |shape, _| {
+            let mut event = Event::new(shape.stream, 0);
+            shape.fill(line, default_stream, &mut event).map(|()| event)
+        },
+        |event| event,
+    )
 }
 
 /// [`scan`], except that a line of a known shape whose event `gate` shows no rule takes comes
 /// back as its time alone. The line is checked as [`scan`] checks it, so a line passed so is
-/// one [`scan`] would take, but no value is built.
+/// one [`scan`] would take, but no value is built. An event is read into a recycled one when
+/// there is one.
 pub(super) fn scan_gated(line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Decoded> {
-    let known = |shape: &Shape| match shape.time_only(line, default_stream, gate) {
+    let known = |shape: &Shape, spares: &mut Vec<Arc<Event>>| match shape.time_only(line, default_stream, gate) {
         Some(ts) => Some(Decoded::Time(ts)),
-        None => shape.scan(line, default_stream).map(Decoded::Event),
+        None => shape.fill_spare(line, default_stream, spares).map(Decoded::Event),
     };
-    scan_as(line, default_stream, known, Decoded::Event)
+    scan_as(line, default_stream, known, |event| Decoded::Event(Arc::new(event)))
 }
 
 /// A line read with the first remembered shape it has (`known`), or else scanned in full
@@ -51,20 +61,37 @@ pub(super) fn scan_gated(line: &[u8], default_stream: Option<Stream>, gate: &cra
 fn scan_as<T>(
     line: &[u8],
     default_stream: Option<Stream>,
-    known: impl FnMut(&Shape) -> Option<T>,
+    mut known: impl FnMut(&Shape, &mut Vec<Arc<Event>>) -> Option<T>,
     new: impl FnOnce(Event) -> T,
 ) -> Option<T> {
     MEMORY.with_borrow_mut(|memory| {
-        if let Some(found) = memory.shapes.iter().find_map(known) {
+        let Memory { last_keys, shapes, spares } = memory;
+        if let Some(found) = shapes.iter().find_map(|shape| known(shape, spares)) {
             return Some(found);
         }
-        let (event, shape) = scan_with(line, default_stream, &mut memory.last_keys)?;
+        let (event, shape) = scan_with(line, default_stream, last_keys)?;
         if let Some(shape) = shape {
-            memory.shapes.insert(0, shape);
-            memory.shapes.truncate(SHAPES);
+            shapes.insert(0, shape);
+            shapes.truncate(SHAPES);
         }
         Some(new(event))
     })
+}
+
+/// Keeps `event` to read a later line into, if nothing else holds it and there is room. Its
+/// values stay until then: [`Shape::fill_spare`] writes over them.
+pub(super) fn recycle(mut event: Arc<Event>) {
+    if Arc::get_mut(&mut event).is_none() {
+        return;
+    }
+    // Not while the scanner reads (nothing recycles then), nor once the thread is ending.
+    let _ = MEMORY.try_with(|memory| {
+        if let Ok(mut memory) = memory.try_borrow_mut() {
+            if memory.spares.len() < SPARES {
+                memory.spares.push(event);
+            }
+        }
+    });
 }
 
 impl Shape {
@@ -102,11 +129,17 @@ impl Shape {
 }
 
 thread_local! {
-    static MEMORY: RefCell<Memory> = const { RefCell::new(Memory { last_keys: Vec::new(), shapes: Vec::new() }) };
+    static MEMORY: RefCell<Memory> =
+        const { RefCell::new(Memory { last_keys: Vec::new(), shapes: Vec::new(), spares: Vec::new() }) };
 }
 
 /// How many shapes the scanner remembers: one per stream, for input that mixes them.
 const SHAPES: usize = 4;
+
+/// How many let-go events the scanner keeps: the engine lets go of each event as soon as its
+/// rules are done with it, so one is usually enough; a few more for events held a little while
+/// (the reorder buffer, a partial match) that come back together.
+const SPARES: usize = 16;
 
 /// What the scanner remembers of the lines before.
 struct Memory {
@@ -114,6 +147,8 @@ struct Memory {
     last_keys: Vec<(Box<[u8]>, Key)>,
     /// The shapes of the last lines the full scan read, newest first.
     shapes: Vec<Shape>,
+    /// Events nothing holds any more, with the values of their last line ([`recycle`]).
+    spares: Vec<Arc<Event>>,
 }
 
 /// A line's shape: the bytes between its values, and what each value is. A producer writes
@@ -127,6 +162,8 @@ struct Shape {
     /// `gaps[i]` is what comes before value `i`; the last gap ends the line.
     gaps: Vec<Box<[u8]>>,
     slots: Vec<Slot>,
+    /// Positions of the stream's fields that lines of this shape do not have.
+    unread: Vec<usize>,
 }
 
 /// What a value of a shape is.
@@ -138,18 +175,48 @@ enum Slot {
 }
 
 impl Shape {
-    /// The event on `line` if it has this shape; `None` if not, or if a value needs the full
-    /// scanner or serde_json.
-    fn scan(&self, line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
-        let mut event = Event::new(self.stream, 0);
+    /// Reads the event on `line` into `event`, an event of this shape's stream whose fields
+    /// lines of this shape do not have are `Null`, if the line has this shape; `None` if not,
+    /// or if a value needs the full scanner or serde_json, with `event` then partly filled.
+    fn fill(&self, line: &[u8], default_stream: Option<Stream>, event: &mut Event) -> Option<()> {
         event.ts = self.read(line, default_stream, |s, position, name, ty| {
             let value = s.typed(name, ty)?;
-            // A shape has each field once, so the slot still holds the `Null` the event was made
-            // with: written over without a call to drop it.
+            // Written over without a call to drop what was there when it owns nothing (the
+            // `Null` of a new event, or a number or short text of a spare's last line).
             std::mem::replace(&mut event.fields[position], value).discard();
             Some(())
         })?;
-        Some(event)
+        Some(())
+    }
+
+    /// [`Shape::fill`] into a spare event, or a new one when there is none; a spare the line
+    /// does not fit goes back.
+    fn fill_spare(
+        &self,
+        line: &[u8],
+        default_stream: Option<Stream>,
+        spares: &mut Vec<Arc<Event>>,
+    ) -> Option<Arc<Event>> {
+        let mut shared = spares.pop().unwrap_or_else(|| Arc::new(Event::new(self.stream, 0)));
+        // Spares are held by nothing else, so this is the event itself.
+        let Some(event) = Arc::get_mut(&mut shared) else {
+            let mut event = Event::new(self.stream, 0);
+            return self.fill(line, default_stream, &mut event).map(|()| Arc::new(event));
+        };
+        // The spare still has the values of its last line. Those of the fields this shape
+        // reads are written over (and dropped) as they are read; the others are cleared here.
+        if event.stream == self.stream {
+            for &p in &self.unread {
+                std::mem::replace(&mut event.fields[p], Value::Null).discard();
+            }
+        } else {
+            event.clear(self.stream);
+        }
+        if self.fill(line, default_stream, event).is_some() {
+            return Some(shared);
+        }
+        spares.push(shared);
+        None
     }
 
     /// Reads `line` with this shape, handing each field's value to `field` (with the field's
@@ -198,9 +265,18 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         w.copy_from_slice(&bytes[at..at + 8]);
         u64::from_ne_bytes(w)
     }
+    fn half(bytes: &[u8], at: usize) -> u32 {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&bytes[at..at + 4]);
+        u32::from_ne_bytes(w)
+    }
     let n = a.len().min(b.len());
-    if n < 8 {
+    if n < 4 {
         return a[..n].iter().zip(&b[..n]).all(|(x, y)| x == y);
+    }
+    if n < 8 {
+        // Two half words, overlapping when the length is not 8.
+        return half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4);
     }
     let mut at = 0;
     while at + 8 < n {
@@ -286,7 +362,10 @@ fn scan_with(
             from = end;
         }
         gaps.push(line[from..].into());
-        Shape { default_stream, stream, gaps, slots: values.into_iter().map(|(_, _, slot)| slot).collect() }
+        let slots: Vec<Slot> = values.into_iter().map(|(_, _, slot)| slot).collect();
+        let read = |p: usize| slots.iter().any(|slot| matches!(slot, Slot::Field { position, .. } if *position == p));
+        let unread = (0..stream.fields().len()).filter(|&p| !read(p)).collect();
+        Shape { default_stream, stream, gaps, slots, unread }
     });
     Some((event, shape))
 }
@@ -840,9 +919,22 @@ mod tests {
                 let mut keys = Vec::new();
                 let shape = scan_with(base.as_bytes(), default, &mut keys).and_then(|(_, shape)| shape);
                 let Some(shape) = shape else { continue };
-                if let Some(fast) = shape.scan(&bytes, default) {
-                    shaped += 1;
-                    agrees(default, fast);
+                // Read into a spare that still holds another line's values: one of another
+                // stream, and one of the same stream with a value in every field, text long
+                // enough to be shared among them.
+                let other = Stream::ALL.into_iter().find(|s| *s != shape.stream).expect("streams");
+                for stream in [other, shape.stream] {
+                    let mut spare = Event::new(stream, 99);
+                    spare.fields.fill(Value::str("a value of a line read before this one"));
+                    let mut spares = vec![Arc::new(spare)];
+                    match shape.fill_spare(&bytes, default, &mut spares) {
+                        Some(fast) => {
+                            shaped += 1;
+                            assert!(spares.is_empty());
+                            agrees(default, Arc::unwrap_or_clone(fast));
+                        }
+                        None => assert_eq!(spares.len(), 1, "the spare comes back"),
+                    }
                 }
                 // A time alone only for a line that is an event the gate's rule does not take.
                 if let Some(ts) = shape.time_only(&bytes, default, &gate) {
