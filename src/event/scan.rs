@@ -137,8 +137,8 @@ thread_local! {
 const SHAPES: usize = 4;
 
 /// How many let-go events the scanner keeps: the engine lets go of each event as soon as its
-/// rules are done with it, so one is usually enough; a few more for events held a little while
-/// (the reorder buffer, a partial match) that come back together.
+/// rules are done with it, so one is usually enough; a few more for when it releases many at
+/// once (events the lateness held back, let go of one after the other).
 const SPARES: usize = 16;
 
 /// What the scanner remembers of the lines before.
