@@ -485,10 +485,17 @@ impl<'a> Scanner<'a> {
 
     /// A string without escapes or control characters, borrowed from the line.
     fn string(&mut self) -> Option<&'a str> {
-        let (start, end, _) = self.plain_string()?;
+        let (start, end, ascii) = self.plain_string()?;
+        let bytes = &self.bytes[start..end];
+        if ascii {
+            // SAFETY: every byte is below 0x80 (`plain_string` ORed them all together), and a
+            // run of ASCII bytes is valid UTF-8. Most strings of events are short ASCII names
+            // (`m17`, `j3`), and the call to `from_utf8` cost about as much as reading them.
+            return Some(unsafe { std::str::from_utf8_unchecked(bytes) });
+        }
         // Checked here, string by string: the rest of a line the scanner takes is ASCII it
         // has matched, so a line it accepts is valid UTF-8 without a pass over the whole line.
-        std::str::from_utf8(&self.bytes[start..end]).ok()
+        std::str::from_utf8(bytes).ok()
     }
 
     /// Passes over a string [`Scanner::string`] would take, of at most `most` bytes, without
