@@ -132,3 +132,30 @@ fn vigil_test_runs_the_rule_tests() {
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.trim_end().ends_with("4 passed, 0 failed"), "{stdout}");
 }
+
+#[test]
+fn kafka_options_reach_librdkafka_and_vigils_own_are_refused() {
+    let db = temp_file("kafka-options.db", "");
+    let url = format!("sqlite://{}", db.display());
+    let serve = |option: &str| {
+        vigil(&[
+            "serve",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+            "--kafka-brokers",
+            "127.0.0.1:1",
+            "--kafka-option",
+            option,
+        ])
+    };
+    // librdkafka itself names a property it does not know: the option got to it.
+    let (code, _, stderr) = serve("no.such.property=1");
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("cannot create the Kafka consumer"), "{stderr}");
+    assert!(stderr.contains("no.such.property"), "{stderr}");
+    let (code, _, stderr) = serve("group.id=other");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("`group.id` is set by Vigil; use --kafka-group"), "{stderr}");
+}

@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
     #[arg(long = "topic", value_parser = parse_topic)]
     pub topics: Vec<(Stream, String)>,
+    /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security settings,
+    /// `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
+    #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
+    pub kafka_options: Vec<(String, String)>,
     /// Where alerts are POSTed, in Alertmanager's webhook format
     #[arg(long, env = "VIGIL_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
@@ -96,6 +100,18 @@ pub enum Overload {
     Shed,
 }
 
+fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("`{s}`: the property name is empty"));
+    }
+    if let Some((_, instead)) = crate::service::kafka::OWN_OPTIONS.iter().find(|(own, _)| *own == key) {
+        return Err(format!("`{key}` is set by Vigil; {instead}"));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
 fn parse_topic(s: &str) -> Result<(Stream, String), String> {
     let (stream, topic) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected STREAM=TOPIC"))?;
     let stream = Stream::from_name(stream).ok_or_else(|| {
@@ -128,6 +144,9 @@ pub struct FileConfig {
     /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
     #[serde(default)]
     pub topics: BTreeMap<String, String>,
+    /// librdkafka properties: `[kafka_options] "security.protocol" = "ssl"`.
+    #[serde(default)]
+    pub kafka_options: BTreeMap<String, String>,
     /// Webhook receiver.
     pub webhook_url: Option<String>,
     /// Bearer token for mutating endpoints.
@@ -170,6 +189,8 @@ pub struct ServeConfig {
     pub kafka_brokers: Option<String>,
     pub kafka_group: String,
     pub kafka_create_topics: bool,
+    /// librdkafka properties set on every Kafka client, over Vigil's defaults.
+    pub kafka_options: BTreeMap<String, String>,
     pub topics: BTreeMap<Stream, String>,
     pub webhook_url: Option<String>,
     pub api_token: Option<String>,
@@ -223,6 +244,16 @@ impl ServeConfig {
         for (s, t) in args.topics {
             topics.insert(s, t);
         }
+        let mut kafka_options = BTreeMap::new();
+        for (key, value) in &file.kafka_options {
+            match parse_kafka_option(&format!("{key}={value}")) {
+                Ok((k, v)) => {
+                    kafka_options.insert(k, v);
+                }
+                Err(e) => problems.push(format!("vigil.toml [kafka_options]: {e}")),
+            }
+        }
+        kafka_options.extend(args.kafka_options);
         // A duration from the flag, else from the file; a bad value in the file is reported
         // even when the flag overrides it.
         let mut duration = |flag: Option<u64>, text: &Option<String>, name: &str| {
@@ -289,6 +320,7 @@ impl ServeConfig {
             kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
             kafka_group: args.kafka_group.or(file.kafka_group).unwrap_or_else(|| "vigil".to_string()),
             kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+            kafka_options,
             topics,
             webhook_url,
             api_token,
@@ -323,15 +355,22 @@ mod tests {
         std::fs::write(
             &file,
             format!(
-                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n",
+                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n\
+                 [kafka_options]\n\"fetch.wait.max.ms\" = \"50\"\n\"client.id\" = \"from-file\"\n",
                 dir.join("rules")
             ),
         )
         .expect("write");
-        let args =
-            ServeArgs { config: Some(file.clone()), kafka_group: Some("from-flag".into()), ..ServeArgs::default() };
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            kafka_group: Some("from-flag".into()),
+            kafka_options: vec![parse_kafka_option("fetch.wait.max.ms=1").expect("valid")],
+            ..ServeArgs::default()
+        };
         let c = ServeConfig::resolve(args).expect("valid");
         assert_eq!(c.kafka_group, "from-flag");
+        assert_eq!(c.kafka_options["fetch.wait.max.ms"], "1");
+        assert_eq!(c.kafka_options["client.id"], "from-file");
         assert_eq!(c.lateness_ms, 60_000);
         assert_eq!(c.topics[&Stream::Metric], "m.topic");
         assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
@@ -343,6 +382,19 @@ mod tests {
         };
         let err = ServeConfig::resolve(bad).expect_err("two problems");
         assert_eq!(err.lines().count(), 2, "{err}");
+        std::fs::write(dir.join("own.toml"), "[kafka_options]\n\"group.id\" = \"x\"\n").expect("write");
+        let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(own).expect_err("a property Vigil sets");
+        assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn kafka_options_are_key_value_and_leave_vigils_own_alone() {
+        assert_eq!(parse_kafka_option("sasl.password=a=b"), Ok(("sasl.password".into(), "a=b".into())));
+        assert_eq!(parse_kafka_option("linger.ms"), Err("`linger.ms`: expected KEY=VALUE".into()));
+        assert_eq!(parse_kafka_option("=1"), Err("`=1`: the property name is empty".into()));
+        let err = parse_kafka_option("enable.auto.commit=true").expect_err("Vigil commits after checkpoints");
+        assert!(err.starts_with("`enable.auto.commit` is set by Vigil"), "{err}");
     }
 }

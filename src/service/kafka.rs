@@ -27,27 +27,61 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-pub fn consumer(brokers: &str, group: &str) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+/// The librdkafka properties Vigil sets itself, which `kafka_options` may not change, and what
+/// to do instead.
+pub const OWN_OPTIONS: [(&str, &str); 4] = [
+    ("bootstrap.servers", "use --kafka-brokers"),
+    ("group.id", "use --kafka-group"),
+    ("enable.auto.commit", "offsets are committed after the checkpoint that covers them"),
+    ("enable.partition.eof", "the consumer needs no end-of-partition events"),
+];
+
+/// A client configuration for `brokers`: Vigil's `defaults`, the user's `options` over them.
+fn client(brokers: &str, defaults: &[(&str, &str)], options: &BTreeMap<String, String>) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in defaults {
+        config.set(*key, *value);
+    }
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    config.set("bootstrap.servers", brokers);
+    config
+}
+
+pub fn consumer(
+    brokers: &str,
+    group: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
+    // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system wants
+    // events as soon as they are there. Apache Kafka answers a fetch as soon as there is a
+    // message, so this only bounds how often an idle consumer asks; a broker that holds every
+    // fetch for the whole wait (Tansu does) adds up to twice it to the detection latency.
+    let defaults = [("fetch.wait.max.ms", FETCH_WAIT_MS), ("auto.offset.reset", "earliest")];
+    client(brokers, &defaults, options)
         .set("group.id", group)
         // Offsets are committed after the checkpoint that covers them is stored.
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
-        // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system
-        // wants events as soon as they are there.
-        .set("fetch.wait.max.ms", "10")
         .create()
 }
 
+/// The consumer's default `fetch.wait.max.ms` (see [`consumer`]).
+pub const FETCH_WAIT_MS: &str = "5";
+
 /// Creates the topics that do not exist yet (one replica, `partitions` partitions), for
 /// brokers without automatic topic creation. Existing topics are left as they are.
-pub async fn ensure_topics(brokers: &str, topics: &[String], partitions: i32) -> anyhow::Result<()> {
+pub async fn ensure_topics(
+    brokers: &str,
+    topics: &[String],
+    partitions: i32,
+    options: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     use rdkafka::types::RDKafkaErrorCode;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let admin: AdminClient<DefaultClientContext> = client(brokers, &[], options).create()?;
     let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in admin.create_topics(&new, &options).await? {
@@ -219,7 +253,7 @@ pub async fn produce(
             Some(t) => vec![t.to_string()],
             None => Stream::ALL.iter().map(|s| s.name().to_string()).collect(),
         };
-        ensure_topics(brokers, &topics, 1).await?;
+        ensure_topics(brokers, &topics, 1, &BTreeMap::new()).await?;
     }
     use futures_util::stream::{FuturesUnordered, StreamExt};
     let producer: FutureProducer = ClientConfig::new()

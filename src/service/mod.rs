@@ -79,9 +79,14 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         Some(brokers) => {
             if config.kafka_create_topics {
                 let topics: Vec<String> = config.topics.values().cloned().collect();
-                kafka::ensure_topics(brokers, &topics, 1).await.context("cannot create the Kafka topics")?;
+                kafka::ensure_topics(brokers, &topics, 1, &config.kafka_options)
+                    .await
+                    .context("cannot create the Kafka topics")?;
             }
-            Some(Arc::new(kafka::consumer(brokers, &config.kafka_group).context("cannot create the Kafka consumer")?))
+            Some(Arc::new(
+                kafka::consumer(brokers, &config.kafka_group, &config.kafka_options)
+                    .context("cannot create the Kafka consumer")?,
+            ))
         }
         None => None,
     };

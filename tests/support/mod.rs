@@ -324,7 +324,9 @@ pub async fn start_with_kafka(extra: &[&str]) -> KafkaSetup {
 /// The same, against the broker at `brokers` and the database `db_url`.
 pub async fn start_with_kafka_at(brokers: &str, db_name: String, db_url: String, extra: &[&str]) -> KafkaSetup {
     let topic = unique("task_events");
-    vigil::service::kafka::ensure_topics(brokers, std::slice::from_ref(&topic), 1).await.expect("topics created");
+    vigil::service::kafka::ensure_topics(brokers, std::slice::from_ref(&topic), 1, &Default::default())
+        .await
+        .expect("topics created");
     let spool = temp_dir("spool");
     let mut args: Vec<String> = [
         "--rules",
