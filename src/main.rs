@@ -86,6 +86,9 @@ enum Command {
         /// Create the topics first if they do not exist.
         #[arg(long)]
         create_topics: bool,
+        /// A librdkafka property for the producer, KEY=VALUE, repeatable (as `serve --kafka-option`).
+        #[arg(long = "kafka-option", value_parser = vigil::service::config::parse_kafka_option)]
+        kafka_options: Vec<(String, String)>,
         /// Files to send.
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
@@ -165,8 +168,9 @@ fn main() -> ExitCode {
             bench(&options, json)
         }
         Command::Serve(args) => serve(*args),
-        Command::Produce { brokers, topic, speed, format, create_topics, inputs } => {
-            produce(&brokers, topic.as_deref(), speed, format, create_topics, &inputs)
+        Command::Produce { brokers, topic, speed, format, create_topics, kafka_options, inputs } => {
+            let options = kafka_options.into_iter().collect();
+            produce(&brokers, &options, topic.as_deref(), speed, format, create_topics, &inputs)
         }
     };
     match result {
@@ -384,6 +388,7 @@ fn serve(args: vigil::service::config::ServeArgs) -> Result<bool> {
 
 fn produce(
     brokers: &str,
+    options: &std::collections::BTreeMap<String, String>,
     topic: Option<&str>,
     speed: vigil::replay::Speed,
     format: vigil::input::Format,
@@ -398,7 +403,7 @@ fn produce(
         })
         .collect::<Result<Vec<_>>>()?;
     let (sent, malformed) =
-        runtime()?.block_on(vigil::service::kafka::produce(brokers, topic, opened, speed, create_topics))?;
+        runtime()?.block_on(vigil::service::kafka::produce(brokers, options, topic, opened, speed, create_topics))?;
     eprintln!("sent {sent} events to Kafka ({malformed} malformed lines skipped)");
     Ok(malformed == 0)
 }

@@ -159,3 +159,17 @@ fn kafka_options_reach_librdkafka_and_vigils_own_are_refused() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("`group.id` is set by Vigil; use --kafka-group"), "{stderr}");
 }
+
+#[test]
+fn produce_takes_kafka_options_too() {
+    let (code, _, stderr) = vigil(&[
+        "produce",
+        "--brokers",
+        "127.0.0.1:1",
+        "--kafka-option",
+        "no.such.property=1",
+        "samples/datacenter.jsonl",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("no.such.property"), "{stderr}");
+}

@@ -100,7 +100,8 @@ pub enum Overload {
     Shed,
 }
 
-fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
+/// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
+pub fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
     let (key, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))?;
     let key = key.trim();
     if key.is_empty() {

@@ -240,9 +240,11 @@ pub async fn report_lag(consumer: Arc<StreamConsumer>, telemetry: Arc<Telemetry>
     }
 }
 
-/// `vigil produce`: sends a recorded file's events to Kafka, as JSON, at the chosen speed.
+/// `vigil produce`: sends a recorded file's events to Kafka, as JSON, at the chosen speed;
+/// `options` are librdkafka properties over the producer's defaults.
 pub async fn produce(
     brokers: &str,
+    options: &BTreeMap<String, String>,
     topic: Option<&str>,
     inputs: Vec<crate::input::Input>,
     speed: crate::replay::Speed,
@@ -253,14 +255,11 @@ pub async fn produce(
             Some(t) => vec![t.to_string()],
             None => Stream::ALL.iter().map(|s| s.name().to_string()).collect(),
         };
-        ensure_topics(brokers, &topics, 1, &BTreeMap::new()).await?;
+        ensure_topics(brokers, &topics, 1, options).await?;
     }
     use futures_util::stream::{FuturesUnordered, StreamExt};
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("message.timeout.ms", "30000")
-        .set("linger.ms", "5")
-        .create()?;
+    let defaults = [("message.timeout.ms", "30000"), ("linger.ms", "5")];
+    let producer: FutureProducer = client(brokers, &defaults, options).create()?;
     let (mut sent, mut malformed) = (0u64, 0u64);
     let mut in_flight = FuturesUnordered::new();
     let started = std::time::Instant::now();
