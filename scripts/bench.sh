@@ -6,6 +6,17 @@ cd "$(dirname "$0")/.."
 cargo build --release --locked --quiet
 vigil=target/release/vigil
 median() { sort -n | sed -n 2p; }
+# The host's speed swings on shared machines (BENCHMARKS.md, eighth session): time a fixed piece
+# of work before and after, so that a reader can tell a slow machine from slow code.
+probe() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  head -c 300000000 /dev/zero | sha256sum >/dev/null
+  t1=$(date +%s.%N)
+  printf 'machine probe (%s): sha256 of 300 MB in %.2f s (lower is quieter; see BENCHMARKS.md)\n' \
+    "$1" "$(awk "BEGIN { print $t1 - $t0 }")"
+}
+probe before
 run() {
   local label=$1; shift
   local rates=()
@@ -24,3 +35,4 @@ run "(d) outliers, 1,000 peers per window" --workload outlier --keys 10000 --ste
 for n in 1 10 100 1000; do
   run "(e) mixed, $n rules" --workload mixed --rules-count "$n" --events 1000000
 done
+probe after
