@@ -7,7 +7,8 @@ cargo build --release --locked --quiet
 vigil=target/release/vigil
 median() { sort -n | sed -n 2p; }
 # The host's speed swings on shared machines (BENCHMARKS.md, eighth session): time a fixed piece
-# of work before and after, so that a reader can tell a slow machine from slow code.
+# of work before and after, so that a reader can tell a machine slow throughout from slow code
+# (it does not pick out single slowed runs: the host changes within seconds).
 probe() {
   local t0 t1
   t0=$(date +%s.%N)

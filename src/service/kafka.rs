@@ -58,7 +58,7 @@ pub fn consumer(
     // events as soon as they are there. Apache Kafka answers a fetch as soon as there is a
     // message, so this only bounds how often an idle consumer asks; a broker that holds every
     // fetch for the whole wait (Tansu does) adds up to twice it to the detection latency.
-    let defaults = [("fetch.wait.max.ms", FETCH_WAIT_MS), ("auto.offset.reset", "earliest")];
+    let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest")];
     client(brokers, &defaults, options)
         .set("group.id", group)
         // Offsets are committed after the checkpoint that covers them is stored.
@@ -66,9 +66,6 @@ pub fn consumer(
         .set("enable.partition.eof", "false")
         .create()
 }
-
-/// The consumer's default `fetch.wait.max.ms` (see [`consumer`]).
-pub const FETCH_WAIT_MS: &str = "5";
 
 /// Creates the topics that do not exist yet (one replica, `partitions` partitions), for
 /// brokers without automatic topic creation. Existing topics are left as they are.
