@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs the end-to-end benchmark workloads of BENCHMARKS.md, three times each, and prints the
-# median events/s of each. Release build; takes a few minutes on 2 cores.
+# Runs the end-to-end benchmark workloads of BENCHMARKS.md, RUNS times each (5 unless set), and
+# prints the median events/s of each with every run's rate. Release build; takes about two
+# minutes on 2 cores. VIGIL=path/to/vigil measures another build (to compare two builds, run
+# them alternately).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --quiet
-vigil=target/release/vigil
-median() { sort -n | sed -n 2p; }
+vigil=${VIGIL:-target/release/vigil}
+runs=${RUNS:-5}
+median() { sort -n | sed -n "$(((runs + 1) / 2))p"; }
 # The host's speed swings on shared machines (BENCHMARKS.md, eighth session): time a fixed piece
 # of work before and after, so that a reader can tell a machine slow throughout from slow code
 # (it does not pick out single slowed runs: the host changes within seconds).
@@ -21,7 +24,7 @@ probe before
 run() {
   local label=$1; shift
   local rates=()
-  for _ in 1 2 3; do
+  for _ in $(seq 1 "$runs"); do
     rates+=("$($vigil bench --json "$@" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["events_per_second"]))')")
   done
   printf '%-44s %12s events/s   (runs: %s)\n' "$label" "$(printf '%s\n' "${rates[@]}" | median)" "${rates[*]}"

@@ -270,3 +270,33 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
         startup_seconds: startup,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BENCHMARKS.md runs `benches/flink/qN.saql` with `vigil replay` beside Flink: they must be
+    /// the rules `vigil bench` measures.
+    #[test]
+    fn the_flink_query_files_hold_the_workloads_rules() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/flink");
+        for (name, workload) in [("q1", Workload::Filter), ("q2", Workload::Tumbling), ("q3", Workload::Sequence)] {
+            let text = std::fs::read_to_string(dir.join(format!("{name}.saql"))).expect("the query file");
+            let options = BenchOptions {
+                workload,
+                events: 0,
+                keys: 1000,
+                rules: 1,
+                step_us: 1000,
+                input: None,
+                rules_path: None,
+                latency_every: 16,
+            };
+            let from_file = crate::compile(name, text.as_bytes());
+            let from_workload = crate::compile(name, rules_for(&options).as_bytes());
+            assert!(from_file.is_ok() && from_workload.is_ok(), "{name} checks");
+            let plans = |c: &crate::Compiled| c.plans.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+            assert_eq!(plans(&from_file), plans(&from_workload), "{name}");
+        }
+    }
+}

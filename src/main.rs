@@ -116,6 +116,10 @@ enum Command {
         /// Use these rules instead of the workload's.
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// Write the workload's generated events to this file and stop, without running them:
+        /// the same events for another tool (BENCHMARKS.md runs Flink on them) or for `--input`.
+        #[arg(long, conflicts_with = "input")]
+        write_events: Option<PathBuf>,
         /// Time the latency of one line in this many (1: every line). Reading the clock costs
         /// about 35 ns here, several percent of an event's time.
         #[arg(long, default_value_t = 16)]
@@ -154,7 +158,18 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),
-        Command::Bench { workload, events, keys, rules_count, step_us, input, rules, latency_every, json } => {
+        Command::Bench {
+            workload,
+            events,
+            keys,
+            rules_count,
+            step_us,
+            input,
+            rules,
+            write_events,
+            latency_every,
+            json,
+        } => {
             let options = vigil::bench::BenchOptions {
                 workload,
                 events,
@@ -165,7 +180,12 @@ fn main() -> ExitCode {
                 rules_path: rules,
                 latency_every,
             };
-            bench(&options, json)
+            match write_events {
+                Some(path) => vigil::bench::generate(&path, &options)
+                    .map(|()| true)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display())),
+                None => bench(&options, json),
+            }
         }
         Command::Serve(args) => serve(*args),
         Command::Produce { brokers, topic, speed, format, create_topics, kafka_options, inputs } => {

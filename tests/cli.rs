@@ -127,6 +127,33 @@ fn replay_is_deterministic() {
 }
 
 #[test]
+fn bench_writes_the_events_it_would_run_and_runs_them_back_the_same() {
+    let path = temp_file("bench-events.jsonl", "");
+    let name = path.to_str().expect("utf-8");
+    let workload = ["--workload", "sequence", "--events", "20000", "--keys", "50", "--json"];
+    let (code, stdout, stderr) = vigil(&[&["bench", "--write-events", name][..], &workload].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty(), "writing the events runs nothing: {stdout}");
+    let text = std::fs::read_to_string(&path).expect("the events were written");
+    assert_eq!(text.lines().count(), 20000);
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().expect("a line")).expect("JSON");
+    assert_eq!(first["stream"], "task_usage");
+    assert_eq!(first["machine_id"], "m0");
+
+    let report = |args: &[&str]| -> serde_json::Value {
+        let (code, stdout, stderr) = vigil(&[&["bench"][..], args, &workload].concat());
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str(&stdout).expect("a JSON report")
+    };
+    let generated = report(&[]);
+    let read_back = report(&["--input", name]);
+    assert!(generated["alerts"].as_u64().is_some_and(|n| n > 0), "{generated}");
+    assert_eq!(generated["alerts"], read_back["alerts"]);
+    assert_eq!(read_back["events"], 20000);
+    assert_eq!(read_back["malformed"], 0);
+}
+
+#[test]
 fn vigil_test_runs_the_rule_tests() {
     let (code, stdout, _) = vigil(&["test", "rules/tests/host_silent.toml"]);
     assert_eq!(code, 0, "{stdout}");
