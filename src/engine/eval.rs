@@ -90,12 +90,39 @@ pub struct NumberTest(Vec<(usize, std::cmp::Ordering, bool, f64)>);
 impl NumberTest {
     /// The test for `e` on events of `source`, if `e` is of that kind.
     pub fn new(e: &TExpr, source: usize) -> Option<NumberTest> {
-        fn collect(e: &TExpr, source: usize, out: &mut Vec<(usize, std::cmp::Ordering, bool, f64)>) -> Option<()> {
+        Self::over(e, &|x| match &x.kind {
+            TExprKind::EventField { source: s, index, .. } if *s == source && *index != crate::event::TS_INDEX => {
+                Some(*index)
+            }
+            _ => None,
+        })
+    }
+
+    /// The same for a window rule's alert condition over the window that just closed
+    /// (`ss.avg_cpu > 0.9`, `ss[0].n >= 10 and ss.max_mem < 0.5`): positions are the state's
+    /// fields, read with [`NumberTest::holds_on_window`]. A rule set with many such rules over
+    /// one shared state (thresholds per team or per tier) judges each group without the
+    /// evaluator.
+    pub fn of_window(e: &TExpr) -> Option<NumberTest> {
+        Self::over(e, &|x| match &x.kind {
+            TExprKind::StateField { ago: 0, index, .. } => Some(*index),
+            _ => None,
+        })
+    }
+
+    /// The comparisons of `e` of a number `field` (its position) with a number literal, joined
+    /// by `and`; `None` if `e` has anything else.
+    fn over(e: &TExpr, field: &dyn Fn(&TExpr) -> Option<usize>) -> Option<NumberTest> {
+        fn collect(
+            e: &TExpr,
+            field: &dyn Fn(&TExpr) -> Option<usize>,
+            out: &mut Vec<(usize, std::cmp::Ordering, bool, f64)>,
+        ) -> Option<()> {
             use std::cmp::Ordering::{Greater, Less};
             let TExprKind::Binary(op, a, b) = &e.kind else { return None };
             if *op == BinOp::And {
-                collect(a, source, out)?;
-                return collect(b, source, out);
+                collect(a, field, out)?;
+                return collect(b, field, out);
             }
             // (ordering that makes it true, whether equal also does), field on the left.
             let (ord, or_equal) = match op {
@@ -105,14 +132,7 @@ impl NumberTest {
                 BinOp::Ge => (Greater, true),
                 _ => return None,
             };
-            let field = |x: &TExpr| match &x.kind {
-                TExprKind::EventField { source: s, index, .. }
-                    if *s == source && x.ty == crate::schema::Type::Number && *index != crate::event::TS_INDEX =>
-                {
-                    Some(*index)
-                }
-                _ => None,
-            };
+            let field = |x: &TExpr| field(x).filter(|_| x.ty == crate::schema::Type::Number);
             let number = |x: &TExpr| match x.kind {
                 TExprKind::Number(n) => Some(n),
                 _ => None,
@@ -126,8 +146,17 @@ impl NumberTest {
             Some(())
         }
         let mut tests = Vec::new();
-        collect(e, source, &mut tests)?;
+        collect(e, field, &mut tests)?;
         Some(NumberTest(tests))
+    }
+
+    /// Whether a test made by [`NumberTest::of_window`] holds for a group's history.
+    pub fn holds_on_window(&self, history: &History) -> bool {
+        let window = history.first();
+        self.holds_on(|index| match window.and_then(|w| w.get(index)) {
+            Some(Value::Num(x)) => Some(*x),
+            _ => None,
+        })
     }
 
     pub fn holds(&self, event: &Event) -> bool {

@@ -948,6 +948,89 @@ mod tests {
     }
 
     #[test]
+    fn compiled_window_conditions_hold_exactly_when_the_evaluator_says_so() {
+        let state = "task t use machine m as e #time(10 s) state[2] ss { a := avg(e.cpu), n := count() } group by m";
+        let rules = format!(
+            "rule p {{ {state} alert ss.a > 0.5 }}
+             rule q {{ {state} alert ss[0].a >= 0.5 and 0.25 > ss.n }}
+             rule r {{ {state} alert ss.n <= 0.5 and ss.a < 1 and ss.a >= 0 }}
+             rule s {{ {state} alert ss[1].a > 0.5 }}
+             rule t {{ {state} alert ss.a > ss.n }}
+             rule u {{ {state} alert ss.a > 0.5 or ss.n > 0.5 }}"
+        );
+        let regexes = RegexCache::default();
+        let values =
+            [Value::Null, Value::Num(f64::NAN), Value::Num(0.0), Value::Num(0.25), Value::Num(0.5), Value::Num(1.0)];
+        let mut compiled = Vec::new();
+        for plan in plans(&rules) {
+            let condition = &plan.alert.condition;
+            let Some(test) = eval::NumberTest::of_window(condition) else { continue };
+            compiled.push(plan.name.clone());
+            for a in &values {
+                for n in &values {
+                    let newest: Arc<[Value]> = vec![a.clone(), n.clone()].into();
+                    let older: Arc<[Value]> = vec![Value::Num(0.9), Value::Num(0.9)].into();
+                    for history in [vec![newest.clone()], vec![newest, older], vec![]] {
+                        let events = [None];
+                        let env = Env {
+                            sources: &plan.sources,
+                            events: &events,
+                            state: Some(&history),
+                            baselines: None,
+                            cluster: None,
+                            regexes: &regexes,
+                        };
+                        let expected = eval::holds(condition, &env);
+                        assert_eq!(test.holds_on_window(&history), expected, "{}: {history:?}", plan.name);
+                    }
+                }
+            }
+        }
+        assert_eq!(compiled, ["p", "q", "r"], "only comparisons of the newest window with literals compile");
+    }
+
+    #[test]
+    fn many_threshold_rules_over_one_state_alert_as_each_would_alone() {
+        // The rules share one window operator and are judged by compiled tests; each run alone
+        // (no sharing) must give the same alerts, resolutions included.
+        let rule = |i: usize, threshold: f64| {
+            format!(
+                "rule w{i} {{ task t use machine m as e #time(10 s)
+                   state ss {{ c := avg(e.cpu), n := count() }} group by m
+                   alert ss.c > {threshold} and ss.n >= 2 }}\n"
+            )
+        };
+        let thresholds = [0.3, 0.5, 0.5, 0.7, 0.9];
+        let all: String = thresholds.iter().enumerate().map(|(i, &t)| rule(i, t)).collect();
+        let events: Vec<Event> = (0..600)
+            .map(|i| {
+                let mut e = Event::new(crate::schema::Stream::TaskUsage, i * 250);
+                e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0));
+                let cpu = ((i * 37) % 100) as f64 / 100.0;
+                e.set("machine_id", Value::str(&format!("m{}", i % 7))).set("cpu", Value::Num(cpu));
+                e
+            })
+            .collect();
+        let run = |rules: &str| {
+            let mut engine = Engine::new(plans(rules), EngineConfig::default());
+            let mut out = Vec::new();
+            for e in &events {
+                engine.push(e.clone(), &mut out);
+            }
+            engine.advance_to(200_000, &mut out);
+            out.into_iter().map(|a| (a.rule.to_string(), a.id, a.status, a.time)).collect::<Vec<_>>()
+        };
+        let shared = run(&all);
+        let mut alone: Vec<_> = thresholds.iter().enumerate().flat_map(|(i, &t)| run(&rule(i, t))).collect();
+        let mut together = shared.clone();
+        together.sort_by(|a, b| (&a.0, a.3, &a.1).cmp(&(&b.0, b.3, &b.1)));
+        alone.sort_by(|a, b| (&a.0, a.3, &a.1).cmp(&(&b.0, b.3, &b.1)));
+        assert_eq!(together, alone);
+        let resolved = shared.iter().filter(|a| a.2 == crate::alert::Status::Resolved).count();
+        assert!(resolved > 0 && shared.len() > resolved, "the run fires and resolves: {shared:?}");
+    }
+
+    #[test]
     fn window_arguments_read_in_place_or_evaluated_agree_and_alerts_come_in_key_order() {
         // `sum(e.cpu)` is read in place, `sum(e.cpu * 100)` through the evaluator, `count()`
         // has no argument; each window's alerts come out by machine whatever the map's order.

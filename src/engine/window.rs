@@ -9,7 +9,7 @@
 //! forgotten.
 
 use super::alerting::Alerting;
-use super::eval::{eval, holds, ClusterResult, Env, History, RegexCache};
+use super::eval::{eval, holds, ClusterResult, Env, History, NumberTest, RegexCache};
 use super::invariant::Baseline;
 use super::outlier;
 use super::state::Acc;
@@ -90,7 +90,11 @@ impl WindowOperatorBuilder {
         let dependents: Vec<Dependent> = self
             .plans
             .into_iter()
-            .map(|plan| Dependent { alerting: Alerting::new(plan.clone(), key_names.clone()), plan })
+            .map(|plan| Dependent {
+                alerting: Alerting::new(plan.clone(), key_names.clone()),
+                test: plan.invariant.is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
+                plan,
+            })
             .collect();
         let args: Vec<(Option<usize>, Value)> = state
             .fields
@@ -147,6 +151,9 @@ type WindowState = (KeyMap<Group>, Option<Millis>, Vec<super::alerting::Alerting
 struct Dependent {
     plan: Arc<RulePlan>,
     alerting: Alerting,
+    /// The alert condition compiled, when it only compares the closed window's numbers with
+    /// literals (and the rule has no invariant, whose baselines it would read).
+    test: Option<NumberTest>,
 }
 
 /// A group's open windows, oldest first, in one allocation: each window's start followed by its
@@ -370,6 +377,12 @@ impl WindowOperator {
             let events = [Some(stand_in(last_event, rebuild, key, &mut scratch))];
             let active = *active;
             for (d, dependent) in dependents.iter_mut().enumerate() {
+                // The common case of many threshold rules over one state: a compiled test, and
+                // for a group that does not meet it and has no alert to resolve, nothing more.
+                let compiled = dependent.test.as_ref().map(|test| test.holds_on_window(history));
+                if compiled == Some(false) && dependent.alerting.active() == 0 {
+                    continue;
+                }
                 let plan = &dependent.plan;
                 let cluster = clusters[d].get(key);
                 let env =
@@ -393,7 +406,7 @@ impl WindowOperator {
                         }
                     }
                     None => {
-                        let fires = holds(&plan.alert.condition, &env);
+                        let fires = compiled.unwrap_or_else(|| holds(&plan.alert.condition, &env));
                         let evidence = || evidence(names, history, end, size, slide, None, cluster);
                         alerting.observe(key, end, fires, &env, evidence, out);
                     }
