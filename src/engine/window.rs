@@ -177,22 +177,30 @@ impl OpenWindows {
         self.0.is_empty()
     }
 
-    /// The accumulators of the window starting at `start`, opened from `empty` if it is not
-    /// open yet (starts arrive in increasing order, so a new window goes last).
-    fn window(&mut self, start: Millis, empty: &[Acc]) -> impl Iterator<Item = &mut Acc> {
-        let at = match self.0.iter().position(|slot| matches!(slot, Slot::Start(s) if *s == start)) {
-            Some(at) => at,
-            None => {
-                self.0.push(Slot::Start(start));
-                self.0.extend(empty.iter().cloned().map(Slot::Acc));
-                self.0.len() - empty.len() - 1
+    /// Every window from `first` to `last` (starts `slide` apart), each opened from `empty` if
+    /// it is not open yet; `add` gets the accumulators of each. Windows are kept in start order
+    /// and each holds one accumulator per field, so one pass over them finds every window an
+    /// event falls in (size/slide of them in a sliding window).
+    fn update(&mut self, first: Millis, last: Millis, slide: Millis, empty: &[Acc], mut add: impl FnMut(&mut [Slot])) {
+        let stride = empty.len() + 1;
+        let mut at = 0;
+        let mut start = first;
+        while start <= last {
+            while matches!(self.0.get(at), Some(Slot::Start(s)) if *s < start) {
+                at += stride;
             }
-        };
-        let end = self.run_end(at);
-        self.0[at + 1..end].iter_mut().filter_map(|slot| match slot {
-            Slot::Acc(acc) => Some(acc),
-            Slot::Start(_) => None,
-        })
+            at = at.min(self.0.len());
+            if !matches!(self.0.get(at), Some(Slot::Start(s)) if *s == start) {
+                // Starts arrive in increasing order, so a new window almost always goes last.
+                let window = std::iter::once(Slot::Start(start)).chain(empty.iter().cloned().map(Slot::Acc));
+                self.0.splice(at..at, window);
+            }
+            if let Some(accs) = self.0.get_mut(at + 1..at + stride) {
+                add(accs);
+            }
+            at += stride;
+            start += slide;
+        }
     }
 
     /// Where the window whose start is at `at` ends: at the next start, or at the end.
@@ -600,13 +608,13 @@ impl Operator for WindowOperator {
             if keep_event {
                 group.last_event = Some(event.clone());
             }
-            let mut start = first_start;
-            while start <= last_start {
-                for (acc, (field, value)) in group.open.window(start, empty).zip(&args) {
-                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
+            group.open.update(first_start, last_start, slide, empty, |accs| {
+                for (slot, (field, value)) in accs.iter_mut().zip(&args) {
+                    if let Slot::Acc(acc) = slot {
+                        acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
+                    }
                 }
-                start += slide;
-            }
+            });
         };
         // A live group is found from the event's fields in place (the positions of a stand-in
         // event's key values are where the key's values are read); only a new one needs its key.
@@ -691,15 +699,61 @@ mod tests {
     use crate::plan::AggFunc;
 
     #[test]
+    fn an_event_updates_every_window_it_falls_in_once_and_windows_stay_in_start_order() {
+        let empty = [Acc::new(AggFunc::Count, false)];
+        let count = |accs: &mut [Slot]| {
+            for slot in accs {
+                if let Slot::Acc(acc) = slot {
+                    acc.add(&Value::Null);
+                }
+            }
+        };
+        let mut open = OpenWindows::default();
+        open.update(0, 50, 10, &empty, count);
+        open.update(20, 70, 10, &empty, count);
+        // A window missing in the middle (which events in time order never leave) is opened in
+        // its place.
+        let mut gap = OpenWindows::default();
+        gap.update(0, 0, 10, &empty, count);
+        gap.update(20, 20, 10, &empty, count);
+        gap.update(10, 20, 10, &empty, count);
+        let counts = |open: &OpenWindows| -> Vec<(Millis, Vec<Value>)> {
+            open.windows().into_iter().map(|(start, accs)| (start, accs.iter().map(|a| a.result()).collect())).collect()
+        };
+        let n = |x: f64| vec![Value::Num(x)];
+        assert_eq!(
+            counts(&open),
+            [
+                (0, n(1.0)),
+                (10, n(1.0)),
+                (20, n(2.0)),
+                (30, n(2.0)),
+                (40, n(2.0)),
+                (50, n(2.0)),
+                (60, n(1.0)),
+                (70, n(1.0))
+            ]
+        );
+        assert_eq!(counts(&gap), [(0, n(1.0)), (10, n(1.0)), (20, n(2.0))]);
+    }
+
+    #[test]
     fn open_windows_share_one_allocation_and_keep_the_checkpoint_format() {
         // A slot is no larger than the accumulator it holds.
         assert_eq!(std::mem::size_of::<Slot>(), std::mem::size_of::<Acc>());
         let empty = [Acc::new(AggFunc::Avg, true), Acc::new(AggFunc::Count, false)];
         let mut open = OpenWindows::default();
-        for (start, x) in [(0, 1.0), (10, 2.0), (0, 3.0), (20, 4.0), (10, 5.0)] {
-            for acc in open.window(start, &empty) {
-                acc.add(&Value::Num(x));
+        let add = |x: f64| {
+            move |accs: &mut [Slot]| {
+                for slot in accs {
+                    if let Slot::Acc(acc) = slot {
+                        acc.add(&Value::Num(x));
+                    }
+                }
             }
+        };
+        for (start, x) in [(0, 1.0), (10, 2.0), (0, 3.0), (20, 4.0), (10, 5.0)] {
+            open.update(start, start, 10, &empty, add(x));
         }
         // Written as the list of (start, accumulators) that checkpoints held before.
         let before: Vec<(Millis, Box<[Acc]>)> = vec![
