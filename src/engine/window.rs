@@ -178,10 +178,17 @@ impl OpenWindows {
     }
 
     /// Every window from `first` to `last` (starts `slide` apart), each opened from `empty` if
-    /// it is not open yet; `add` gets the accumulators of each. Windows are kept in start order
-    /// and each holds one accumulator per field, so one pass over them finds every window an
-    /// event falls in (size/slide of them in a sliding window).
-    fn update(&mut self, first: Millis, last: Millis, slide: Millis, empty: &[Acc], mut add: impl FnMut(&mut [Slot])) {
+    /// it is not open yet; `add` gets each of their accumulators with its field's position.
+    /// Windows are kept in start order and each holds one accumulator per field, so one pass
+    /// over them finds every window an event falls in (size/slide of them in a sliding window).
+    fn update(
+        &mut self,
+        first: Millis,
+        last: Millis,
+        slide: Millis,
+        empty: &[Acc],
+        mut add: impl FnMut(usize, &mut Acc),
+    ) {
         let stride = empty.len() + 1;
         let mut at = 0;
         let mut start = first;
@@ -195,8 +202,10 @@ impl OpenWindows {
                 let window = std::iter::once(Slot::Start(start)).chain(empty.iter().cloned().map(Slot::Acc));
                 self.0.splice(at..at, window);
             }
-            if let Some(accs) = self.0.get_mut(at + 1..at + stride) {
-                add(accs);
+            for (field, slot) in self.0.iter_mut().skip(at + 1).take(stride - 1).enumerate() {
+                if let Slot::Acc(acc) = slot {
+                    add(field, acc);
+                }
             }
             at += stride;
             start += slide;
@@ -608,11 +617,9 @@ impl Operator for WindowOperator {
             if keep_event {
                 group.last_event = Some(event.clone());
             }
-            group.open.update(first_start, last_start, slide, empty, |accs| {
-                for (slot, (field, value)) in accs.iter_mut().zip(&args) {
-                    if let Slot::Acc(acc) = slot {
-                        acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
-                    }
+            group.open.update(first_start, last_start, slide, empty, |f, acc| {
+                if let Some((field, value)) = args.get(f) {
+                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
                 }
             });
         };
@@ -701,13 +708,7 @@ mod tests {
     #[test]
     fn an_event_updates_every_window_it_falls_in_once_and_windows_stay_in_start_order() {
         let empty = [Acc::new(AggFunc::Count, false)];
-        let count = |accs: &mut [Slot]| {
-            for slot in accs {
-                if let Slot::Acc(acc) = slot {
-                    acc.add(&Value::Null);
-                }
-            }
-        };
+        let count = |_: usize, acc: &mut Acc| acc.add(&Value::Null);
         let mut open = OpenWindows::default();
         open.update(0, 50, 10, &empty, count);
         open.update(20, 70, 10, &empty, count);
@@ -743,17 +744,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Slot>(), std::mem::size_of::<Acc>());
         let empty = [Acc::new(AggFunc::Avg, true), Acc::new(AggFunc::Count, false)];
         let mut open = OpenWindows::default();
-        let add = |x: f64| {
-            move |accs: &mut [Slot]| {
-                for slot in accs {
-                    if let Slot::Acc(acc) = slot {
-                        acc.add(&Value::Num(x));
-                    }
-                }
-            }
-        };
         for (start, x) in [(0, 1.0), (10, 2.0), (0, 3.0), (20, 4.0), (10, 5.0)] {
-            open.update(start, start, 10, &empty, add(x));
+            open.update(start, start, 10, &empty, |_, acc| acc.add(&Value::Num(x)));
         }
         // Written as the list of (start, accumulators) that checkpoints held before.
         let before: Vec<(Millis, Box<[Acc]>)> = vec![
