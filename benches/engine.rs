@@ -77,6 +77,16 @@ fn benches(c: &mut Criterion) {
         "rule s { task t use machine m as e #time(1 min, 10 s) state ss { a := avg(e.cpu) } group by m alert ss.a > 0.9 }",
         1000,
     );
+    // 250 rules over one shared state that differ in their thresholds, all judged at each of
+    // the ten closes (1 s windows over 10 s of events): 2.5M judgements per iteration. No
+    // event's cpu reaches a threshold, so it measures judging, not building alerts.
+    let thresholds: String = (0..250)
+        .map(|i| {
+            let t = 1.0 + i as f64 / 1000.0;
+            format!("rule w{i} {{ task t use machine m as e #time(1 s) state ss {{ a := avg(e.cpu), n := count() }} group by m alert ss.a > {t} }}\n")
+        })
+        .collect();
+    operator(c, "window_250_threshold_rules", &thresholds, 1000);
     operator(
         c,
         "sequence",

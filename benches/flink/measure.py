@@ -5,8 +5,8 @@
 Prints one JSON line per run: wall seconds from start to exit, and the peak of the summed
 resident memory of the command and every process under it (Flink's JVM is a child of the
 Python driver, so /usr/bin/time's figure, the largest single process waited for, misses it),
-sampled every 100 ms. Then the median of the runs. Works for any command; BENCHMARKS.md runs
-it on Flink's jobs and on `vigil replay` alike.
+sampled every 50 ms (a peak shorter than that may be missed). Then the medians of the runs.
+Works for any command; BENCHMARKS.md runs it on Flink's jobs and on `vigil replay` alike.
 """
 
 import json
@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -43,15 +44,24 @@ def tree_rss(root: int) -> int:
 def run_once(command: list[str]) -> dict:
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        time.sleep(0.1)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out = proc.communicate()[0].decode()
+    # Timed at the exit itself, not at the sampler's next tick.
     seconds = time.monotonic() - started
-    out = proc.stdout.read().decode() if proc.stdout else ""
+    done.set()
+    sampler.join()
     if proc.returncode != 0:
         sys.exit(f"{command} exited with {proc.returncode}")
-    return {"seconds": round(seconds, 3), "peak_tree_rss_mib": round(peak / 1048576, 1), "stdout": out.strip()[-200:]}
+    return {"seconds": round(seconds, 3), "peak_tree_rss_mib": round(peak[0] / 1048576, 1), "stdout": out.strip()[-200:]}
 
 
 def main() -> None:
