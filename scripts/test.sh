@@ -90,8 +90,10 @@ rm -f target/tmp/fault-tally.md
 cargo test --locked --lib --bins --tests -- --include-ignored "${skip_pg_fault[@]}"
 echo "fault injection (fault | injected | expected | stored | lost | duplicated | delivered | undelivered | repeated calls):"
 cat target/tmp/fault-tally.md 2>/dev/null || true
-# The benchmarks, once each in test mode: they build and run, they are not timed.
+# The benchmarks, once each in test mode: they build and run, they are not timed. The Flink
+# comparison's scripts need Flink, which the tests do not install: they are only parsed.
 cargo test --locked --benches
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py
 # The binary users run: the shipped rules check clean and pass their behaviour tests.
 cargo run --locked --quiet -- check rules
 cargo run --locked --quiet -- test rules
