@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: `scripts/test.sh`.
 #
-# Needs: a Rust toolchain, and PostgreSQL at 127.0.0.1:5432 with trust auth (started here with
+# Needs: a Rust toolchain, python3, and PostgreSQL at 127.0.0.1:5432 with trust auth (started with
 # pg_ctlcluster if it is installed but down). Installs the Tansu Kafka broker with cargo when it
 # is missing (about 13 minutes, once), starts it on a free port for the run, and stops it after.
 set -euo pipefail
