@@ -7,9 +7,9 @@ Results go to a blackhole sink, so the time is reading, decoding and evaluating.
     python3 benches/flink/flink_queries.py q1|q2|q3 EVENTS.jsonl
 
 prints one JSON object: the query, the file, and the job's wall time from submission to its
-end. The whole process, start-up included, is timed from outside (`/usr/bin/time`); the
-steady-state rate comes from two files of different sizes (BENCHMARKS.md, "Flink on this
-machine"), so that start-up and the JIT's warm-up cancel out.
+end. The whole process, start-up included, is timed from outside (`benches/flink/measure.py`);
+the steady-state rate comes from two files of different sizes (BENCHMARKS.md, "Against
+Apache Flink 2.3 on this machine"), so that start-up and the JIT's warm-up cancel out.
 """
 
 import json

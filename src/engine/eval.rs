@@ -153,17 +153,11 @@ impl NumberTest {
     /// Whether a test made by [`NumberTest::of_window`] holds for a group's history.
     pub fn holds_on_window(&self, history: &History) -> bool {
         let window = history.first();
-        self.holds_on(|index| match window.and_then(|w| w.get(index)) {
-            Some(Value::Num(x)) => Some(*x),
-            _ => None,
-        })
+        self.holds_on(|index| number(window.and_then(|w| w.get(index))))
     }
 
     pub fn holds(&self, event: &Event) -> bool {
-        self.holds_on(|index| match event.fields.get(index) {
-            Some(Value::Num(x)) => Some(*x),
-            _ => None,
-        })
+        self.holds_on(|index| number(event.fields.get(index)))
     }
 
     /// The field positions it reads, as bits.
@@ -182,6 +176,14 @@ impl NumberTest {
             },
             None => false,
         })
+    }
+}
+
+/// A value that is a number, as a [`NumberTest`] reads it; anything else, or none, is unknown.
+fn number(v: Option<&Value>) -> Option<f64> {
+    match v {
+        Some(Value::Num(x)) => Some(*x),
+        _ => None,
     }
 }
 
