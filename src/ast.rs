@@ -322,6 +322,22 @@ impl BinOp {
 }
 
 /// Formats a duration in the largest unit that divides it: `90000` ms prints as `90 s`.
+/// A duration for people, to one decimal in its largest unit: `7977.9 years`, `3.5 h`, `250 ms`.
+pub fn human_duration(millis: u64) -> String {
+    const UNITS: [(f64, &str); 6] = [
+        (31_557_600_000.0, "years"),
+        (86_400_000.0, "days"),
+        (3_600_000.0, "h"),
+        (60_000.0, "min"),
+        (1_000.0, "s"),
+        (1.0, "ms"),
+    ];
+    let ms = millis as f64;
+    let (size, unit) = UNITS.iter().find(|(size, _)| ms >= *size).copied().unwrap_or((1.0, "ms"));
+    let text = format!("{:.1}", ms / size);
+    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
+}
+
 pub fn format_duration(millis: u64) -> String {
     const UNITS: [(u64, &str); 5] =
         [(604_800_000, "w"), (86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s")];

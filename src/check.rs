@@ -10,6 +10,10 @@ use std::collections::{HashMap, HashSet};
 /// Most windows a state may keep, and most a baseline may train on.
 const MAX_HISTORY: u64 = 10_000;
 const MAX_TRAINING_WINDOWS: u64 = 1_000_000;
+/// Windows one event may update: a window's length over its slide.
+const MAX_OPEN_WINDOWS: u64 = 1_000;
+/// Values one group of a windowed rule may keep: its open and past windows, times its fields.
+const MAX_GROUP_VALUES: u64 = 100_000;
 /// Most repetitions a counted step may ask for; each is a live partial match.
 const MAX_COUNT: u64 = 100_000;
 
@@ -166,6 +170,9 @@ impl<'a> RuleChecker<'a> {
         let windowed = r.patterns.iter().any(|p| p.window.is_some());
         self.mixing_checks(windowed, sequence.is_some());
         let state = self.state_clause();
+        if let (Some(w), Some(st)) = (&window, &state) {
+            self.state_cost(w, st);
+        }
         let invariant = self.invariant();
         let cluster = self.cluster();
 
@@ -411,6 +418,49 @@ impl<'a> RuleChecker<'a> {
             }
         }
         Some(WindowPlan { size_ms: w.size.millis, slide_ms: slide })
+    }
+
+    /// What one group of a windowed rule costs: one event updates every window open at its
+    /// time, and a group keeps those windows and its history, a value per field each.
+    fn state_cost(&mut self, w: &WindowPlan, st: &StatePlan) {
+        let Some(spec) = self.rule.patterns.iter().find_map(|p| p.window.as_ref()) else { return };
+        let open = w.size_ms / w.slide_ms;
+        if open > MAX_OPEN_WINDOWS {
+            self.error(
+                Diagnostic::new(
+                    codes::COST,
+                    format!("each event would update {open} windows; at most {MAX_OPEN_WINDOWS} are allowed"),
+                    spec.span,
+                    "too many windows open at once",
+                )
+                .with_note("a sliding window keeps length/slide windows open per group, and every event updates each")
+                .with_help(format!(
+                    "slide further, e.g. `#time({}, {})`, or use a shorter window",
+                    format_duration(w.size_ms),
+                    format_duration(coarser_slide(w.size_ms))
+                )),
+            );
+            return;
+        }
+        let values = (open + st.history as u64).saturating_mul(st.fields.len().max(1) as u64);
+        if values > MAX_GROUP_VALUES {
+            let span = self.rule.state.as_ref().map_or(spec.span, |s| s.history.map_or(s.name.span, |(_, at)| at));
+            self.error(
+                Diagnostic::new(
+                    codes::COST,
+                    format!("each group would keep {values} values; at most {MAX_GROUP_VALUES} are allowed"),
+                    span,
+                    "too much state per group",
+                )
+                .with_note(format!(
+                    "a group keeps {open} open window(s) and {} past one(s), {} field(s) each; with many groups \
+                     this is memory the service runs out of",
+                    st.history,
+                    st.fields.len()
+                ))
+                .with_help("keep fewer windows in `state[k]`, or fewer fields"),
+            );
+        }
     }
 
     fn sequence(&mut self) -> Option<SequencePlan> {
@@ -2010,6 +2060,13 @@ fn capitalise(s: &str) -> String {
         Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
+}
+
+/// The smallest round slide that divides `size` and keeps at most [`MAX_OPEN_WINDOWS`]
+/// windows open (`size` itself at worst).
+fn coarser_slide(size: u64) -> u64 {
+    const ROUND: [u64; 14] = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1_800, 3_600, 7_200, 21_600, 86_400];
+    ROUND.iter().map(|s| s * 1_000).find(|&slide| size % slide == 0 && size / slide <= MAX_OPEN_WINDOWS).unwrap_or(size)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

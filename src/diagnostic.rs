@@ -43,6 +43,7 @@ pub mod codes {
     pub const SEVERITY: &str = "E0309";
     pub const DURATION_RANGE: &str = "E0310";
     pub const MODEL_MIX: &str = "E0311";
+    pub const COST: &str = "E0312";
 }
 
 #[derive(Debug, Clone, PartialEq)]

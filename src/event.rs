@@ -184,10 +184,75 @@ pub fn format_time(ms: Millis) -> String {
     }
 }
 
+/// The wall clock, in epoch milliseconds.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Parses RFC 3339 (`2026-01-01T00:00:00Z`) into epoch milliseconds.
 pub fn parse_time(s: &str) -> Option<Millis> {
     let t = OffsetDateTime::parse(s.trim(), &Rfc3339).ok()?;
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// The earliest event time taken in: the Unix epoch (traces that count from their own start,
+/// as Google's and Alibaba's do, begin there).
+pub const MIN_TS: Millis = 0;
+/// The latest event time taken in: the last millisecond of year 9999. Within these bounds no
+/// sum of an event time and a duration a rule can write (ten years at most) overflows.
+pub const MAX_TS: Millis = 253_402_300_799_999;
+
+/// Which event times are taken in, beyond [`MIN_TS`]..=[`MAX_TS`]: not too far ahead of the
+/// wall clock, nor of the watermark. An event outside them is refused with the reason, so that
+/// one hostile or broken timestamp cannot move event time far ahead and make every later event
+/// late.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeBounds {
+    /// How far ahead of the wall clock `ts` may be.
+    pub max_future_ms: Option<Millis>,
+    /// How far ahead of the watermark `ts` may be.
+    pub max_jump_ms: Option<Millis>,
+}
+
+impl TimeBounds {
+    /// Whether `ts` is taken when the wall clock says `now` and event time is at `watermark`.
+    pub fn check(&self, ts: Millis, now: Millis, watermark: Option<Millis>) -> Result<(), DecodeError> {
+        let refuse = |reason: String| Err(bad(Some("ts".into()), reason));
+        if !(MIN_TS..=MAX_TS).contains(&ts) {
+            return refuse(format!("{} is outside 1970-01-01 to 9999-12-31", time_text(ts)));
+        }
+        if let Some(max) = self.max_future_ms {
+            if ts > now.saturating_add(max) {
+                return refuse(format!(
+                    "{} is {} ahead of this machine's clock; at most {} is accepted",
+                    format_time(ts),
+                    crate::ast::human_duration(ts.abs_diff(now)),
+                    crate::ast::human_duration(max.unsigned_abs())
+                ));
+            }
+        }
+        if let (Some(max), Some(w)) = (self.max_jump_ms, watermark) {
+            if ts > w.saturating_add(max) {
+                return refuse(format!(
+                    "{} is {} ahead of event time ({}); at most {} is accepted",
+                    format_time(ts),
+                    crate::ast::human_duration(ts.abs_diff(w)),
+                    format_time(w),
+                    crate::ast::human_duration(max.unsigned_abs())
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A time for a message: RFC 3339 when it has a four-digit year, else epoch milliseconds.
+fn time_text(ts: Millis) -> String {
+    if (MIN_TS..=MAX_TS).contains(&ts) {
+        format_time(ts)
+    } else {
+        format!("{ts} (epoch milliseconds)")
+    }
 }
 
 /// The position that stands for `ts` in field lookups by index.
@@ -323,6 +388,10 @@ impl fmt::Display for DecodeError {
 
 fn bad(field: impl Into<Option<String>>, reason: impl Into<String>) -> DecodeError {
     DecodeError { field: field.into(), reason: reason.into() }
+}
+
+fn twice(field: &str) -> DecodeError {
+    bad(Some(field.to_string()), "given twice; an event names each field once")
 }
 
 /// Longest string value accepted in an event; longer values are an attack or a bug.
@@ -647,8 +716,11 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
         let mut key = first;
         while let Some(k) = key {
             match k {
+                Key::Stream if stream.is_some() => return Err(fail(twice("stream"))),
                 Key::Stream => stream = Some(map.next_value::<Raw<'de>>()?),
+                Key::Ts if ts.is_some() => return Err(fail(twice("ts"))),
                 Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
+                Key::Field(i) if fields[i].is_some() => return Err(fail(twice(FIELD_NAMES[i]))),
                 Key::Field(i) => fields[i] = Some(map.next_value::<Raw<'de>>()?),
                 Key::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -672,20 +744,23 @@ impl EventSeed<'_> {
         let fail = |e: DecodeError| self.fail::<A::Error>(e);
         let mut event = Event::new(stream, 0);
         let mut ts = None;
+        // Global field numbers seen, so that a key given twice is refused rather than the last
+        // value taken: a reader that takes the first would see another event.
+        let mut seen = 0u32;
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match key {
-                Key::Stream => {
-                    if stream_of(Some(map.next_value::<Raw<'de>>()?), None).map_err(fail)? != stream {
-                        return Err(fail(bad(Some("stream".into()), "given twice, as two different streams")));
-                    }
-                }
+                Key::Stream => return Err(fail(twice("stream"))),
+                Key::Ts if ts.is_some() => return Err(fail(twice("ts"))),
                 Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
+                Key::Field(g) if seen & (1 << g) != 0 => return Err(fail(twice(FIELD_NAMES[g]))),
                 Key::Field(g) => match stream_position(stream, g) {
                     Some(p) => {
+                        seen |= 1 << g;
                         let (name, ty) = stream.fields()[p];
                         event.fields[p] = map.next_value_seed(TypedSeed { name, ty })?.map_err(fail)?;
                     }
                     None => {
+                        seen |= 1 << g;
                         map.next_value::<serde::de::IgnoredAny>()?;
                     }
                 },
@@ -914,6 +989,41 @@ mod tests {
         }
         let twice = decode(r#"{"stream":"metric","ts":0,"stream":"task_usage"}"#, None).expect_err("two streams");
         assert_eq!(twice.field.as_deref(), Some("stream"));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_whichever_comes_first() {
+        // A second `ts` would otherwise win, and could hide a hostile time behind a normal one.
+        for line in [
+            r#"{"stream":"metric","ts":0,"host":"h","ts":253402300799999}"#,
+            r#"{"ts":0,"host":"h","ts":1,"stream":"metric"}"#,
+            r#"{"stream":"metric","ts":0,"host":"h","host":"g"}"#,
+            r#"{"host":"h","ts":0,"host":"g","stream":"metric"}"#,
+            r#"{"stream":"metric","ts":0,"stream":"metric"}"#,
+            r#"{"stream":"task_usage","ts":0,"host":1,"host":2}"#,
+        ] {
+            let e = decode(line, None).expect_err(line);
+            assert!(e.reason.contains("given twice"), "{line}: {e}");
+        }
+        // Unknown keys may repeat: Vigil does not read them.
+        assert!(decode(r#"{"stream":"metric","ts":0,"x":1,"x":2}"#, None).is_ok());
+    }
+
+    #[test]
+    fn time_bounds_refuse_times_out_of_range_and_too_far_ahead() {
+        let now = 1_767_225_600_000;
+        let bounds = TimeBounds { max_future_ms: Some(300_000), max_jump_ms: Some(3_600_000) };
+        assert!(bounds.check(now, now, None).is_ok());
+        assert!(bounds.check(now + 300_000, now, Some(now)).is_ok());
+        let far = bounds.check(MAX_TS, now, None).expect_err("far future");
+        assert!(far.to_string().starts_with("field `ts`: 9999-12-31T23:59:59.999Z is 7973.8 years ahead"), "{far}");
+        for ts in [i64::MAX, i64::MIN, -1, MAX_TS + 1] {
+            let e = TimeBounds::default().check(ts, now, None).expect_err("out of range");
+            assert!(e.reason.contains("outside 1970-01-01 to 9999-12-31"), "{e}");
+        }
+        let jump = bounds.check(now - 600_000, now, Some(now - 4_300_000)).expect_err("a jump");
+        assert!(jump.reason.contains("ahead of event time"), "{jump}");
+        assert!(TimeBounds::default().check(MAX_TS, now, Some(0)).is_ok(), "no limits but the range");
     }
 
     #[test]

@@ -60,6 +60,14 @@ enum Command {
         /// Stop at the first malformed line.
         #[arg(long)]
         strict: bool,
+        /// How far ahead of this machine's clock an event may be; later ones are malformed
+        /// lines (`0s`: no limit). Times before 1970 or after 9999 are always refused.
+        #[arg(long, default_value = "5min", value_parser = duration)]
+        max_event_future: u64,
+        /// How far ahead of event time an event may jump; further ones are malformed lines
+        /// (`0s`: no limit).
+        #[arg(long, default_value = "0s", value_parser = duration)]
+        max_event_jump: u64,
         /// Host of NAB series (default: from the file name).
         #[arg(long)]
         host: Option<String>,
@@ -153,8 +161,23 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { paths, format } => check(&paths, format),
         Command::Explain { file } => explain(&file),
-        Command::Replay { rules, inputs, format, speed, out, lateness, strict, host, metric_name } => {
-            let options = ReplayOptions { lateness_ms: lateness as i64, speed, strict };
+        Command::Replay {
+            rules,
+            inputs,
+            format,
+            speed,
+            out,
+            lateness,
+            strict,
+            max_event_future,
+            max_event_jump,
+            host,
+            metric_name,
+        } => {
+            let limit = |ms: u64| (ms > 0).then_some(ms as i64);
+            let bounds =
+                vigil::event::TimeBounds { max_future_ms: limit(max_event_future), max_jump_ms: limit(max_event_jump) };
+            let options = ReplayOptions { lateness_ms: lateness as i64, speed, strict, bounds };
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),

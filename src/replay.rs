@@ -40,6 +40,8 @@ pub struct ReplayOptions {
     pub speed: Speed,
     /// Stop at the first malformed line instead of skipping it.
     pub strict: bool,
+    /// Event times taken in; a line out of them is malformed, with the reason.
+    pub bounds: crate::event::TimeBounds,
 }
 
 /// What a replay did.
@@ -100,7 +102,10 @@ pub fn replay(
     let started = Instant::now();
     let mut first_ts: Option<Millis> = None;
     while let Some((input, record)) = merger.next() {
-        let decoded = match record.event {
+        let checked = record
+            .event
+            .and_then(|d| options.bounds.check(d.ts(), crate::event::now_ms(), engine.watermark()).map(|()| d));
+        let decoded = match checked {
             Ok(d) => d,
             Err(e) => {
                 summary.malformed += 1;

@@ -80,6 +80,12 @@ impl Alerting {
         self.lifecycle.active()
     }
 
+    /// About what the lifecycle and the firing alerts take (an alert with its evidence is a
+    /// few hundred bytes to a few kilobytes).
+    pub fn state_bytes(&self) -> usize {
+        self.lifecycle.active() * 160 + self.firing.len() * 2048
+    }
+
     pub fn is_active(&self, key: &Key) -> bool {
         self.lifecycle.is_active(key)
     }

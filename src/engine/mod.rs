@@ -16,6 +16,7 @@
 //! master-dependent scheme): the state is computed once and each dependent rule judges it.
 
 mod alerting;
+mod blind;
 mod eval;
 mod filter;
 mod invariant;
@@ -26,6 +27,7 @@ mod sequence;
 mod state;
 mod window;
 
+pub use blind::RULE as STATE_EVICTED_RULE;
 pub use eval::{ClusterResult, Env, History, RegexCache};
 pub use lifecycle::{Lifecycle, Transition};
 pub use outlier::judge as judge_peers;
@@ -124,16 +126,35 @@ pub trait Operator: Send {
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>);
     /// The smallest watermark at which `on_watermark` would do anything.
     fn next_deadline(&self) -> Option<Millis>;
+    /// Every event up to `horizon` has been seen: work that would only repeat itself up to
+    /// there may be skipped, so that a far jump of event time costs a bounded amount of work
+    /// (a windowed rule's closes of windows that no group has events in).
+    fn skip_quiet(&mut self, _horizon: Millis) {}
     /// Live keys per rule: groups, partial matches and active alerts.
     fn live_keys(&self) -> Vec<(String, usize)>;
     /// The operator's state, for a checkpoint.
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error>;
     /// Puts back a state [`Operator::snapshot`] made, by an operator built from the same rules.
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error>;
-    /// Keys dropped so far, per rule and reason (`cap` or `idle`).
+    /// Keys dropped so far, per rule and reason (`cap`, `idle` or `memory`).
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {
         Vec::new()
     }
+    /// About how many bytes the operator's state takes: an estimate from its counts, cheap
+    /// enough to take every second, for the state budget.
+    fn state_bytes(&self) -> usize {
+        0
+    }
+    /// Drops some of its keys (about a sixteenth, least recently active first) to get under the
+    /// state budget, counted as `memory`; false when it holds nothing to drop.
+    fn shrink(&mut self, _now: Millis, _out: &mut Vec<Alert>) -> bool {
+        false
+    }
+}
+
+/// About what an event of `stream` takes in memory: its record and its values.
+pub(crate) fn event_bytes(stream: Stream) -> usize {
+    std::mem::size_of::<Event>() + stream.fields().len() * std::mem::size_of::<Value>() + 16
 }
 
 /// Everything the engine knows, for a checkpoint: the events waiting in the reorder buffer,
@@ -168,6 +189,25 @@ pub struct EngineConfig {
     /// How far behind the newest event an event may arrive and still be processed.
     pub lateness_ms: Millis,
     pub limits: Limits,
+    /// When set, event time never runs ahead of this clock: events dated later wait until it
+    /// reaches them. A live service sets the wall clock, so that no event, however far ahead it
+    /// is dated, can make the events of the present late.
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+/// Where the time comes from that event time may not pass.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now_ms(&self) -> Millis;
+}
+
+/// The machine's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> Millis {
+        crate::event::now_ms()
+    }
 }
 
 /// Bounds on the state one rule holds.
@@ -200,6 +240,9 @@ pub struct EngineStats {
     pub late_by_rule: BTreeMap<String, u64>,
     /// Late events in all (an event late for several rules counts once here).
     pub late: u64,
+    /// Events refused for a time outside [`MIN_TS`](crate::event::MIN_TS) to
+    /// [`MAX_TS`](crate::event::MAX_TS); inputs refuse them first, with the reason.
+    pub out_of_range: u64,
     pub alerts_by_rule: BTreeMap<String, u64>,
 }
 
@@ -443,6 +486,8 @@ pub struct Engine {
     stats: EngineStats,
     regexes: Arc<RegexCache>,
     gate: Gate,
+    /// The latest watermark the clock allows, as last read ([`EngineConfig::clock`]).
+    ceiling: Millis,
 }
 
 impl Engine {
@@ -527,6 +572,7 @@ impl Engine {
             registered: vec![None; n],
             stats: EngineStats::default(),
             regexes,
+            ceiling: Millis::MIN,
         }
     }
 
@@ -552,6 +598,7 @@ impl Engine {
         fresh.max_ts = self.max_ts;
         fresh.watermark = self.watermark;
         fresh.stats = std::mem::take(&mut self.stats);
+        fresh.ceiling = self.ceiling;
         for op in 0..fresh.operators.len() {
             schedule(&mut fresh.registered, &mut fresh.timers, fresh.operators[op].as_ref(), op);
         }
@@ -639,7 +686,36 @@ impl Engine {
         out
     }
 
-    /// Keys dropped so far by the state limits, per rule and reason (`cap`, `idle`).
+    /// About how many bytes the rules' state takes (see [`Operator::state_bytes`]).
+    pub fn state_bytes(&self) -> usize {
+        self.operators.iter().map(|op| op.state_bytes()).sum::<usize>()
+            + self.buffer.len() * (std::mem::size_of::<Pending>() + 160)
+    }
+
+    /// Drops keys, from the operators that hold the most, until the state is estimated under
+    /// `max_bytes` (a bounded number of rounds). Self-alerts that the drops cause go to `out`.
+    /// Returns the estimate after.
+    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
+        let now = self.watermark.unwrap_or(crate::event::MIN_TS);
+        let mut total = self.state_bytes();
+        for _ in 0..64 {
+            if total <= max_bytes {
+                break;
+            }
+            let sizes: Vec<usize> = self.operators.iter().map(|op| op.state_bytes()).collect();
+            let Some((largest, _)) = sizes.iter().enumerate().max_by_key(|(_, n)| **n) else { break };
+            let before = out.len();
+            if !self.operators[largest].shrink(now, out) {
+                break;
+            }
+            self.finish(before, now, out);
+            schedule(&mut self.registered, &mut self.timers, self.operators[largest].as_ref(), largest);
+            total = self.state_bytes();
+        }
+        total
+    }
+
+    /// Keys dropped so far by the state limits, per rule and reason (`cap`, `idle`, `memory`).
     pub fn evicted(&self) -> BTreeMap<(String, &'static str), u64> {
         let mut out = BTreeMap::new();
         for op in &self.operators {
@@ -659,6 +735,9 @@ impl Engine {
     /// [`Engine::push`] of an event already shared, as decoders hand them over
     /// ([`Decoded::Event`](crate::event::Decoded::Event)).
     pub fn push_shared(&mut self, event: Arc<Event>, out: &mut Vec<Alert>) -> bool {
+        if !self.in_range(event.ts) {
+            return false;
+        }
         if self.watermark.is_some_and(|w| event.ts <= w) {
             self.count_late(&event);
             return false;
@@ -671,6 +750,9 @@ impl Engine {
     /// event: the same as [`Engine::push`] of it, without building it. Returns false when it
     /// was late.
     pub fn pass(&mut self, ts: Millis, out: &mut Vec<Alert>) -> bool {
+        if !self.in_range(ts) {
+            return false;
+        }
         if self.watermark.is_some_and(|w| ts <= w) {
             // No rule would have counted it as its own late event.
             self.stats.late += 1;
@@ -686,6 +768,15 @@ impl Engine {
             crate::event::Decoded::Event(event) => self.push_shared(event, out),
             crate::event::Decoded::Time(ts) => self.pass(ts, out),
         }
+    }
+
+    /// Whether an event time is one the engine takes (the inputs refuse others first).
+    fn in_range(&mut self, ts: Millis) -> bool {
+        let ok = (crate::event::MIN_TS..=crate::event::MAX_TS).contains(&ts);
+        if !ok {
+            self.stats.out_of_range += 1;
+        }
+        ok
     }
 
     fn arrive(&mut self, ts: Millis, event: Option<Arc<Event>>, out: &mut Vec<Alert>) {
@@ -722,7 +813,19 @@ impl Engine {
         self.release(target, out);
     }
 
+    /// `target`, held back to what the clock allows when the engine has one: the clock, less
+    /// the lateness, as the newest event's time would give. The clock is read only when the
+    /// target passes its last reading.
+    fn under_clock(&mut self, target: Millis) -> Millis {
+        let Some(clock) = &self.config.clock else { return target };
+        if target > self.ceiling {
+            self.ceiling = clock.now_ms().saturating_sub(self.config.lateness_ms);
+        }
+        target.min(self.ceiling)
+    }
+
     fn release(&mut self, target: Millis, out: &mut Vec<Alert>) {
+        let target = self.under_clock(target);
         if self.watermark.is_some_and(|w| target <= w) {
             return;
         }
@@ -780,6 +883,7 @@ impl Engine {
             // Up to `due` only, so that work across operators happens in time order however
             // far one batch of input moved the watermark.
             self.operators[op].on_watermark(due, out);
+            self.operators[op].skip_quiet(watermark);
             schedule(&mut self.registered, &mut self.timers, self.operators[op].as_ref(), op);
             self.finish(before, watermark, out);
         }
@@ -1134,7 +1238,10 @@ mod tests {
     }
 
     fn limited(src: &str, max_keys: usize, idle_ms: Millis) -> Engine {
-        Engine::new(plans(src), EngineConfig { lateness_ms: 0, limits: Limits { max_keys, idle_ms } })
+        Engine::new(
+            plans(src),
+            EngineConfig { lateness_ms: 0, limits: Limits { max_keys, idle_ms }, ..EngineConfig::default() },
+        )
     }
 
     #[test]

@@ -88,6 +88,11 @@ impl ReorderBuffer {
         }
     }
 
+    /// How many events wait.
+    pub fn len(&self) -> usize {
+        self.in_order.len() + self.late.len()
+    }
+
     /// Every waiting event, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Pending> {
         self.in_order.iter().chain(self.late.iter().map(|Reverse(p)| p))

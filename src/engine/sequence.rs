@@ -11,6 +11,7 @@
 //! counter of recent events per partition instead of one match per event.
 
 use super::alerting::Alerting;
+use super::blind::BlindSpot;
 use super::eval::{holds, visit, Env, RegexCache};
 use super::{with_events, Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
@@ -30,6 +31,7 @@ type SequenceState = (
     u64,
     Option<Millis>,
     super::alerting::AlertingState,
+    BlindSpot,
 );
 
 /// One entity variable of the rule.
@@ -87,9 +89,12 @@ pub struct SequenceOperator {
     /// When counters next need pruning.
     next_sweep: Option<Millis>,
     limits: super::Limits,
-    /// Partial matches dropped over the cap, and for want of progress.
+    /// Partial matches dropped over the cap, for want of progress, and over the state budget.
     evicted_cap: u64,
     evicted_idle: u64,
+    evicted_memory: u64,
+    /// The self-alert for waiting absences the limits dropped.
+    blind: BlindSpot,
 }
 
 impl SequenceOperator {
@@ -186,6 +191,8 @@ impl SequenceOperator {
             limits,
             evicted_cap: 0,
             evicted_idle: 0,
+            evicted_memory: 0,
+            blind: BlindSpot::default(),
         }
     }
 
@@ -281,7 +288,7 @@ impl SequenceOperator {
 
     fn track(&mut self, key: &Key, pm: PartialMatch) {
         while self.locate.len() >= self.limits.max_keys {
-            self.evict_oldest();
+            self.evict_oldest("cap");
         }
         if let Some(due) = pm.due {
             self.timers.push(Reverse((due, pm.id)));
@@ -393,6 +400,7 @@ impl Operator for SequenceOperator {
                 self.complete(&key, &pm, None, at, out);
             }
         }
+        self.blind.report(&self.plan.name, event.ts, out);
     }
 
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
@@ -407,6 +415,8 @@ impl Operator for SequenceOperator {
                 (None, Some(e)) => self.alerting.expire(e, out),
             }
         }
+        self.blind.report(&self.plan.name, watermark, out);
+        self.blind.expire(watermark, out);
         if self.next_sweep.is_some_and(|t| t <= watermark) {
             let within = self.within.unwrap_or(0);
             self.partitions.retain(|_, p| {
@@ -421,10 +431,15 @@ impl Operator for SequenceOperator {
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        [self.timers.peek().map(|Reverse((due, _))| *due), self.alerting.next_expiry(), self.next_sweep]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.timers.peek().map(|Reverse((due, _))| *due),
+            self.alerting.next_expiry(),
+            self.next_sweep,
+            self.blind.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
@@ -435,11 +450,14 @@ impl Operator for SequenceOperator {
             self.next_id,
             self.next_sweep,
             self.alerting.snapshot(),
+            &self.blind,
         ))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
-        let (partitions, locate, timers, next_id, next_sweep, alerting): SequenceState = postcard::from_bytes(state)?;
+        let (partitions, locate, timers, next_id, next_sweep, alerting, blind): SequenceState =
+            postcard::from_bytes(state)?;
+        self.blind = blind;
         self.partitions = partitions;
         self.locate = locate;
         self.timers = timers;
@@ -450,7 +468,37 @@ impl Operator for SequenceOperator {
     }
 
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {
-        vec![(self.plan.name.clone(), "cap", self.evicted_cap), (self.plan.name.clone(), "idle", self.evicted_idle)]
+        let name = &self.plan.name;
+        vec![
+            (name.clone(), "cap", self.evicted_cap),
+            (name.clone(), "idle", self.evicted_idle),
+            (name.clone(), "memory", self.evicted_memory),
+        ]
+    }
+
+    fn state_bytes(&self) -> usize {
+        // Each partial match: its record, its slots, and the events it holds (shared with
+        // the engine only while they are fresh); each partition its key and map entry.
+        let sources = self.plan.sources.len();
+        let event = super::event_bytes(self.plan.sources[0].stream);
+        let per_match = std::mem::size_of::<PartialMatch>() + sources * (8 + event) + 64;
+        let counted: usize = self.partitions.values().map(|p| p.counter.len()).sum();
+        self.locate.len() * (per_match + 48)
+            + self.partitions.len() * (std::mem::size_of::<(Key, Partition)>() + 64)
+            + counted * (event + 8)
+            + self.alerting.state_bytes()
+    }
+
+    fn shrink(&mut self, now: Millis, out: &mut Vec<Alert>) -> bool {
+        let n = (self.locate.len() / 16).max(1);
+        if self.locate.is_empty() {
+            return false;
+        }
+        for _ in 0..n {
+            self.evict_oldest("memory");
+        }
+        self.blind.report(&self.plan.name, now, out);
+        true
     }
 
     fn live_keys(&self) -> Vec<(String, usize)> {
@@ -487,12 +535,22 @@ impl SequenceOperator {
         }
     }
 
-    /// Drops the partial match that started first, to stay under the cap.
-    fn evict_oldest(&mut self) {
+    /// Drops the partial match that started first, to stay under the cap (or the state
+    /// budget). A match waiting on an absence goes blind: noted for the self-alert.
+    fn evict_oldest(&mut self, reason: &'static str) {
         let Some((id, key)) = self.locate.pop_first() else { return };
-        self.evicted_cap += 1;
+        match reason {
+            "memory" => self.evicted_memory += 1,
+            _ => self.evicted_cap += 1,
+        }
+        let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
         if let Some(part) = self.partitions.get_mut(&key) {
-            part.matches.retain(|m| m.id != id);
+            if let Some(pos) = part.matches.iter().position(|m| m.id == id) {
+                let pm = part.matches.swap_remove(pos);
+                if steps.get(pm.step).is_some_and(|s| matches!(s.kind, StepKind::Absent(_))) {
+                    self.blind.dropped(reason);
+                }
+            }
             if part.matches.is_empty() && part.counter.is_empty() {
                 self.partitions.remove(&key);
             }

@@ -106,7 +106,19 @@ impl WindowOperatorBuilder {
                 _ => (None, Value::Null),
             })
             .collect();
+        // After this many closes in a row with no events in any group, more such closes change
+        // nothing: every history holds only empty windows, every group that is not kept by an
+        // active alert or open windows is forgotten, and every alert has had its `for` and
+        // `keep_firing_for` to settle.
+        let lifecycle = dependents
+            .iter()
+            .map(|d| d.plan.alert.for_ms.max(d.plan.alert.keep_firing_for_ms).div_ceil(window.slide_ms))
+            .max()
+            .unwrap_or(0);
+        let settle_closes = u32::try_from((history as u64).max(remember as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
         WindowOperator {
+            quiet_closes: 0,
+            settle_closes,
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
@@ -129,6 +141,7 @@ impl WindowOperatorBuilder {
             key_len: key_names.len(),
             evicted: 0,
             evicted_idle: 0,
+            evicted_memory: 0,
         }
     }
 }
@@ -209,6 +222,14 @@ impl OpenWindows {
             }
             at += stride;
             start += slide;
+        }
+    }
+
+    /// The start of the oldest open window.
+    fn first_start(&self) -> Option<Millis> {
+        match self.0.first() {
+            Some(Slot::Start(s)) => Some(*s),
+            _ => None,
         }
     }
 
@@ -324,12 +345,23 @@ pub struct WindowOperator {
     /// Groups dropped over the cap, and for idleness before their history ran out.
     evicted: u64,
     evicted_idle: u64,
+    /// Groups dropped to stay within the state budget.
+    evicted_memory: u64,
+    /// Closes in a row in which no group had events, since the last new group.
+    quiet_closes: u32,
+    /// Quiet closes after which more of them change nothing ([`Operator::skip_quiet`]).
+    settle_closes: u32,
 }
 
 impl WindowOperator {
     /// Drops the sixteenth of the groups idle longest (those with an active alert last, ties
     /// broken by key so that every run drops the same), making room for new ones.
     fn evict(&mut self) {
+        self.evicted += self.drop_idlest() as u64;
+    }
+
+    /// Drops the sixteenth of the groups idle longest; returns how many went.
+    fn drop_idlest(&mut self) -> usize {
         let n = (self.groups.len() / 16).max(1);
         let dependents = &self.dependents;
         let mut ranked: Vec<(bool, u32, &Key)> =
@@ -344,7 +376,7 @@ impl WindowOperator {
         for k in victims {
             self.groups.remove(&k);
         }
-        self.evicted += n as u64;
+        n
     }
 
     fn group_key(&self, event: &Event) -> Key {
@@ -370,9 +402,11 @@ impl WindowOperator {
     fn close(&mut self, end: Millis, out: &mut Vec<Alert>) {
         let start = end - self.size;
         let empty = &self.empty;
+        let mut any_active = false;
         for group in self.groups.values_mut() {
             let results = group.open.close(start);
             group.active = results.is_some();
+            any_active |= group.active;
             let results = results.unwrap_or_else(|| empty.iter().map(Acc::result).collect());
             group.history.insert(0, results);
             group.history.truncate(self.history);
@@ -451,6 +485,13 @@ impl WindowOperator {
                 g.history = History::new();
             }
         }
+        self.quiet_closes = if any_active { 0 } else { self.quiet_closes.saturating_add(1) };
+        self.forget_idle();
+    }
+
+    /// Forgets the groups idle for longer than they are remembered (or than the idle timeout),
+    /// unless an alert of theirs is active or they have open windows.
+    fn forget_idle(&mut self) {
         let remember = self.remember.clamp(1, u32::MAX as usize) as u32;
         // Windows that make the idle time, when that is shorter than what the group remembers.
         let idle_windows = match self.idle_ms {
@@ -642,6 +683,9 @@ impl Operator for WindowOperator {
                 let has_invariant = self.has_invariant;
                 let open_windows = (self.size / self.slide).max(1) as usize;
                 let fields = self.empty.len();
+                // Quiet closes count from the newest group, so that every group has been
+                // through them (its history full of empty windows) before any are skipped.
+                self.quiet_closes = 0;
                 let group = self.groups.entry(key).or_insert_with(|| Group {
                     // Sized once: a tumbling window has one open at a time, a sliding one
                     // size/slide.
@@ -674,6 +718,29 @@ impl Operator for WindowOperator {
         self.next_close.map(|end| end - 1)
     }
 
+    /// Once closes have been quiet long enough to change nothing more, jumps over the closes up
+    /// to `horizon` that would be quiet too (before any group's first open window): their only
+    /// effect is on how long groups have been idle.
+    fn skip_quiet(&mut self, horizon: Millis) {
+        let Some(next) = self.next_close else { return };
+        if self.quiet_closes < self.settle_closes {
+            return;
+        }
+        let busy = self.groups.values().filter_map(|g| g.open.first_start()).min().map(|start| start + self.size);
+        // The last close to skip: final (its end is at most horizon + 1) and before the first busy one.
+        let last = busy.map_or(horizon.saturating_add(1), |b| (b - self.slide).min(horizon.saturating_add(1)));
+        if last < next {
+            return;
+        }
+        let skipped = (last - next) / self.slide + 1;
+        let idle = u32::try_from(skipped).unwrap_or(u32::MAX);
+        for g in self.groups.values_mut() {
+            g.idle = g.idle.saturating_add(idle);
+        }
+        self.forget_idle();
+        self.next_close = (!self.groups.is_empty()).then_some(next + skipped * self.slide);
+    }
+
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
         let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
         postcard::to_stdvec(&(&self.groups, self.next_close, alerting))
@@ -690,9 +757,36 @@ impl Operator for WindowOperator {
     }
 
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {
-        let name = |d: &Dependent| d.plan.name.clone();
-        let cap = self.dependents.iter().map(|d| (name(d), "cap", self.evicted));
-        cap.chain(self.dependents.iter().map(|d| (name(d), "idle", self.evicted_idle))).collect()
+        let mut out = Vec::new();
+        for d in &self.dependents {
+            for (reason, n) in [("cap", self.evicted), ("idle", self.evicted_idle), ("memory", self.evicted_memory)] {
+                out.push((d.plan.name.clone(), reason, n));
+            }
+        }
+        out
+    }
+
+    fn state_bytes(&self) -> usize {
+        let fields = self.empty.len();
+        let open = (self.size / self.slide).max(1) as usize;
+        let value = std::mem::size_of::<Value>();
+        // A group: its key, its record, its open windows, its history (a shared list of
+        // values per window), the event it keeps when the key cannot stand in for it.
+        let per_group = std::mem::size_of::<(Key, Group)>()
+            + self.key_len * value
+            + open * (fields + 1) * std::mem::size_of::<Slot>()
+            + self.history * (fields * value + 40)
+            + if self.rebuild.is_none() { super::event_bytes(self.source[0].stream) } else { 0 }
+            + 32;
+        self.groups.len() * per_group + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
+    }
+
+    fn shrink(&mut self, _now: Millis, _out: &mut Vec<Alert>) -> bool {
+        if self.groups.is_empty() {
+            return false;
+        }
+        self.evicted_memory += self.drop_idlest() as u64;
+        true
     }
 
     fn live_keys(&self) -> Vec<(String, usize)> {

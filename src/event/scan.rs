@@ -70,10 +70,8 @@ fn scan_as<T>(
             return Some(found);
         }
         let (event, shape) = scan_with(line, default_stream, last_keys)?;
-        if let Some(shape) = shape {
-            shapes.insert(0, shape);
-            shapes.truncate(SHAPES);
-        }
+        shapes.insert(0, shape);
+        shapes.truncate(SHAPES);
         Some(new(event))
     })
 }
@@ -294,7 +292,7 @@ fn scan_with(
     line: &[u8],
     default_stream: Option<Stream>,
     last_keys: &mut Vec<(Box<[u8]>, Key)>,
-) -> Option<(Event, Option<Shape>)> {
+) -> Option<(Event, Shape)> {
     let mut s = Scanner::new(line, last_keys);
     s.ws();
     s.eat(b'{')?;
@@ -312,20 +310,14 @@ fn scan_with(
     let mut ts = None;
     // Keys seen so far: `ts`, then the fields of the stream by position.
     let mut seen = 0u64;
-    // Where each value starts and ends, and what it is, for the line's shape; no shape for a
-    // line with a second `stream`.
-    let mut values: Option<Vec<(usize, usize, Slot)>> = Some(Vec::with_capacity(stream.fields().len() + 1));
+    let mut other_fields = 0u64;
+    // Where each value starts and ends, and what it is, for the line's shape.
+    let mut values: Vec<(usize, usize, Slot)> = Vec::with_capacity(stream.fields().len() + 1);
     while let Some(k) = key {
         let start = s.at;
         let slot = match k {
-            Key::Stream => {
-                // A second `stream` must agree; serde_json's path says why when it does not.
-                if stream_of(Some(s.value()?), None).ok()? != stream {
-                    return None;
-                }
-                values = None;
-                Slot::Ignored
-            }
+            // A key given twice is refused; serde_json's path says so.
+            Key::Stream => return None,
             Key::Ts => {
                 once(&mut seen, 1)?;
                 ts = Some(s.value()?);
@@ -339,6 +331,8 @@ fn scan_with(
                     Slot::Field { position: p, name, ty }
                 }
                 None => {
+                    // Another stream's field: not read, but not given twice either.
+                    once(&mut other_fields, 1 << g)?;
                     s.value()?;
                     Slot::Ignored
                 }
@@ -348,25 +342,21 @@ fn scan_with(
                 Slot::Ignored
             }
         };
-        if let Some(values) = &mut values {
-            values.push((start, s.at, slot));
-        }
+        values.push((start, s.at, slot));
         key = s.after_value()?;
     }
     event.ts = ts_of(ts).ok()?;
-    let shape = values.map(|values| {
-        let mut gaps = Vec::with_capacity(values.len() + 1);
-        let mut from = 0;
-        for &(start, end, _) in &values {
-            gaps.push(line[from..start].into());
-            from = end;
-        }
-        gaps.push(line[from..].into());
-        let slots: Vec<Slot> = values.into_iter().map(|(_, _, slot)| slot).collect();
-        let read = |p: usize| slots.iter().any(|slot| matches!(slot, Slot::Field { position, .. } if *position == p));
-        let unread = (0..stream.fields().len()).filter(|&p| !read(p)).collect();
-        Shape { default_stream, stream, gaps, slots, unread }
-    });
+    let mut gaps = Vec::with_capacity(values.len() + 1);
+    let mut from = 0;
+    for &(start, end, _) in &values {
+        gaps.push(line[from..start].into());
+        from = end;
+    }
+    gaps.push(line[from..].into());
+    let slots: Vec<Slot> = values.into_iter().map(|(_, _, slot)| slot).collect();
+    let read = |p: usize| slots.iter().any(|slot| matches!(slot, Slot::Field { position, .. } if *position == p));
+    let unread = (0..stream.fields().len()).filter(|&p| !read(p)).collect();
+    let shape = Shape { default_stream, stream, gaps, slots, unread };
     Some((event, shape))
 }
 
@@ -924,7 +914,7 @@ mod tests {
                 }
                 // The same damage against the shape of the undamaged line.
                 let mut keys = Vec::new();
-                let shape = scan_with(base.as_bytes(), default, &mut keys).and_then(|(_, shape)| shape);
+                let shape = scan_with(base.as_bytes(), default, &mut keys).map(|(_, shape)| shape);
                 let Some(shape) = shape else { continue };
                 // Read into a spare that still holds another line's values: one of another
                 // stream, and one of the same stream with a value in every field, text long

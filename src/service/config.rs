@@ -1,92 +1,251 @@
 //! `vigil serve` configuration: flags, each with an environment variable, over an optional
 //! `vigil.toml`, over defaults.
+//!
+//! Every plain setting is declared once, in [`settings!`]: its name, type, default, parser and
+//! help. From that one line come the flag and its variable, the `vigil.toml` key, the default
+//! (parsed by the same parser as the flag, so the help and the code cannot disagree) and the
+//! field of [`ServeConfig`]. Settings that are tables or lists (topics, Kafka properties, replay
+//! files) are written out below it.
 
 use crate::schema::Stream;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// Flags of `vigil serve`. Each is optional here so that a value from `vigil.toml` applies when
-/// the flag and its variable are absent.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ServeArgs {
-    /// Folder of `*.saql` rules, reloaded when it changes or on SIGHUP [default: rules]
-    #[arg(long, env = "VIGIL_RULES")]
-    pub rules: Option<PathBuf>,
-    /// Address of the HTTP API [default: 127.0.0.1:8080]
-    #[arg(long, env = "VIGIL_HTTP_ADDR")]
-    pub http_addr: Option<SocketAddr>,
-    /// postgres://... or sqlite://... [default: sqlite://vigil.db]
-    #[arg(long, env = "VIGIL_DATABASE_URL")]
-    pub database_url: Option<String>,
-    /// Kafka bootstrap servers; no Kafka when unset
-    #[arg(long, env = "VIGIL_KAFKA_BROKERS")]
-    pub kafka_brokers: Option<String>,
-    /// Kafka consumer group [default: vigil]
-    #[arg(long, env = "VIGIL_KAFKA_GROUP")]
-    pub kafka_group: Option<String>,
-    /// Create missing stream topics at start (for brokers that do not create them)
-    #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
-    pub kafka_create_topics: bool,
-    /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
-    #[arg(long = "topic", value_parser = parse_topic)]
-    pub topics: Vec<(Stream, String)>,
-    /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security settings,
-    /// `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
-    #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
-    pub kafka_options: Vec<(String, String)>,
-    /// Where alerts are POSTed, in Alertmanager's webhook format
-    #[arg(long, env = "VIGIL_WEBHOOK_URL")]
-    pub webhook_url: Option<String>,
-    /// Bearer token required by mutating endpoints
-    #[arg(long, env = "VIGIL_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
-    /// Bearer token required by reading endpoints (the API token works too) [default: none, reads are open]
-    #[arg(long, env = "VIGIL_API_READ_TOKEN", hide_env_values = true)]
-    pub api_read_token: Option<String>,
-    /// A recorded file fed into the running service, repeatable
-    #[arg(long = "replay")]
-    pub replay: Vec<PathBuf>,
-    /// How late an event may arrive and still count, e.g. `30s` [default: 5s]
-    #[arg(long, env = "VIGIL_LATENESS", value_parser = crate::parser::parse_duration)]
-    pub lateness: Option<u64>,
-    /// The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]
-    #[arg(long, env = "VIGIL_EXTERNAL_URL")]
-    pub external_url: Option<String>,
-    /// How often the engine's state is checkpointed to the store, e.g. `10s` [default: 10s]
-    #[arg(long, env = "VIGIL_CHECKPOINT_INTERVAL", value_parser = crate::parser::parse_duration)]
-    pub checkpoint_interval: Option<u64>,
-    /// Folder of the on-disk alert buffer used while the store is down [default: vigil-spool]
-    #[arg(long, env = "VIGIL_SPOOL_DIR")]
-    pub spool_dir: Option<PathBuf>,
-    /// Most the spool may hold, in MiB; when full the engine waits [default: 256]
-    #[arg(long, env = "VIGIL_SPOOL_MAX_MB")]
-    pub spool_max_mb: Option<u64>,
-    /// How long one webhook call may take, e.g. `5s` [default: 10s]
-    #[arg(long, env = "VIGIL_WEBHOOK_TIMEOUT", value_parser = crate::parser::parse_duration)]
-    pub webhook_timeout: Option<u64>,
-    /// Attempts before a webhook delivery is dead [default: 12]
-    #[arg(long, env = "VIGIL_WEBHOOK_MAX_ATTEMPTS")]
-    pub webhook_max_attempts: Option<u32>,
-    /// Wait before the first webhook retry, doubled after each failure up to 5 min [default: 1s]
-    #[arg(long, env = "VIGIL_WEBHOOK_BACKOFF", value_parser = crate::parser::parse_duration)]
-    pub webhook_backoff: Option<u64>,
-    /// Most live keys (window groups, partial matches, alerts) a rule holds; past it the least
-    /// recently active are evicted [default: 1000000]
-    #[arg(long, env = "VIGIL_MAX_KEYS_PER_RULE")]
-    pub max_keys_per_rule: Option<usize>,
-    /// A partial match or window group with no progress for this long (event time) is dropped
-    /// before its `within` or history ends, e.g. `6h`; `0s` never [default: 0s]
-    #[arg(long, env = "VIGIL_IDLE_TIMEOUT", value_parser = crate::parser::parse_duration)]
-    pub idle_timeout: Option<u64>,
-    /// When the engine cannot keep up: `backpressure` (sources wait) or `shed` (events are
-    /// dropped and counted) [default: backpressure]
-    #[arg(long, env = "VIGIL_OVERLOAD")]
-    pub overload: Option<Overload>,
-    /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
-    #[arg(long, env = "VIGIL_CONFIG")]
-    pub config: Option<PathBuf>,
+/// A setting's value as `vigil.toml` may write it: text, a number or a bool. It goes through
+/// the setting's own parser, as a flag's text does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileValue {
+    Text(String),
+    Int(i64),
+    Bool(bool),
+}
+
+impl FileValue {
+    fn text(&self) -> String {
+        match self {
+            FileValue::Text(s) => s.clone(),
+            FileValue::Int(i) => i.to_string(),
+            FileValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// The value of one setting: the flag (or its variable), else the file's, else the default.
+/// A bad value in the file is reported even when the flag overrides it.
+fn pick<T>(
+    flag: Option<T>,
+    file: Option<&FileValue>,
+    default: Option<&str>,
+    parse: fn(&str) -> Result<T, String>,
+    name: &str,
+    problems: &mut Vec<String>,
+) -> Option<T> {
+    let from_file =
+        file.and_then(|v| parse(&v.text()).map_err(|e| problems.push(format!("vigil.toml {name}: {e}"))).ok());
+    flag.or(from_file).or_else(|| default.map(|d| parse(d).expect("every default parses (a unit test checks)")))
+}
+
+macro_rules! resolved {
+    ([] $ty:ty) => { Option<$ty> };
+    ([$default:literal] $ty:ty) => { $ty };
+}
+
+macro_rules! default_of {
+    () => {
+        None
+    };
+    ($default:literal) => {
+        Some($default)
+    };
+}
+
+macro_rules! unwrap_default {
+    ([] $value:expr) => {
+        $value
+    };
+    ([$default:literal] $value:expr) => {
+        $value.expect("a setting with a default has a value")
+    };
+}
+
+macro_rules! help_of {
+    ($help:literal []) => {
+        $help
+    };
+    ($help:literal [$default:literal]) => {
+        concat!($help, " [default: ", $default, "]")
+    };
+}
+
+/// Declares the plain settings: `name: Type [default] = parser, env "VAR", "help";` (`[]`: no
+/// default, the setting is optional).
+macro_rules! settings {
+    ($( $name:ident : $ty:ty [$($default:literal)?] = $parse:path, env $env:literal, $help:literal; )*) => {
+        /// Flags of `vigil serve`. Each is optional here so that a value from `vigil.toml`
+        /// applies when the flag and its variable are absent.
+        #[derive(Debug, Clone, Default, clap::Args)]
+        pub struct ServeArgs {
+            $(
+                #[arg(long, env = $env, value_parser = $parse, help = help_of!($help [$($default)?]),
+                      hide_env_values = $env.ends_with("TOKEN"))]
+                pub $name: Option<$ty>,
+            )*
+            /// Create missing stream topics at start (for brokers that do not create them)
+            #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
+            pub kafka_create_topics: bool,
+            /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
+            #[arg(long = "topic", value_parser = parse_topic)]
+            pub topics: Vec<(Stream, String)>,
+            /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
+            /// settings, `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
+            #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
+            pub kafka_options: Vec<(String, String)>,
+            /// A recorded file fed into the running service, repeatable
+            #[arg(long = "replay")]
+            pub replay: Vec<PathBuf>,
+            /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
+            #[arg(long, env = "VIGIL_CONFIG")]
+            pub config: Option<PathBuf>,
+        }
+
+        /// `vigil.toml`: the same settings as the flags, under the same names with `_`.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct FileConfig {
+            $(
+                #[doc = $help]
+                pub $name: Option<FileValue>,
+            )*
+            /// Create missing stream topics at start.
+            #[serde(default)]
+            pub kafka_create_topics: bool,
+            /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
+            #[serde(default)]
+            pub topics: BTreeMap<String, String>,
+            /// librdkafka properties: `[kafka_options] "security.protocol" = "ssl"`.
+            #[serde(default)]
+            pub kafka_options: BTreeMap<String, String>,
+            /// Recorded files to feed in.
+            #[serde(default)]
+            pub replay: Vec<PathBuf>,
+        }
+
+        /// The settings in force.
+        #[derive(Debug, Clone)]
+        pub struct ServeConfig {
+            $(
+                #[doc = $help]
+                pub $name: resolved!([$($default)?] $ty),
+            )*
+            pub kafka_create_topics: bool,
+            /// librdkafka properties set on every Kafka client, over Vigil's defaults.
+            pub kafka_options: BTreeMap<String, String>,
+            pub topics: BTreeMap<Stream, String>,
+            pub replay: Vec<PathBuf>,
+        }
+
+        impl ServeConfig {
+            /// The plain settings, flags over the file over the defaults.
+            fn plain(args: &ServeArgs, file: &FileConfig, problems: &mut Vec<String>) -> ServeConfig {
+                ServeConfig {
+                    $(
+                        $name: unwrap_default!([$($default)?] pick(
+                            args.$name.clone(),
+                            file.$name.as_ref(),
+                            default_of!($($default)?),
+                            $parse,
+                            stringify!($name),
+                            problems,
+                        )),
+                    )*
+                    kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+                    kafka_options: BTreeMap::new(),
+                    topics: BTreeMap::new(),
+                    replay: Vec::new(),
+                }
+            }
+
+            /// Every default, parsed: for the test that they all parse.
+            #[cfg(test)]
+            fn defaults() -> Vec<(&'static str, Result<(), String>)> {
+                let mut out: Vec<(&'static str, Result<(), String>)> = Vec::new();
+                $(
+                    if let Some(d) = default_of!($($default)?) {
+                        let d: &str = d;
+                        out.push((stringify!($name), $parse(d).map(|_| ())));
+                    }
+                )*
+                out
+            }
+        }
+    };
+}
+
+settings! {
+    rules: PathBuf ["rules"] = parse_path, env "VIGIL_RULES",
+        "Folder of `*.saql` rules, reloaded when it changes or on SIGHUP";
+    http_addr: SocketAddr ["127.0.0.1:8080"] = parse_addr, env "VIGIL_HTTP_ADDR",
+        "Address of the HTTP API";
+    database_url: String ["sqlite://vigil.db"] = parse_database_url, env "VIGIL_DATABASE_URL",
+        "postgres://... or sqlite://...";
+    kafka_brokers: String [] = parse_nonempty, env "VIGIL_KAFKA_BROKERS",
+        "Kafka bootstrap servers; no Kafka when unset";
+    kafka_group: String ["vigil"] = parse_nonempty, env "VIGIL_KAFKA_GROUP",
+        "Kafka consumer group";
+    webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL",
+        "Where alerts are POSTed, in Alertmanager's webhook format";
+    api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN",
+        "Bearer token required by mutating endpoints";
+    api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN",
+        "Bearer token required by reading endpoints (the API token works too); needs --api-token";
+    lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
+        "How late an event may arrive and still count, e.g. `30s`";
+    max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
+        "How far ahead of this machine's clock an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
+    max_event_jump: Duration ["0s"] = parse_duration, env "VIGIL_MAX_EVENT_JUMP",
+        "How far ahead of the watermark an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
+    external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL",
+        "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
+    checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL",
+        "How often the engine's state is checkpointed to the store, e.g. `10s`";
+    spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR",
+        "Folder of the on-disk alert buffer used while the store is down";
+    spool_max_mb: u64 ["256"] = parse_positive::<u64>, env "VIGIL_SPOOL_MAX_MB",
+        "Most the spool may hold, in MiB; when full the engine waits";
+    ingest_log_dir: PathBuf ["vigil-ingest"] = parse_path, env "VIGIL_INGEST_LOG_DIR",
+        "Folder of the log HTTP ingest writes events to before it answers; replayed after a crash";
+    ingest_fsync: bool ["true"] = parse_bool, env "VIGIL_INGEST_FSYNC",
+        "Whether the ingest log is flushed to disk before ingest answers (`false` loses acknowledged events on a power cut)";
+    webhook_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_WEBHOOK_TIMEOUT",
+        "How long one webhook call may take, e.g. `5s`";
+    webhook_max_attempts: u32 ["12"] = parse_positive::<u32>, env "VIGIL_WEBHOOK_MAX_ATTEMPTS",
+        "Attempts before a webhook delivery is dead";
+    webhook_backoff: Duration ["1s"] = parse_duration, env "VIGIL_WEBHOOK_BACKOFF",
+        "Wait before the first webhook retry, doubled after each failure up to 5 min";
+    max_keys_per_rule: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_KEYS_PER_RULE",
+        "Most live keys (window groups, partial matches) a rule holds; past it the least recently active are evicted";
+    max_state_mb: u64 ["1024"] = parse_positive::<u64>, env "VIGIL_MAX_STATE_MB",
+        "Most memory the engine's state may take, in MiB (estimated); past it keys are evicted as past the key cap";
+    idle_timeout: Duration ["0s"] = parse_duration, env "VIGIL_IDLE_TIMEOUT",
+        "A partial match or window group with no progress for this long (event time) is dropped before its `within` or history ends, e.g. `6h`; `0s` never";
+    overload: Overload ["backpressure"] = parse_overload, env "VIGIL_OVERLOAD",
+        "When the engine cannot keep up: `backpressure` (sources wait) or `shed` (events are dropped and counted)";
+    http_header_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_HTTP_HEADER_TIMEOUT",
+        "A connection that sends no complete request head for this long (new, or idle between requests) is closed";
+    http_body_timeout: Duration ["30s"] = parse_positive_duration, env "VIGIL_HTTP_BODY_TIMEOUT",
+        "Longest time a request body may take to arrive; slower ones get 408";
+    max_connections: usize ["4096"] = parse_positive::<usize>, env "VIGIL_MAX_CONNECTIONS",
+        "Most HTTP connections open at once; more are answered 503 and closed";
+    max_stream_clients: usize ["256"] = parse_positive::<usize>, env "VIGIL_MAX_STREAM_CLIENTS",
+        "Most alert stream (SSE) clients at once; more are answered 503";
+    max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS",
+        "Most dead letters kept; the oldest go first";
+    stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT",
+        "An engine busy this long with one input is stalled: /readyz answers 503 and says why";
 }
 
 /// What the sources do when the engine's input queue is full.
@@ -98,6 +257,78 @@ pub enum Overload {
     Backpressure,
     /// Events that do not fit are dropped and counted (`vigil_events_shed_total`).
     Shed,
+}
+
+fn parse_overload(s: &str) -> Result<Overload, String> {
+    match s.trim() {
+        "backpressure" => Ok(Overload::Backpressure),
+        "shed" => Ok(Overload::Shed),
+        other => Err(format!("`{other}`: use `backpressure` or `shed`")),
+    }
+}
+
+fn parse_path(s: &str) -> Result<PathBuf, String> {
+    match s.trim() {
+        "" => Err("the path is empty".into()),
+        p => Ok(PathBuf::from(p)),
+    }
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|e| format!("`{s}` is not an address (e.g. 127.0.0.1:8080): {e}"))
+}
+
+fn parse_nonempty(s: &str) -> Result<String, String> {
+    match s.trim() {
+        "" => Err("the value is empty".into()),
+        v => Ok(v.to_string()),
+    }
+}
+
+fn parse_database_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.starts_with("postgres://") || s.starts_with("postgresql://") || s.starts_with("sqlite:") {
+        Ok(s.to_string())
+    } else {
+        Err(format!("database URL `{}`: use postgres://... or sqlite://...", super::redact(s)))
+    }
+}
+
+fn parse_http_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.starts_with("http://") || s.starts_with("https://") {
+        Ok(s.trim_end_matches('/').to_string())
+    } else {
+        Err(format!("URL `{}`: use http://... or https://...", super::redact(s)))
+    }
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        other => Err(format!("`{other}` is not true or false")),
+    }
+}
+
+fn parse_positive<T: std::str::FromStr + PartialEq + Default>(s: &str) -> Result<T, String> {
+    match s.trim().parse::<T>() {
+        Ok(v) if v != T::default() => Ok(v),
+        Ok(_) => Err("must be more than zero".into()),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+/// A duration as rules write them (`5 s`, `10min`), as a [`Duration`].
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::parser::parse_duration(s).map(Duration::from_millis)
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
 }
 
 /// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
@@ -125,97 +356,12 @@ fn parse_topic(s: &str) -> Result<(Stream, String), String> {
     Ok((stream, topic.to_string()))
 }
 
-/// `vigil.toml`: the same settings as the flags.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// Folder of rules.
-    pub rules: Option<PathBuf>,
-    /// Address of the HTTP API.
-    pub http_addr: Option<SocketAddr>,
-    /// postgres://... or sqlite://...
-    pub database_url: Option<String>,
-    /// Kafka bootstrap servers.
-    pub kafka_brokers: Option<String>,
-    /// Kafka consumer group.
-    pub kafka_group: Option<String>,
-    /// Create missing stream topics at start.
-    #[serde(default)]
-    pub kafka_create_topics: bool,
-    /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
-    #[serde(default)]
-    pub topics: BTreeMap<String, String>,
-    /// librdkafka properties: `[kafka_options] "security.protocol" = "ssl"`.
-    #[serde(default)]
-    pub kafka_options: BTreeMap<String, String>,
-    /// Webhook receiver.
-    pub webhook_url: Option<String>,
-    /// Bearer token for mutating endpoints.
-    pub api_token: Option<String>,
-    /// Bearer token for reading endpoints.
-    pub api_read_token: Option<String>,
-    /// Recorded files to feed in.
-    #[serde(default)]
-    pub replay: Vec<PathBuf>,
-    /// Allowed lateness, e.g. "30 s".
-    pub lateness: Option<String>,
-    /// URL of the API as users reach it.
-    pub external_url: Option<String>,
-    /// How often to checkpoint, e.g. "10 s".
-    pub checkpoint_interval: Option<String>,
-    /// Folder of the on-disk alert buffer.
-    pub spool_dir: Option<PathBuf>,
-    /// Most the spool may hold, in MiB.
-    pub spool_max_mb: Option<u64>,
-    /// How long one webhook call may take, e.g. "5 s".
-    pub webhook_timeout: Option<String>,
-    /// Attempts before a webhook delivery is dead.
-    pub webhook_max_attempts: Option<u32>,
-    /// Wait before the first webhook retry, e.g. "1 s".
-    pub webhook_backoff: Option<String>,
-    /// Most live keys per rule.
-    pub max_keys_per_rule: Option<usize>,
-    /// Idle time after which a key is dropped, e.g. "6 h"; "0 s" never.
-    pub idle_timeout: Option<String>,
-    /// `backpressure` or `shed`.
-    pub overload: Option<Overload>,
-}
-
-/// The settings in force.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub rules: PathBuf,
-    pub http_addr: SocketAddr,
-    pub database_url: String,
-    pub kafka_brokers: Option<String>,
-    pub kafka_group: String,
-    pub kafka_create_topics: bool,
-    /// librdkafka properties set on every Kafka client, over Vigil's defaults.
-    pub kafka_options: BTreeMap<String, String>,
-    pub topics: BTreeMap<Stream, String>,
-    pub webhook_url: Option<String>,
-    pub api_token: Option<String>,
-    pub api_read_token: Option<String>,
-    pub replay: Vec<PathBuf>,
-    pub lateness_ms: i64,
-    /// When unset, the address the API is bound to.
-    pub external_url: Option<String>,
-    pub checkpoint_ms: u64,
-    pub spool_dir: PathBuf,
-    pub spool_max_bytes: u64,
-    pub webhook: WebhookSettings,
-    pub max_keys_per_rule: usize,
-    /// 0: keys never expire.
-    pub idle_timeout_ms: i64,
-    pub overload: Overload,
-}
-
 /// How webhook calls are made and retried.
 #[derive(Debug, Clone, Copy)]
 pub struct WebhookSettings {
-    pub timeout_ms: u64,
+    pub timeout: Duration,
     pub max_attempts: u32,
-    pub backoff_ms: u64,
+    pub backoff: Duration,
 }
 
 impl ServeConfig {
@@ -233,110 +379,77 @@ impl ServeConfig {
             }),
             None => FileConfig::default(),
         };
-        let mut topics: BTreeMap<Stream, String> = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
+        let mut config = ServeConfig::plain(&args, &file, &mut problems);
+        config.topics = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
         for (stream, topic) in &file.topics {
             match parse_topic(&format!("{stream}={topic}")) {
                 Ok((s, t)) => {
-                    topics.insert(s, t);
+                    config.topics.insert(s, t);
                 }
                 Err(e) => problems.push(format!("vigil.toml [topics]: {e}")),
             }
         }
-        for (s, t) in args.topics {
-            topics.insert(s, t);
-        }
-        let mut kafka_options = BTreeMap::new();
+        config.topics.extend(args.topics);
         for (key, value) in &file.kafka_options {
             match parse_kafka_option(&format!("{key}={value}")) {
                 Ok((k, v)) => {
-                    kafka_options.insert(k, v);
+                    config.kafka_options.insert(k, v);
                 }
                 Err(e) => problems.push(format!("vigil.toml [kafka_options]: {e}")),
             }
         }
-        kafka_options.extend(args.kafka_options);
-        // A duration from the flag, else from the file; a bad value in the file is reported
-        // even when the flag overrides it.
-        let mut duration = |flag: Option<u64>, text: &Option<String>, name: &str| {
-            let from_file = text.as_deref().map(crate::parser::parse_duration).transpose().unwrap_or_else(|e| {
-                problems.push(format!("vigil.toml {name}: {e}"));
-                None
-            });
-            flag.or(from_file)
-        };
-        let lateness = duration(args.lateness, &file.lateness, "lateness");
-        let checkpoint = duration(args.checkpoint_interval, &file.checkpoint_interval, "checkpoint_interval");
-        let webhook_timeout = duration(args.webhook_timeout, &file.webhook_timeout, "webhook_timeout");
-        let webhook_backoff = duration(args.webhook_backoff, &file.webhook_backoff, "webhook_backoff");
-        let idle_timeout = duration(args.idle_timeout, &file.idle_timeout, "idle_timeout");
-        let webhook = WebhookSettings {
-            timeout_ms: webhook_timeout.unwrap_or(10_000),
-            max_attempts: args.webhook_max_attempts.or(file.webhook_max_attempts).unwrap_or(12),
-            backoff_ms: webhook_backoff.unwrap_or(1_000),
-        };
-        if webhook.timeout_ms == 0 || webhook.max_attempts == 0 {
-            problems.push("the webhook timeout and attempts must be more than zero".into());
+        config.kafka_options.extend(args.kafka_options);
+        config.replay = if args.replay.is_empty() { file.replay } else { args.replay };
+        problems.extend(config.validate());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems.join("\n"))
         }
-        let max_keys_per_rule = args.max_keys_per_rule.or(file.max_keys_per_rule).unwrap_or(1_000_000);
-        if max_keys_per_rule == 0 {
-            problems.push("max keys per rule must be more than zero".into());
-        }
-        let checkpoint_ms = checkpoint.unwrap_or(10_000);
-        if checkpoint_ms == 0 {
-            problems.push("the checkpoint interval must be longer than zero".into());
-        }
-        let http_addr = args.http_addr.or(file.http_addr).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
-        let database_url = args.database_url.or(file.database_url).unwrap_or_else(|| "sqlite://vigil.db".to_string());
-        if !(database_url.starts_with("postgres://")
-            || database_url.starts_with("postgresql://")
-            || database_url.starts_with("sqlite:"))
-        {
-            problems.push(format!("database URL `{database_url}`: use postgres://... or sqlite://..."));
-        }
-        let webhook_url = args.webhook_url.or(file.webhook_url);
-        if let Some(url) = &webhook_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                problems.push(format!("webhook URL `{url}`: use http://... or https://..."));
-            }
-        }
-        let api_token = args.api_token.or(file.api_token).filter(|t| !t.is_empty());
-        let replay = if args.replay.is_empty() { file.replay } else { args.replay };
-        for r in &replay {
+    }
+
+    /// Problems of the settings together, beyond each value's own.
+    fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for r in &self.replay {
             if !r.exists() {
                 problems.push(format!("replay file {} does not exist", r.display()));
             }
         }
-        let rules = args.rules.or(file.rules).unwrap_or_else(|| PathBuf::from("rules"));
-        if !rules.is_dir() {
-            problems.push(format!("rules folder {} does not exist", rules.display()));
+        if !self.rules.is_dir() {
+            problems.push(format!("rules folder {} does not exist", self.rules.display()));
         }
-        if !problems.is_empty() {
-            return Err(problems.join("\n"));
+        if self.api_read_token.is_some() && self.api_token.is_none() {
+            problems.push(
+                "--api-read-token is set without --api-token: reads would need a token while anyone could \
+                 ingest events and change rules; set --api-token (VIGIL_API_TOKEN) too"
+                    .into(),
+            );
         }
-        Ok(ServeConfig {
-            rules,
-            external_url: args.external_url.or(file.external_url),
-            http_addr,
-            database_url,
-            kafka_brokers: args.kafka_brokers.or(file.kafka_brokers).filter(|b| !b.is_empty()),
-            kafka_group: args.kafka_group.or(file.kafka_group).unwrap_or_else(|| "vigil".to_string()),
-            kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
-            kafka_options,
-            topics,
-            webhook_url,
-            api_token,
-            api_read_token: args.api_read_token.or(file.api_read_token).filter(|t| !t.is_empty()),
-            replay,
-            lateness_ms: lateness.unwrap_or(5_000) as i64,
-            checkpoint_ms,
-            spool_dir: args.spool_dir.or(file.spool_dir).unwrap_or_else(|| PathBuf::from("vigil-spool")),
-            spool_max_bytes: args.spool_max_mb.or(file.spool_max_mb).unwrap_or(256).saturating_mul(1 << 20),
-            webhook,
-            max_keys_per_rule,
-            idle_timeout_ms: idle_timeout.unwrap_or(0) as i64,
-            overload: args.overload.or(file.overload).unwrap_or_default(),
-        })
+        problems
     }
+
+    pub fn lateness_ms(&self) -> i64 {
+        millis(self.lateness)
+    }
+
+    pub fn webhook(&self) -> WebhookSettings {
+        WebhookSettings {
+            timeout: self.webhook_timeout,
+            max_attempts: self.webhook_max_attempts,
+            backoff: self.webhook_backoff,
+        }
+    }
+
+    /// The state budget in bytes.
+    pub fn max_state_bytes(&self) -> usize {
+        usize::try_from(self.max_state_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+}
+
+/// A duration as event-time milliseconds, saturating.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, String> {
@@ -349,6 +462,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_default_parses_with_its_settings_parser() {
+        for (name, parsed) in ServeConfig::defaults() {
+            assert_eq!(parsed, Ok(()), "{name}");
+        }
+    }
+
+    #[test]
     fn flags_override_the_file_and_problems_come_together() {
         let dir = std::env::temp_dir().join(format!("vigil-config-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
@@ -356,8 +476,8 @@ mod tests {
         std::fs::write(
             &file,
             format!(
-                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\n[topics]\nmetric = \"m.topic\"\n\
-                 [kafka_options]\n\"fetch.wait.max.ms\" = \"50\"\n\"client.id\" = \"from-file\"\n",
+                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\nspool_max_mb = 3\n[topics]\n\
+                 metric = \"m.topic\"\n[kafka_options]\n\"fetch.wait.max.ms\" = \"50\"\n\"client.id\" = \"from-file\"\n",
                 dir.join("rules")
             ),
         )
@@ -372,21 +492,46 @@ mod tests {
         assert_eq!(c.kafka_group, "from-flag");
         assert_eq!(c.kafka_options["fetch.wait.max.ms"], "1");
         assert_eq!(c.kafka_options["client.id"], "from-file");
-        assert_eq!(c.lateness_ms, 60_000);
+        assert_eq!(c.lateness_ms(), 60_000);
+        assert_eq!(c.spool_max_mb, 3, "a number in the file");
+        assert_eq!(c.checkpoint_interval, Duration::from_secs(10), "the default");
         assert_eq!(c.topics[&Stream::Metric], "m.topic");
         assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
         let bad = ServeArgs {
-            config: Some(file),
+            config: Some(file.clone()),
             database_url: Some("mysql://x".into()),
             webhook_url: Some("ftp://x".into()),
             ..ServeArgs::default()
         };
-        let err = ServeConfig::resolve(bad).expect_err("two problems");
-        assert_eq!(err.lines().count(), 2, "{err}");
+        // Flags are parsed by clap with the same parsers; here they come in as given.
+        let c = ServeConfig::resolve(bad).expect("resolve takes parsed flags");
+        assert_eq!(c.database_url, "mysql://x");
+        std::fs::write(dir.join("bad.toml"), "lateness = \"soon\"\nwebhook_url = \"ftp://x\"\nmax_connections = 0\n")
+            .expect("write");
+        let bad = ServeArgs { config: Some(dir.join("bad.toml")), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(bad).expect_err("three problems");
+        assert_eq!(err.lines().filter(|l| l.starts_with("vigil.toml")).count(), 3, "{err}");
         std::fs::write(dir.join("own.toml"), "[kafka_options]\n\"group.id\" = \"x\"\n").expect("write");
         let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
         let err = ServeConfig::resolve(own).expect_err("a property Vigil sets");
         assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_read_token_alone_is_refused_because_it_would_leave_writes_open() {
+        let dir = std::env::temp_dir().join(format!("vigil-config-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let args = ServeArgs { rules: Some(dir.clone()), api_read_token: Some("r".into()), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(args).expect_err("refused");
+        assert!(err.contains("--api-read-token is set without --api-token"), "{err}");
+        let args = ServeArgs {
+            rules: Some(dir.clone()),
+            api_read_token: Some("r".into()),
+            api_token: Some("w".into()),
+            ..ServeArgs::default()
+        };
+        assert!(ServeConfig::resolve(args).is_ok());
         std::fs::remove_dir_all(&dir).ok();
     }
 

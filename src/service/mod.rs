@@ -8,21 +8,30 @@
 //!                                                                   '--> webhook outbox --> receiver
 //! ```
 
+pub mod api;
 pub mod config;
-pub mod http;
+pub mod engine_loop;
+pub mod ingest_log;
 pub mod kafka;
-pub mod pipeline;
 pub mod rules;
+pub mod server;
+pub mod sources;
 pub mod spool;
 pub mod store;
 pub mod telemetry;
 pub mod webhook;
+pub mod writer;
 
 use anyhow::{anyhow, Context, Result};
 use config::ServeConfig;
+use engine_loop::{EngineHealth, EngineLoop};
+use sources::Intake;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
+
+/// Alert stream clients catching up from the store at once.
+const CATCH_UP_READS: usize = 4;
 
 /// Runs the service until SIGINT or SIGTERM.
 pub async fn serve(config: ServeConfig) -> Result<()> {
@@ -40,17 +49,23 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     let mut engine = crate::engine::Engine::new(
         loaded.plans,
         crate::engine::EngineConfig {
-            lateness_ms: config.lateness_ms,
-            limits: crate::engine::Limits { max_keys: config.max_keys_per_rule, idle_ms: config.idle_timeout_ms },
+            lateness_ms: config.lateness_ms(),
+            limits: crate::engine::Limits {
+                max_keys: config.max_keys_per_rule,
+                idle_ms: config::millis(config.idle_timeout),
+            },
+            // Event time never runs ahead of the wall clock: no event can make the present late.
+            clock: Some(Arc::new(crate::engine::SystemClock)),
         },
     );
-    // Resume where the last checkpoint left off; Kafka resumes from the offsets stored with it.
-    let mut resume: Vec<pipeline::Position> = Vec::new();
+    // Resume where the last checkpoint left off; Kafka, files and the ingest log resume from
+    // the positions stored with it.
+    let mut resume: Vec<sources::Position> = Vec::new();
     match store.load_checkpoint().await.context("cannot read the checkpoint")? {
         None => tracing::info!("no checkpoint: starting empty"),
         Some((bytes, positions)) => {
             resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "the checkpoint's Kafka offsets cannot be read; using the committed ones");
+                tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
                 Vec::new()
             });
             match crate::engine::Snapshot::from_bytes(&bytes).map_err(|e| e.to_string()).and_then(|s| engine.restore(s))
@@ -68,12 +83,22 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     let addr = listener.local_addr()?;
     let external_url = config.external_url.clone().unwrap_or_else(|| format!("http://{addr}"));
 
-    let (tx, rx, alerts_tx, alerts_rx) = pipeline::channels();
+    let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
+    let (ingest_tx, ingest_rx) = mpsc::channel(256);
     let (published, _) = broadcast::channel(4096);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let health = Arc::new(pipeline::Health::default());
+    let health = Arc::new(writer::Health::default());
+    let engine_health = Arc::new(EngineHealth::default());
     let webhook_wake = Arc::new(Notify::new());
+    let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
+    let intake = Intake {
+        bounds: crate::event::TimeBounds {
+            max_future_ms: nonzero(config.max_event_future),
+            max_jump_ms: nonzero(config.max_event_jump),
+        },
+        health: engine_health.clone(),
+    };
 
     let consumer = match &config.kafka_brokers {
         Some(brokers) => {
@@ -90,14 +115,21 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         }
         None => None,
     };
-    let checkpoint_every = Duration::from_millis(config.checkpoint_ms);
-    let engine_thread =
-        pipeline::spawn_engine(engine, rx, alerts_tx, telemetry.clone(), checkpoint_every, resume.clone());
-    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_bytes)
+    let engine_thread = EngineLoop {
+        engine,
+        telemetry: telemetry.clone(),
+        health: engine_health.clone(),
+        checkpoint_every: config.checkpoint_interval,
+        restored: resume.clone(),
+        max_state_bytes: config.max_state_bytes(),
+    }
+    .spawn(rx, alerts_tx);
+    tokio::spawn(engine_health.clone().watch(config.stall_timeout));
+    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_mb.saturating_mul(1 << 20))
         .with_context(|| format!("cannot read the spool in {}", config.spool_dir.display()))?;
-    let writer = tokio::spawn(pipeline::write_alerts(
+    let writer = tokio::spawn(writer::write_alerts(
         alerts_rx,
-        pipeline::Writer {
+        writer::Writer {
             consumer: consumer.clone(),
             store: store.clone(),
             published: published.clone(),
@@ -106,67 +138,92 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             telemetry: telemetry.clone(),
             health: health.clone(),
             spool,
+            ingest_log: Some(config.ingest_log_dir.clone()),
         },
     ));
-    tokio::spawn(pipeline::write_dead_letters(dead_rx, store.clone(), telemetry.clone()));
+    tokio::spawn(writer::write_dead_letters(dead_rx, store.clone(), telemetry.clone(), config.max_dead_letters));
 
     if let Some(url) = &config.webhook_url {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.webhook.timeout_ms))
-            .build()
-            .context("cannot build the webhook client")?;
+        let settings = config.webhook();
+        let client =
+            reqwest::Client::builder().timeout(settings.timeout).build().context("cannot build the webhook client")?;
         let deliverer = webhook::Deliverer {
             store: store.clone(),
             url: url.clone(),
             client,
             wake: webhook_wake.clone(),
             telemetry: telemetry.clone(),
-            settings: config.webhook,
+            settings,
         };
         tokio::spawn(deliverer.run(stop_rx.clone()));
         tracing::info!(url = %redact(url), "delivering alerts to the webhook");
     }
 
     if let Some(consumer) = consumer {
-        tokio::spawn(kafka::consume(
-            consumer.clone(),
-            config.topics.clone(),
-            resume.clone(),
-            tx.clone(),
-            dead_tx.clone(),
-            (config.overload, telemetry.shed.with_label_values(&["kafka"])),
-            stop_rx.clone(),
-        ));
-        tokio::spawn(kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
+        let source = sources::kafka::KafkaSource {
+            topics: config.topics.clone(),
+            start: resume.clone(),
+            engine: tx.clone(),
+            dead: dead_tx.clone(),
+            intake: intake.clone(),
+            overload: config.overload,
+            shed: telemetry.shed.with_label_values(&["kafka"]),
+        };
+        tokio::spawn(sources::kafka::consume(consumer.clone(), source, stop_rx.clone()));
+        tokio::spawn(sources::kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
     }
 
-    let ticker = tokio::spawn(pipeline::tick(tx.clone()));
+    let ticker = tokio::spawn(engine_loop::tick(tx.clone()));
     for file in &config.replay {
-        pipeline::replay_file(file.clone(), &resume, tx.clone(), dead_tx.clone());
+        sources::file::replay(file.clone(), &resume, intake.clone(), tx.clone(), dead_tx.clone());
         tracing::info!(file = %file.display(), "replaying into the service");
     }
+    sources::http::HttpSource {
+        dir: config.ingest_log_dir.clone(),
+        fsync: config.ingest_fsync,
+        replay_from: sources::http::replay_from(&resume),
+        engine: tx.clone(),
+        overload: config.overload,
+        shed: telemetry.shed.with_label_values(&["http"]),
+        errors: telemetry.store_errors.with_label_values(&["ingest_log"]),
+    }
+    .spawn(ingest_rx)
+    .with_context(|| format!("cannot open the ingest log in {}", config.ingest_log_dir.display()))?;
 
-    let state = Arc::new(http::AppState {
+    let state = Arc::new(api::AppState {
         store,
         engine: tx,
+        ingest: ingest_tx,
+        intake,
         dead: dead_tx,
         published,
-        telemetry,
+        telemetry: telemetry.clone(),
         rules_dir: config.rules.clone(),
         rules: std::sync::RwLock::new(infos),
         rule_lock: tokio::sync::Mutex::new(()),
         token: config.api_token.clone(),
         read_token: config.api_read_token.clone(),
-        overload: config.overload,
         health,
+        engine_health,
         webhook_wake,
+        limits: api::Limits {
+            body_timeout: config.http_body_timeout,
+            stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
+            catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
+            stall_timeout: config.stall_timeout,
+        },
     });
     tokio::spawn(watch_rules(state.clone(), fingerprint, stop_rx.clone()));
 
+    let limits = server::ServerLimits {
+        max_connections: server::connections_that_fit(config.max_connections),
+        header_timeout: config.http_header_timeout,
+        write_timeout: config.http_body_timeout,
+    };
     // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
     eprintln!("vigil: listening on http://{addr}");
     tracing::info!(%addr, store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
-    axum::serve(listener, http::router(state.clone())).with_graceful_shutdown(shutdown_signal()).await?;
+    server::serve(listener, api::router(state.clone()), limits, telemetry, shutdown_signal()).await;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -181,7 +238,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
 
 /// Reloads the rules when the folder changes (checked every second) or on SIGHUP. A folder
 /// that does not check leaves the running rules as they are.
-async fn watch_rules(state: Arc<http::AppState>, mut seen: Vec<rules::FileStamp>, mut stop: watch::Receiver<bool>) {
+async fn watch_rules(state: Arc<api::AppState>, mut seen: Vec<rules::FileStamp>, mut stop: watch::Receiver<bool>) {
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
@@ -210,7 +267,7 @@ async fn watch_rules(state: Arc<http::AppState>, mut seen: Vec<rules::FileStamp>
         let dir = state.rules_dir.clone();
         let Ok(result) = tokio::task::spawn_blocking(move || rules::load(&dir)).await else { continue };
         match result {
-            Ok(loaded) => match http::apply(&state, loaded).await {
+            Ok(loaded) => match api::rules::apply(&state, loaded).await {
                 Ok(kept) => tracing::info!(kept = ?kept, "rules reloaded"),
                 Err(_) => return,
             },
@@ -262,8 +319,34 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// Text with every URL in it redacted, as [`redact`] does one: for error messages from
+/// libraries that quote the URL they failed on.
+pub fn redact_urls(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.find("://") {
+            Some(at) if at > 0 => {
+                let start = word[..at].rfind(|c: char| !c.is_ascii_alphanumeric() && c != '+').map_or(0, |i| i + 1);
+                let end = word[at..].find(['"', '\'', ')', '>']).map_or(word.len(), |i| at + i);
+                format!("{}{}{}", &word[..start], redact(&word[start..end]), &word[end..])
+            }
+            _ => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn urls_inside_messages_are_redacted() {
+        assert_eq!(
+            super::redact_urls("error sending request for url (https://h/x?token=abc): refused"),
+            "error sending request for url (https://h/x?***): refused"
+        );
+        assert_eq!(super::redact_urls("no url here"), "no url here");
+        assert_eq!(super::redact_urls("\"postgres://u:pw@db/x\" down"), "\"postgres://u:***@db/x\" down");
+    }
+
     #[test]
     fn secrets_stay_out_of_messages() {
         assert_eq!(super::redact("postgres://vigil:s3cret@db:5432/vigil"), "postgres://vigil:***@db:5432/vigil");

@@ -112,9 +112,14 @@ pub struct OutboxItem {
     pub attempts: i64,
 }
 
+/// Two pools: one that writes (alerts, checkpoints, deliveries) and one that reads for the API
+/// and the alert stream, so that readers, however many and however slow, never hold the
+/// connection the writer needs. With SQLite (one writer at a time, readers beside it in WAL
+/// mode) the writing pool has one connection.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
+    reader: AnyPool,
     backend: Backend,
 }
 
@@ -179,25 +184,32 @@ impl Store {
                 retryable: false,
             });
         };
-        let mut options = AnyPoolOptions::new().acquire_timeout(std::time::Duration::from_secs(5));
-        if backend == Backend::Sqlite {
-            // One writer at a time is all SQLite does; a single connection avoids busy errors.
-            options = options.max_connections(1).after_connect(|conn, _| {
+        let options = || AnyPoolOptions::new().acquire_timeout(std::time::Duration::from_secs(5));
+        let sqlite = |options: AnyPoolOptions, connections: u32| {
+            options.max_connections(connections).after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
                     sqlx::query("PRAGMA busy_timeout = 5000").execute(&mut *conn).await?;
                     Ok(())
                 })
-            });
-        } else {
-            options = options.max_connections(8);
-        }
-        let pool = options.connect(&url).await?;
+            })
+        };
+        let pool = match backend {
+            // One writer at a time is all SQLite does; a single connection avoids busy errors.
+            Backend::Sqlite => sqlite(options(), 1).connect(&url).await?,
+            Backend::Postgres => options().max_connections(8).connect(&url).await?,
+        };
         match backend {
             Backend::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
             Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&pool).await?,
         }
-        Ok(Store { pool, backend })
+        let reader = match backend {
+            // An in-memory database is one connection's own: readers must share it.
+            Backend::Sqlite if url.contains(":memory:") => pool.clone(),
+            Backend::Sqlite => sqlite(options(), 4).connect(&url).await?,
+            Backend::Postgres => options().max_connections(4).connect(&url).await?,
+        };
+        Ok(Store { pool, reader, backend })
     }
 
     pub fn backend(&self) -> Backend {
@@ -280,7 +292,7 @@ impl Store {
         }
         let limit = sql.arg(Arg::Int(limit));
         sql.text.push_str(&format!(" ORDER BY seq DESC LIMIT {limit}"));
-        let rows = sql.query().fetch_all(&self.pool).await?;
+        let rows = sql.query().fetch_all(&self.reader).await?;
         rows.iter().map(stored).collect()
     }
 
@@ -291,13 +303,13 @@ impl Store {
         self.conditions(&mut sql, filter, "time_ms");
         let limit = sql.arg(Arg::Int(limit));
         sql.text.push_str(&format!(" ORDER BY seq ASC LIMIT {limit}"));
-        let rows = sql.query().fetch_all(&self.pool).await?;
+        let rows = sql.query().fetch_all(&self.reader).await?;
         rows.iter().map(stored).collect()
     }
 
     /// The newest stored transition's seq, where a fresh stream starts.
     pub async fn last_event_seq(&self) -> Result<i64> {
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM alert_events").fetch_one(&self.pool).await?;
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM alert_events").fetch_one(&self.reader).await?;
         Ok(row.try_get::<i64, _>(0)?)
     }
 
@@ -326,7 +338,7 @@ impl Store {
     pub async fn get_alert(&self, id: &str) -> Result<Option<(Alert, Vec<Stored>)>> {
         let Some(row) = sqlx::query("SELECT seq, body FROM alerts WHERE id = $1")
             .bind(id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.reader)
             .await?
         else {
             return Ok(None);
@@ -334,35 +346,45 @@ impl Store {
         let current = stored(&row)?.alert;
         let rows = sqlx::query("SELECT seq, body FROM alert_events WHERE alert_id = $1 ORDER BY seq")
             .bind(id.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.reader)
             .await?;
         let transitions = rows.iter().map(stored).collect::<Result<Vec<_>>>()?;
         Ok(Some((current, transitions)))
     }
 
-    pub async fn insert_dead_letter(&self, d: &DeadLetter) -> Result<()> {
-        let mut payload = d.payload.clone();
-        if payload.len() > DEAD_LETTER_PAYLOAD {
-            let mut end = DEAD_LETTER_PAYLOAD;
-            while !payload.is_char_boundary(end) {
-                end -= 1;
+    /// Stores dead letters in one transaction, then deletes the oldest beyond the newest
+    /// `max_kept`, so that a flood of bad input cannot fill the disk.
+    pub async fn insert_dead_letters(&self, letters: &[DeadLetter], max_kept: u64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for d in letters {
+            let mut payload = d.payload.clone();
+            if payload.len() > DEAD_LETTER_PAYLOAD {
+                let mut end = DEAD_LETTER_PAYLOAD;
+                while !payload.is_char_boundary(end) {
+                    end -= 1;
+                }
+                payload.truncate(end);
             }
-            payload.truncate(end);
+            sqlx::query(
+                "INSERT INTO dead_letters (source, topic, kafka_partition, kafka_offset, line, reason, payload, received_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(d.source.clone())
+            .bind(d.topic.clone())
+            .bind(d.partition)
+            .bind(d.offset)
+            .bind(d.line)
+            .bind(d.reason.clone())
+            .bind(payload)
+            .bind(d.received_at_ms)
+            .execute(&mut *tx)
+            .await?;
         }
-        sqlx::query(
-            "INSERT INTO dead_letters (source, topic, kafka_partition, kafka_offset, line, reason, payload, received_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(d.source.clone())
-        .bind(d.topic.clone())
-        .bind(d.partition)
-        .bind(d.offset)
-        .bind(d.line)
-        .bind(d.reason.clone())
-        .bind(payload)
-        .bind(d.received_at_ms)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query("DELETE FROM dead_letters WHERE seq <= (SELECT MAX(seq) FROM dead_letters) - $1")
+            .bind(i64::try_from(max_kept).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -372,7 +394,7 @@ impl Store {
              FROM dead_letters ORDER BY seq DESC LIMIT $1",
         )
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.reader)
         .await?;
         rows.iter()
             .map(|r| {
@@ -466,7 +488,7 @@ impl Store {
     /// Counts of deliveries by state: pending, delivered, dead.
     pub async fn outbox_counts(&self) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query("SELECT state, COUNT(*) FROM webhook_outbox GROUP BY state ORDER BY state")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.reader)
             .await?;
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
     }

@@ -4,7 +4,7 @@
 //! would make the series count grow with the cluster.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Telemetry {
@@ -24,6 +24,22 @@ pub struct Telemetry {
     pub spooled: IntGauge,
     pub evicted: IntCounterVec,
     pub shed: IntCounterVec,
+    pub state_bytes: IntGauge,
+    pub slow_streams: IntCounter,
+    pub connections: IntGauge,
+    pub connections_refused: IntCounter,
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid gauge");
+    registry.register(Box::new(g.clone())).expect("metric registered once");
+    g
+}
+
+fn plain_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid counter");
+    registry.register(Box::new(c.clone())).expect("metric registered once");
+    c
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -67,6 +83,18 @@ impl Telemetry {
             .expect("valid gauge");
         registry.register(Box::new(spooled.clone())).expect("registered once");
         Telemetry {
+            state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
+            slow_streams: plain_counter(
+                &registry,
+                "vigil_stream_clients_dropped_total",
+                "Alert stream clients dropped for reading too slowly",
+            ),
+            connections: gauge(&registry, "vigil_http_connections", "HTTP connections open"),
+            connections_refused: plain_counter(
+                &registry,
+                "vigil_http_connections_refused_total",
+                "HTTP connections refused over --max-connections",
+            ),
             evicted: counter(
                 &registry,
                 "vigil_evicted_keys_total",

@@ -61,9 +61,7 @@ pub struct Deliverer {
     pub settings: super::config::WebhookSettings,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+use crate::event::now_ms;
 
 impl Deliverer {
     /// Delivers until `stop` turns true.
@@ -103,11 +101,13 @@ impl Deliverer {
                     .body(item.payload.clone())
                     .send()
                     .await;
+                // Never the URL in the message: it is logged and stored, and a receiver's URL
+                // often carries a token.
                 let failure = match result {
                     Ok(resp) if resp.status().is_success() => None,
                     Ok(resp) => Some(format!("receiver answered {}", resp.status())),
                     Err(e) if e.is_timeout() => Some("receiver timed out".to_string()),
-                    Err(e) => Some(format!("cannot reach receiver: {e}")),
+                    Err(e) => Some(format!("cannot reach receiver: {}", error_chain(&e.without_url()))),
                 };
                 self.telemetry.webhook_latency.observe(started.elapsed().as_secs_f64());
                 match failure {
@@ -117,7 +117,8 @@ impl Deliverer {
                     }
                     Some(error) => {
                         let dead = item.attempts + 1 >= i64::from(self.settings.max_attempts);
-                        let next = now_ms() + backoff_ms(self.settings.backoff_ms as i64, item.attempts);
+                        let base = super::config::millis(self.settings.backoff);
+                        let next = now_ms() + backoff_ms(base, item.attempts);
                         self.store.outbox_failed(item.seq, next, &error, dead).await?;
                         self.telemetry.webhook.with_label_values(&[if dead { "dead" } else { "failed" }]).inc();
                         tracing::warn!(delivery = item.seq, attempts = item.attempts + 1, dead, %error, "webhook delivery failed");
@@ -129,6 +130,22 @@ impl Deliverer {
             }
         }
     }
+}
+
+/// An error with its causes, `a: b: c`, as reqwest's own message hides the cause (connection
+/// refused, DNS) behind "error sending request".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    super::redact_urls(&text)
 }
 
 #[cfg(test)]

@@ -42,6 +42,9 @@ impl Service {
         if !args.contains(&"--spool-dir") {
             cmd.arg("--spool-dir").arg(temp_dir("spool"));
         }
+        if !args.contains(&"--ingest-log-dir") {
+            cmd.arg("--ingest-log-dir").arg(temp_dir("ingest"));
+        }
         cmd.env("VIGIL_LOG", "info").stdout(Stdio::null()).stderr(Stdio::piped());
         for var in [
             "VIGIL_RULES",
@@ -49,6 +52,7 @@ impl Service {
             "VIGIL_KAFKA_BROKERS",
             "VIGIL_WEBHOOK_URL",
             "VIGIL_API_TOKEN",
+            "VIGIL_API_READ_TOKEN",
             "VIGIL_CONFIG",
         ] {
             cmd.env_remove(var);

@@ -1,0 +1,324 @@
+//! The engine's own thread: events in from the sources, alerts and checkpoints out to the
+//! writer.
+//!
+//! ```text
+//! sources --Input--> engine thread --Output--> writer
+//!                       |  \--> EngineHealth (progress, watermark: /readyz, the intake's bounds)
+//!                       '--> metrics every second (live keys, evictions, state size)
+//! ```
+//!
+//! Every `checkpoint_every` (and when the inputs close) the engine's state goes to the writer
+//! behind the alerts it produced, with the next position of every source it covers, so the
+//! store never holds a checkpoint ahead of its alerts.
+
+use super::sources::{self, Position};
+use super::telemetry::Telemetry;
+use crate::alert::Alert;
+use crate::engine::Engine;
+use crate::event::{Event, Millis};
+use crate::plan::RulePlan;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Events waiting for the engine; sources block when it is full.
+pub const INPUT_CAPACITY: usize = 16_384;
+/// Batches of alerts waiting for the store.
+const ALERT_CAPACITY: usize = 1_024;
+/// Quiet time after which buffered events are released (the source is idle).
+const IDLE: Duration = Duration::from_secs(1);
+/// Quiet time after which the events of the newest millisecond are released. They wait for a
+/// newer event, since another of their millisecond may still come (simultaneous events are
+/// processed in an order of their content), and without this a live stream that pauses would
+/// hold them, and their alerts, for [`IDLE`]: with no lateness allowed, 1 to 1.5 s.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// What the sources hand the engine.
+pub enum Input {
+    /// An event, with where it came from when a checkpoint must cover it.
+    Event(Event, Option<Position>),
+    /// An event of HTTP ingest, with its offset in the ingest log.
+    Ingested(Event, u64),
+    /// The end of one ingest request's events: the reply counts those that were late.
+    Ack(oneshot::Sender<u64>),
+    /// Sent 20 times a second; after a quiet tenth of a second the newest millisecond's events
+    /// are released (within the lateness), after a quiet second every buffered event.
+    Tick,
+    /// Replace the rules; the reply names the rules whose state was kept.
+    Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
+}
+
+/// What the engine hands the writer: alerts, and now and then a checkpoint.
+pub enum Output {
+    Alerts(Vec<Alert>),
+    /// The engine's snapshot and the next position to read of each source it covers.
+    Checkpoint(Vec<u8>, Vec<Position>),
+}
+
+/// What the engine thread shows the rest of the service: whether it makes progress, and how
+/// far event time has got.
+#[derive(Debug)]
+pub struct EngineHealth {
+    /// Inputs taken so far; ticks count, so an idle engine moves it 20 times a second.
+    inputs: AtomicU64,
+    /// The engine's watermark, `i64::MIN` before there is one.
+    watermark: AtomicI64,
+    /// How long (ms) the engine has made no progress, as the watchdog last saw.
+    stalled_ms: AtomicU64,
+    /// The estimated state size, in bytes.
+    pub state_bytes: AtomicU64,
+}
+
+impl Default for EngineHealth {
+    fn default() -> Self {
+        EngineHealth {
+            inputs: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+            stalled_ms: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+impl EngineHealth {
+    pub fn watermark(&self) -> Option<Millis> {
+        Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
+    }
+
+    /// How long the engine has been stuck on one input, once that passes `limit`.
+    pub fn stalled(&self, limit: Duration) -> Option<Duration> {
+        let ms = self.stalled_ms.load(Ordering::Relaxed);
+        (ms >= limit.as_millis() as u64).then(|| Duration::from_millis(ms))
+    }
+
+    /// Watches the engine's progress until the runtime stops: the time since its input count
+    /// last moved. Ticks keep a healthy idle engine moving; an engine that does not take its
+    /// ticks is busy with one input.
+    pub async fn watch(self: Arc<Self>, limit: Duration) {
+        let mut last = (self.inputs.load(Ordering::Relaxed), Instant::now());
+        let mut warned = false;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.inputs.load(Ordering::Relaxed);
+            if now != last.0 {
+                last = (now, Instant::now());
+                if warned {
+                    tracing::info!("the engine makes progress again");
+                }
+                warned = false;
+            }
+            let stuck = last.1.elapsed();
+            self.stalled_ms.store(stuck.as_millis() as u64, Ordering::Relaxed);
+            if stuck >= limit && !warned {
+                warned = true;
+                tracing::error!(seconds = stuck.as_secs(), "the engine has made no progress; /readyz reports it");
+            }
+        }
+    }
+}
+
+/// The engine thread's settings.
+pub struct EngineLoop {
+    pub engine: Engine,
+    pub telemetry: Arc<Telemetry>,
+    pub health: Arc<EngineHealth>,
+    pub checkpoint_every: Duration,
+    /// The positions of the restored checkpoint, carried into later ones.
+    pub restored: Vec<Position>,
+    /// The state budget, in bytes.
+    pub max_state_bytes: usize,
+}
+
+/// The engine's input channel and the output channel out of it.
+pub type Channels = (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Output>, mpsc::Receiver<Output>);
+
+pub fn channels() -> Channels {
+    let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
+    let (atx, arx) = mpsc::channel(ALERT_CAPACITY);
+    (tx, rx, atx, arx)
+}
+
+/// What the thread keeps between inputs.
+struct Running {
+    out: Vec<Alert>,
+    /// The last offset taken from each partition or file; those of the restored checkpoint
+    /// carry over, so a source quiet since the restart keeps its place in later checkpoints.
+    positions: BTreeMap<(String, i32), i64>,
+    /// The last ingest log offset taken.
+    ingested: Option<u64>,
+    /// Ingested events found late since the last [`Input::Ack`].
+    late_ingested: u64,
+    late_seen: BTreeMap<String, u64>,
+    evicted_seen: BTreeMap<(String, &'static str), u64>,
+    last_event: Instant,
+    last_checkpoint: Instant,
+    last_gauges: Instant,
+}
+
+impl EngineLoop {
+    /// Runs the engine on its own thread until every input sender is gone. Alerts are stamped
+    /// with the wall-clock time of detection and handed to the writer.
+    pub fn spawn(mut self, mut rx: mpsc::Receiver<Input>, alerts: mpsc::Sender<Output>) -> std::thread::JoinHandle<()> {
+        std::thread::Builder::new()
+            .name("vigil-engine".into())
+            .spawn(move || {
+                let mut r = Running {
+                    out: Vec::new(),
+                    ingested: self
+                        .restored
+                        .iter()
+                        .find(|p| p.topic == sources::http::SOURCE)
+                        .and_then(|p| u64::try_from(p.offset - 1).ok()),
+                    positions: self
+                        .restored
+                        .iter()
+                        .filter(|p| p.topic != sources::http::SOURCE)
+                        .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
+                        .collect(),
+                    late_ingested: 0,
+                    late_seen: BTreeMap::new(),
+                    evicted_seen: BTreeMap::new(),
+                    last_event: Instant::now(),
+                    last_checkpoint: Instant::now(),
+                    last_gauges: Instant::now(),
+                };
+                let events_in: Vec<prometheus::IntCounter> = crate::schema::Stream::ALL
+                    .iter()
+                    .map(|s| self.telemetry.events_in.with_label_values(&[s.name()]))
+                    .collect();
+                while let Some(input) = rx.blocking_recv() {
+                    self.take(input, &mut r, &events_in);
+                    self.health.inputs.fetch_add(1, Ordering::Relaxed);
+                    if let Some(w) = self.engine.watermark() {
+                        self.health.watermark.store(w, Ordering::Relaxed);
+                    }
+                    if r.last_gauges.elapsed() > Duration::from_secs(1) {
+                        r.last_gauges = Instant::now();
+                        self.gauges(&mut r);
+                    }
+                    if !r.out.is_empty() {
+                        let now = sources::now_ms();
+                        for a in &mut r.out {
+                            a.detected_at = now;
+                        }
+                        if alerts.blocking_send(Output::Alerts(std::mem::take(&mut r.out))).is_err() {
+                            return;
+                        }
+                    }
+                    if r.last_checkpoint.elapsed() >= self.checkpoint_every {
+                        r.last_checkpoint = Instant::now();
+                        if let Some(c) = self.checkpoint(&r) {
+                            if alerts.blocking_send(c).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                if let Some(c) = self.checkpoint(&r) {
+                    let _ = alerts.blocking_send(c);
+                }
+            })
+            .expect("the engine thread starts")
+    }
+
+    fn take(&mut self, input: Input, r: &mut Running, events_in: &[prometheus::IntCounter]) {
+        match input {
+            // The watermark trails the newest event, so the newest events wait for a newer
+            // one. When none comes for a second the stream is idle: release them.
+            Input::Tick if r.last_event.elapsed() >= IDLE => self.engine.flush(&mut r.out),
+            Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
+            Input::Tick => {}
+            Input::Event(event, position) => {
+                if let Some(p) = position {
+                    r.positions.insert((p.topic, p.partition), p.offset);
+                }
+                self.push(event, r, events_in);
+            }
+            Input::Ingested(event, offset) => {
+                r.ingested = Some(offset);
+                if !self.push(event, r, events_in) {
+                    r.late_ingested += 1;
+                }
+            }
+            Input::Ack(reply) => {
+                let _ = reply.send(std::mem::take(&mut r.late_ingested));
+            }
+            Input::Reload(plans, reply) => {
+                let kept = self.engine.reload(plans);
+                let _ = reply.send(kept);
+            }
+        }
+    }
+
+    /// One event into the engine; false when it was late.
+    fn push(&mut self, event: Event, r: &mut Running, events_in: &[prometheus::IntCounter]) -> bool {
+        r.last_event = Instant::now();
+        events_in[event.stream as usize].inc();
+        let started = Instant::now();
+        let taken = self.engine.push(event, &mut r.out);
+        self.telemetry.eval_latency.observe(started.elapsed().as_secs_f64());
+        if !taken {
+            for (rule, n) in &self.engine.stats().late_by_rule {
+                let before = r.late_seen.insert(rule.clone(), *n).unwrap_or(0);
+                self.telemetry.late.with_label_values(&[rule]).inc_by(n - before);
+            }
+        }
+        taken
+    }
+
+    /// Once a second: the state budget, and the gauges of live keys, evictions and lag.
+    fn gauges(&mut self, r: &mut Running) {
+        let bytes = self.engine.enforce_budget(self.max_state_bytes, &mut r.out);
+        self.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
+        self.telemetry.state_bytes.set(bytes as i64);
+        for (rule, n) in self.engine.live_keys() {
+            self.telemetry.live_keys.with_label_values(&[&rule]).set(n as i64);
+        }
+        for ((rule, reason), n) in self.engine.evicted() {
+            let before = r.evicted_seen.insert((rule.clone(), reason), n).unwrap_or(0);
+            if n > before {
+                self.telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
+            }
+        }
+        if let Some(w) = self.engine.watermark() {
+            self.telemetry.watermark_lag_ms.set(sources::now_ms().saturating_sub(w));
+        }
+    }
+
+    fn checkpoint(&self, r: &Running) -> Option<Output> {
+        match self.engine.snapshot().and_then(|s| s.to_bytes()) {
+            Ok(bytes) => {
+                let mut next: Vec<Position> = r
+                    .positions
+                    .iter()
+                    .map(|((topic, partition), offset)| Position {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: offset + 1,
+                    })
+                    .collect();
+                if let Some(o) = r.ingested {
+                    next.push(Position { topic: sources::http::SOURCE.into(), partition: 0, offset: o as i64 + 1 });
+                }
+                Some(Output::Checkpoint(bytes, next))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot snapshot the engine");
+                None
+            }
+        }
+    }
+}
+
+/// Sends [`Input::Tick`] to the engine until it stops.
+pub async fn tick(tx: mpsc::Sender<Input>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        interval.tick().await;
+        if tx.send(Input::Tick).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Where events come from: Kafka ([`kafka`]), HTTP ingest through its log ([`http`]), and
+//! recorded files ([`file`]). Each turns its input into events, refuses what is not an event
+//! (a dead letter with the reason) or whose time is out of bounds, and hands the rest to the
+//! engine under the overload policy.
+
+pub mod file;
+pub mod http;
+pub mod kafka;
+
+use super::config::Overload;
+use super::engine_loop::{EngineHealth, Input};
+use super::store::DeadLetter;
+use crate::event::{DecodeError, Event, TimeBounds};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Where an event came from: a Kafka topic, partition and offset; a replayed file
+/// (`file:<path>`, partition 0, line number); or the ingest log ([`http::SOURCE`], offset). A
+/// checkpoint records the next of each.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The next offset a checkpoint's positions give for `source` (partition 0), if any.
+pub fn resume_offset(positions: &[Position], source: &str) -> Option<i64> {
+    positions.iter().find(|p| p.topic == source && p.partition == 0).map(|p| p.offset)
+}
+
+/// Outcome of [`offer`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offered {
+    Taken,
+    /// Dropped under the `shed` overload policy (and counted).
+    Shed,
+    /// The engine is stopping.
+    Closed,
+}
+
+/// Hands an event to the engine under the overload policy: waits for room (backpressure), or
+/// drops it when the engine's queue is full (shed).
+pub async fn offer(
+    tx: &mpsc::Sender<Input>,
+    input: Input,
+    overload: Overload,
+    shed: &prometheus::IntCounter,
+) -> Offered {
+    match overload {
+        Overload::Backpressure => match tx.send(input).await {
+            Ok(()) => Offered::Taken,
+            Err(_) => Offered::Closed,
+        },
+        Overload::Shed => match tx.try_send(input) {
+            Ok(()) => Offered::Taken,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                shed.inc();
+                Offered::Shed
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Offered::Closed,
+        },
+    }
+}
+
+/// Largest event accepted from Kafka or HTTP; a bigger one is a dead letter.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+/// Most of a rejected payload kept with its dead letter.
+const MAX_DEAD_PAYLOAD: usize = 4_096;
+
+/// What every source checks of an event before the engine sees it: that its time is within
+/// bounds of the wall clock and of event time.
+#[derive(Clone)]
+pub struct Intake {
+    pub bounds: TimeBounds,
+    pub health: Arc<EngineHealth>,
+}
+
+impl Intake {
+    /// Decodes one event from Kafka or HTTP, with the reason it is not one (or is out of
+    /// bounds).
+    pub fn decode(&self, payload: &[u8], stream: Option<crate::schema::Stream>) -> Result<Event, String> {
+        if payload.len() > MAX_EVENT_BYTES {
+            return Err(format!("the event is {} bytes; at most {} are accepted", payload.len(), MAX_EVENT_BYTES));
+        }
+        let text = std::str::from_utf8(payload).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
+        let event = crate::event::decode(text.trim(), stream).map_err(|e| e.to_string())?;
+        self.check(&event).map_err(|e| e.to_string())?;
+        Ok(event)
+    }
+
+    /// Whether the event's time is within bounds now.
+    pub fn check(&self, event: &Event) -> Result<(), DecodeError> {
+        self.bounds.check(event.ts, now_ms(), self.health.watermark())
+    }
+}
+
+/// The start of a rejected payload, as text, for its dead letter.
+pub fn dead_payload(payload: &[u8]) -> String {
+    let cut = &payload[..payload.len().min(MAX_DEAD_PAYLOAD)];
+    let mut text = String::from_utf8_lossy(cut).into_owned();
+    if payload.len() > MAX_DEAD_PAYLOAD {
+        text.push_str(&format!("... ({} bytes in all)", payload.len()));
+    }
+    text
+}
+
+/// A dead letter of `source` received now.
+pub fn dead_letter(source: &str, reason: String, payload: &[u8]) -> DeadLetter {
+    DeadLetter {
+        source: source.into(),
+        topic: None,
+        partition: None,
+        offset: None,
+        line: None,
+        reason,
+        payload: dead_payload(payload),
+        received_at_ms: now_ms(),
+    }
+}
+
+pub use crate::event::now_ms;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn event() -> Input {
+        Input::Event(Event::new(crate::schema::Stream::Metric, 0), None)
+    }
+
+    #[tokio::test]
+    async fn shedding_drops_and_counts_what_does_not_fit_and_backpressure_waits() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let shed = prometheus::IntCounter::new("shed", "test").expect("counter");
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Taken);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Taken);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Shed);
+        assert_eq!(shed.get(), 1);
+        // Backpressure: the third event waits until the engine takes one.
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            let shed = shed.clone();
+            async move { offer(&tx, event(), Overload::Backpressure, &shed).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a full queue holds the source back");
+        rx.recv().await.expect("an event");
+        assert_eq!(waiting.await.expect("task"), Offered::Taken);
+        assert_eq!(shed.get(), 1, "nothing shed under backpressure");
+        drop(rx);
+        assert_eq!(offer(&tx, event(), Overload::Shed, &shed).await, Offered::Closed);
+    }
+
+    #[test]
+    fn oversized_non_utf8_and_out_of_bounds_payloads_are_refused_with_a_reason() {
+        let intake = Intake {
+            bounds: TimeBounds { max_future_ms: Some(60_000), max_jump_ms: None },
+            health: Arc::new(EngineHealth::default()),
+        };
+        let big = vec![b' '; MAX_EVENT_BYTES + 1];
+        assert!(intake.decode(&big, None).unwrap_err().contains("at most 1048576"));
+        assert_eq!(intake.decode(b"{\"ts\":0,\xff}", None).unwrap_err(), "invalid UTF-8 at byte 8");
+        let far = intake.decode(br#"{"stream":"metric","ts":"9999-12-31T00:00:00Z","host":"h"}"#, None).unwrap_err();
+        assert!(far.starts_with("field `ts`: 9999-12-31T00:00:00.000Z is "), "{far}");
+        assert!(intake.decode(br#"{"stream":"metric","ts":1767225600000,"host":"h"}"#, None).is_ok());
+        let kept = dead_payload(&big);
+        assert!(kept.len() < 5_000 && kept.ends_with("(1048577 bytes in all)"), "{}", &kept[kept.len() - 40..]);
+    }
+}
