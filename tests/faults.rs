@@ -318,6 +318,86 @@ async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Each job's two events, and a heartbeat metric from three hosts every minute over the same
+/// time: a lost heartbeat would show as a `host_silent` alert the clean run does not have.
+fn jobs_with_heartbeats(jobs: usize) -> Vec<String> {
+    let mut timed: Vec<(i64, String)> =
+        job_lines(jobs).into_iter().map(|l| (vigil::event::decode(&l, None).expect("an event").ts, l)).collect();
+    let (start, end) = (timed[0].0, timed.last().expect("events").0);
+    let mut ts = start;
+    while ts <= end {
+        for h in 0..3 {
+            // A value that moves, or the series would be stuck.
+            let value = 40 + (ts / 60_000 + h) % 7;
+            timed.push((ts, format!(r#"{{"stream":"metric","ts":{ts},"host":"h{h}","name":"cpu","value":{value}}}"#)));
+        }
+        ts += 60_000;
+    }
+    timed.sort_by_key(|(ts, _)| *ts);
+    timed.into_iter().map(|(_, l)| l).collect()
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run scripts/test.sh"]
+async fn kill_9_during_http_ingest_loses_no_acknowledged_event() {
+    const KILLS: usize = 3;
+    let mut rng = fastrand::Rng::with_seed(seed());
+    let lines = jobs_with_heartbeats(60);
+    let want = replayed(&lines);
+    assert_eq!(want.len(), 120, "each job fires and resolves once, and no host is silent, in the clean run");
+    let (hook, hook_url) = steady_receiver().await;
+    let (db_name, db_url) = create_database().await;
+    let dir = temp_dir("http-kill");
+    let (rules, ingest, spool) = (rules_dir(), dir.join("ingest"), dir.join("spool"));
+    let (ingest, spool) = (ingest.display().to_string(), spool.display().to_string());
+    // Checkpoints far apart: the acknowledged events since the last one are only in the log.
+    let args = [
+        "--rules",
+        &rules,
+        "--database-url",
+        &db_url,
+        "--webhook-url",
+        &hook_url,
+        "--lateness",
+        "0s",
+        "--checkpoint-interval",
+        "2s",
+        "--ingest-log-dir",
+        &ingest,
+        "--spool-dir",
+        &spool,
+    ];
+    let mut service = Service::start(&args);
+    let batches: Vec<String> = lines.chunks(20).map(|c| c.join("\n") + "\n").collect();
+    // Kill right after random acknowledgements, never twice at one.
+    let mut kill_after: BTreeSet<usize> = BTreeSet::new();
+    while kill_after.len() < KILLS {
+        kill_after.insert(rng.usize(2..batches.len() - 1));
+    }
+    let mut logs = Vec::new();
+    for (i, batch) in batches.iter().enumerate() {
+        let answer = post_events(&service.url, batch.clone()).await;
+        assert_eq!(answer["accepted"].as_u64(), Some(batch.lines().count() as u64), "{answer}");
+        if kill_after.contains(&i) {
+            service.kill(); // SIGKILL: acknowledged, but no checkpoint since
+            logs.push(service.log());
+            drop(service);
+            service = Service::start(&args);
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(0..60))).await;
+    }
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let (rows, keys) = settle(&pool, &hook.accepted, want.len()).await;
+    judge("`kill -9` of `vigil serve` right after HTTP ingest acknowledged a batch", KILLS, &want, &rows, &keys);
+    logs.push(service.log());
+    let read_back = logs.iter().filter(|l| l.contains("read back from the ingest log")).count();
+    assert!(read_back > 0, "no restart read acknowledged events back from the log:\n{}", logs.join("\n----\n"));
+    pool.close().await;
+    drop(service);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 // ---- broker restart --------------------------------------------------------------------------
 
 /// A Tansu broker of the test's own, keeping its data in SQLite so that it survives a restart.

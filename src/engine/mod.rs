@@ -17,6 +17,8 @@
 
 mod alerting;
 mod blind;
+#[cfg(test)]
+mod bounds_tests;
 mod eval;
 mod filter;
 mod invariant;

@@ -107,15 +107,15 @@ impl WindowOperatorBuilder {
             })
             .collect();
         // After this many closes in a row with no events in any group, more such closes change
-        // nothing: every history holds only empty windows, every group that is not kept by an
-        // active alert or open windows is forgotten, and every alert has had its `for` and
-        // `keep_firing_for` to settle.
+        // nothing but how long each group has been idle: every history holds only empty
+        // windows, and every alert has had its `for` and `keep_firing_for` to settle. (Quiet
+        // windows teach an invariant nothing, and the cluster step sees no group.)
         let lifecycle = dependents
             .iter()
             .map(|d| d.plan.alert.for_ms.max(d.plan.alert.keep_firing_for_ms).div_ceil(window.slide_ms))
             .max()
             .unwrap_or(0);
-        let settle_closes = u32::try_from((history as u64).max(remember as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
+        let settle_closes = u32::try_from((history as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
         WindowOperator {
             quiet_closes: 0,
             settle_closes,
@@ -720,19 +720,21 @@ impl Operator for WindowOperator {
 
     /// Once closes have been quiet long enough to change nothing more, jumps over the closes up
     /// to `horizon` that would be quiet too (before any group's first open window): their only
-    /// effect is on how long groups have been idle.
+    /// effect is on how long groups have been idle, and on when a condition that holds last
+    /// held, which the last of them, closed as usual, sets.
     fn skip_quiet(&mut self, horizon: Millis) {
         let Some(next) = self.next_close else { return };
         if self.quiet_closes < self.settle_closes {
             return;
         }
         let busy = self.groups.values().filter_map(|g| g.open.first_start()).min().map(|start| start + self.size);
-        // The last close to skip: final (its end is at most horizon + 1) and before the first busy one.
+        // The last quiet close: final (its end is at most horizon + 1) and before the first busy
+        // one. The closes before it are skipped; it is made.
         let last = busy.map_or(horizon.saturating_add(1), |b| (b - self.slide).min(horizon.saturating_add(1)));
-        if last < next {
+        if last <= next {
             return;
         }
-        let skipped = (last - next) / self.slide + 1;
+        let skipped = (last - next) / self.slide;
         let idle = u32::try_from(skipped).unwrap_or(u32::MAX);
         for g in self.groups.values_mut() {
             g.idle = g.idle.saturating_add(idle);
