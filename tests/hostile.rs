@@ -130,6 +130,9 @@ async fn an_event_dated_ahead_of_the_clock_cannot_make_the_present_late() {
         page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
     })
     .await;
+    // An hour old now: taken (on disk), but late, and the answer says so.
+    let (_, answer) = post(&events, job("EVICT", now - 3_600_000, "m3")).await;
+    assert_eq!((answer["accepted"].as_u64(), answer["late"].as_u64()), (Some(1), Some(1)), "{answer}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

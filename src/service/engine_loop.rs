@@ -97,6 +97,7 @@ impl EngineHealth {
     /// last moved. Ticks keep a healthy idle engine moving; an engine that does not take its
     /// ticks is busy with one input.
     pub async fn watch(self: Arc<Self>, limit: Duration) {
+        use tokio::time::Instant;
         let mut last = (self.inputs.load(Ordering::Relaxed), Instant::now());
         let mut warned = false;
         loop {
@@ -320,5 +321,28 @@ pub async fn tick(tx: mpsc::Sender<Input>) {
         if tx.send(Input::Tick).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_engine_without_progress_is_reported_stalled_and_then_recovered() {
+        let health = Arc::new(EngineHealth::default());
+        tokio::spawn(health.clone().watch(Duration::from_secs(10)));
+        let limit = Duration::from_secs(10);
+        for _ in 0..20 {
+            health.inputs.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert_eq!(health.stalled(limit), None, "ticks keep it moving");
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let stalled = health.stalled(limit).expect("stalled");
+        assert!(stalled >= limit, "{stalled:?}");
+        health.inputs.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(health.stalled(limit), None, "progress again");
     }
 }
