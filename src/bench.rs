@@ -5,7 +5,7 @@
 //! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
 
 use crate::engine::{Engine, EngineConfig};
-use crate::event::decode_gated;
+use crate::event::{EventPool, LineDecoder};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -215,6 +215,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     let rss_before = current_rss();
 
     let gate = engine.gate();
+    let (mut decoder, mut pool) = (LineDecoder::default(), EventPool::default());
     let mut lines = crate::input::LineReader::new(std::fs::File::open(input)?);
     let mut alerts = Vec::new();
     let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
@@ -225,10 +226,11 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     while let Some(line) = lines.next_line() {
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
-        match decode_gated(line?.trim_ascii_end(), None, &gate) {
+        match decoder.decode_gated(line?.trim_ascii_end(), None, &gate, &mut pool) {
             Ok(decoded) => {
                 events += 1;
                 engine.take(decoded, &mut alerts);
+                engine.recycle_into(&mut pool);
             }
             Err(_) => malformed += 1,
         }

@@ -3,7 +3,7 @@
 
 use crate::ast::{self, *};
 use crate::diagnostic::{codes, suggestion, Diagnostic};
-use crate::plan::*;
+use crate::plan::{self, *};
 use crate::schema::{self, entity_fields, operations_of, EntityKind, Role, Stream, Type};
 use std::collections::{HashMap, HashSet};
 
@@ -178,7 +178,7 @@ impl<'a> RuleChecker<'a> {
 
         let positive: Vec<usize> = match &sequence {
             Some(seq) => {
-                seq.steps.iter().filter(|s| !matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect()
+                seq.steps.iter().filter(|s| !matches!(s.kind, plan::StepKind::Absent(_))).map(|s| s.source).collect()
             }
             None => (0..self.sources.len()).collect(),
         };
@@ -188,30 +188,26 @@ impl<'a> RuleChecker<'a> {
         let annotations = self.templates(&r.annotations, "annotation", &scope);
         let returns = self.returns(&scope, &positive, state.as_ref());
 
-        let model = if cluster.is_some() {
-            Model::Outlier
-        } else if invariant.is_some() {
-            Model::Invariant
-        } else if state.is_some() {
-            Model::TimeSeries
-        } else if sequence.is_some() {
-            Model::Sequence
-        } else {
-            Model::SingleEvent
-        };
         if self.sources.len() > 1 && sequence.is_none() {
             return None;
         }
+        // The combinations `mixing_checks` and the clauses' own checks let through; any other
+        // has been reported.
+        let model = match (sequence, window, state, invariant, cluster) {
+            (None, None, None, None, None) => ModelPlan::SingleEvent,
+            (Some(seq), None, None, None, None) => ModelPlan::Sequence(seq),
+            (None, Some(window), Some(state), None, None) => ModelPlan::TimeSeries(WindowedPlan { window, state }),
+            (None, Some(window), Some(state), Some(inv), None) => {
+                ModelPlan::Invariant(WindowedPlan { window, state }, inv)
+            }
+            (None, Some(window), Some(state), None, Some(c)) => ModelPlan::Outlier(WindowedPlan { window, state }, c),
+            _ => return None,
+        };
         Some(RulePlan {
             name: r.name.name.clone(),
             description: r.description.as_ref().map(|(d, _)| d.clone()),
             model,
             sources: std::mem::take(&mut self.sources),
-            sequence,
-            window,
-            state,
-            invariant,
-            cluster,
             alert,
             labels,
             annotations,
@@ -506,11 +502,11 @@ impl<'a> RuleChecker<'a> {
                 );
             }
             match step.kind {
-                StepKind::Absent(d) if i == 0 => {
+                ast::StepKind::Absent(d) if i == 0 => {
                     let start = w
                         .steps
                         .iter()
-                        .find(|s| !matches!(s.kind, StepKind::Absent(_)))
+                        .find(|s| !matches!(s.kind, ast::StepKind::Absent(_)))
                         .map_or("e0", |s| s.event.name.as_str());
                     self.error(
                         Diagnostic::new(
@@ -527,13 +523,13 @@ impl<'a> RuleChecker<'a> {
                         )),
                     )
                 }
-                StepKind::Absent(d) if d.millis == 0 => self.error(Diagnostic::new(
+                ast::StepKind::Absent(d) if d.millis == 0 => self.error(Diagnostic::new(
                     codes::DURATION_RANGE,
                     "an absence must last longer than zero",
                     d.span,
                     "zero length",
                 )),
-                StepKind::Count { min } => {
+                ast::StepKind::Count { min } => {
                     if min == 0 || min > MAX_COUNT {
                         self.error(
                             Diagnostic::new(
@@ -559,7 +555,12 @@ impl<'a> RuleChecker<'a> {
                 }
                 _ => {}
             }
-            steps.push(StepPlan { source, kind: step.kind });
+            let kind = match step.kind {
+                ast::StepKind::Once => plan::StepKind::Once,
+                ast::StepKind::Count { min } => plan::StepKind::Count { min },
+                ast::StepKind::Absent(d) => plan::StepKind::Absent(d.millis),
+            };
+            steps.push(StepPlan { source, kind });
         }
         for p in &r.patterns {
             if !used.contains_key(p.event.name.as_str()) && self.events.contains_key(&p.event.name) {
@@ -574,8 +575,8 @@ impl<'a> RuleChecker<'a> {
                 );
             }
         }
-        let positive = steps.iter().filter(|s| !matches!(s.kind, StepKind::Absent(_))).count();
-        let counted = steps.iter().any(|s| matches!(s.kind, StepKind::Count { .. }));
+        let positive = steps.iter().filter(|s| !matches!(s.kind, plan::StepKind::Absent(_))).count();
+        let counted = steps.iter().any(|s| matches!(s.kind, plan::StepKind::Count { .. }));
         if (positive > 1 || counted) && w.within.is_none() {
             self.error(
                 Diagnostic::new(
@@ -598,7 +599,7 @@ impl<'a> RuleChecker<'a> {
                 ));
             }
         }
-        if steps.len() == 1 && matches!(steps[0].kind, StepKind::Once) {
+        if steps.len() == 1 && matches!(steps[0].kind, plan::StepKind::Once) {
             self.error(
                 Diagnostic::new(codes::SEQUENCE_SHAPE, "a `with` clause needs two steps or a count", w.span, "only one event")
                     .with_help("relate two events (`e1 -> e2`), count one (`e{5,}`) or wait for an absence (`e1 -> not e2 for 1 h`)"),
@@ -1474,7 +1475,7 @@ impl<'a> RuleChecker<'a> {
                 }
                 let absent = self.rule.with.as_ref().is_some_and(|w| {
                     w.steps.iter().any(|st| {
-                        matches!(st.kind, StepKind::Absent(_))
+                        matches!(st.kind, ast::StepKind::Absent(_))
                             && self.events.get(&st.event.name).is_some_and(|i| sources.contains(&i.source))
                     })
                 });

@@ -4,7 +4,6 @@
 //! or epoch milliseconds. Fields are stored in the order of the stream's schema
 //! ([`Stream::fields`]), so operators reach them by position.
 
-use crate::engine::Gate;
 use crate::schema::{Stream, Type};
 use serde_json::Value as Json;
 use smol_str::SmolStr;
@@ -397,27 +396,93 @@ fn twice(field: &str) -> DecodeError {
 /// Longest string value accepted in an event; longer values are an attack or a bug.
 pub const MAX_STRING: usize = 64 * 1024;
 
-/// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
-/// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers can
-/// send more than Vigil reads.
-///
-/// Plain flat lines, the usual case, are scanned by hand ([`scan`]); the rest are read in one
-/// pass with serde's visitor interface straight into the stream's field order: no intermediate
-/// JSON tree, and keys and strings are borrowed from the line where they have no escapes.
-pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
-    if let Some(event) = scan::scan(line.as_bytes(), default_stream) {
-        return Ok(event);
-    }
-    decode_with_serde(line, default_stream)
+/// What the rules need to see of an event before it is built: the engine's gate implements it
+/// ([`crate::engine::Gate`]). For a stream it judges, a line whose numbers no rule's filter
+/// takes is not built: only its time is kept ([`Decoded::Time`]).
+pub trait EventGate {
+    /// Whether events of `stream` can be judged from their numbers alone.
+    fn judges(&self, stream: Stream) -> bool;
+    /// The field positions whose numbers are read for `stream`, as bits.
+    fn reads(&self, stream: Stream) -> u64;
+    /// Whether no rule takes an event of `stream` whose number at each field position is
+    /// `number(position)`; false for a stream not judged.
+    fn refuses(&self, stream: Stream, number: impl Fn(usize) -> Option<f64>) -> bool;
 }
 
-/// [`decode`] for a line not yet known to be UTF-8: the scanner checks only its strings (what
-/// else it accepts is ASCII), so a plain line is not validated twice.
-pub fn decode_bytes(line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
-    if let Some(event) = scan::scan(line, default_stream) {
-        return Ok(event);
+/// Events their last holder let go of, kept to read later lines into: an event is two
+/// allocations (the shared count with the event, and its fields), and freeing them and
+/// dropping the values one call each cost about a tenth of a windowed rule's time per event.
+/// Whoever owns both the decoder and the engine owns the pool: the engine hands back what it
+/// released ([`crate::engine::Engine::recycle_into`]), the decoder reads into it.
+#[derive(Default)]
+pub struct EventPool {
+    spares: Vec<Arc<Event>>,
+}
+
+/// Events a pool keeps at most.
+const SPARES: usize = 16;
+
+impl EventPool {
+    /// Keeps `event` to read a later line into, if nothing else holds it and there is room. Its
+    /// values stay until then: the decoder writes over them.
+    pub fn give_back(&mut self, mut event: Arc<Event>) {
+        if Arc::get_mut(&mut event).is_some() && self.spares.len() < SPARES {
+            self.spares.push(event);
+        }
     }
-    decode_unscanned(line, default_stream)
+}
+
+/// A reader of JSON-line events that remembers the shapes of the lines it read, so that a line
+/// like the last ones is read value by value (see the fast path, [`scan`]).
+#[derive(Default)]
+pub struct LineDecoder {
+    memory: scan::ScanMemory,
+}
+
+impl LineDecoder {
+    /// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
+    /// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers
+    /// can send more than Vigil reads.
+    ///
+    /// Plain flat lines, the usual case, are scanned by hand ([`scan`]); the rest are read in one
+    /// pass with serde's visitor interface straight into the stream's field order: no
+    /// intermediate JSON tree, and keys and strings are borrowed from the line where they have
+    /// no escapes.
+    pub fn decode(&mut self, line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+        self.decode_bytes(line.as_bytes(), default_stream)
+    }
+
+    /// [`LineDecoder::decode`] for a line not yet known to be UTF-8: the scanner checks only its
+    /// strings (what else it accepts is ASCII), so a plain line is not validated twice.
+    pub fn decode_bytes(&mut self, line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+        if let Some(event) = scan::scan(line, default_stream, &mut self.memory) {
+            return Ok(event);
+        }
+        decode_unscanned(line, default_stream)
+    }
+
+    /// [`LineDecoder::decode_bytes`], except that a line the gate shows no rule takes comes
+    /// back as its time alone, checked as the event would be but not built. Lines of a
+    /// remembered shape are judged so, and read into an event of `pool` when there is one; the
+    /// others are decoded in full.
+    pub fn decode_gated<G: EventGate>(
+        &mut self,
+        line: &[u8],
+        default_stream: Option<Stream>,
+        gate: &G,
+        pool: &mut EventPool,
+    ) -> Result<Decoded, DecodeError> {
+        if let Some(decoded) = scan::scan_gated(line, default_stream, gate, &mut self.memory, pool) {
+            return Ok(decoded);
+        }
+        decode_unscanned(line, default_stream).map(|event| Decoded::Event(Arc::new(event)))
+    }
+}
+
+/// Decodes one JSON line with a decoder of its own; see [`LineDecoder::decode`]. A caller with
+/// many lines keeps a [`LineDecoder`].
+pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+    LineDecoder::default().decode(line, default_stream)
 }
 
 /// A line the scanner did not take, with serde_json.
@@ -428,11 +493,10 @@ fn decode_unscanned(line: &[u8], default_stream: Option<Stream>) -> Result<Event
     }
 }
 
-/// What [`decode_gated`] makes of a line.
+/// What [`LineDecoder::decode_gated`] makes of a line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
-    /// Shared as the engine holds events: a line of a known shape is read into an event the
-    /// engine let go of ([`recycle`]), so that in the steady state no event is allocated.
+    /// Shared as the engine holds events.
     Event(Arc<Event>),
     /// A valid event that no rule takes: only its time matters ([`Engine::pass`](crate::engine::Engine::pass)).
     Time(Millis),
@@ -446,24 +510,6 @@ impl Decoded {
             Decoded::Time(ts) => *ts,
         }
     }
-}
-
-/// [`decode_bytes`], except that a line the gate shows no rule takes comes back as its time
-/// alone, checked as the event would be but not built. Lines of the scanner's remembered
-/// shape are judged so; the others are decoded in full.
-pub fn decode_gated(line: &[u8], default_stream: Option<Stream>, gate: &Gate) -> Result<Decoded, DecodeError> {
-    if let Some(decoded) = scan::scan_gated(line, default_stream, gate) {
-        return Ok(decoded);
-    }
-    decode_unscanned(line, default_stream).map(|event| Decoded::Event(Arc::new(event)))
-}
-
-/// Takes back an event its last holder is done with, to read a later line into: an event is
-/// two allocations (the shared count with the event, and its fields), and freeing them and
-/// dropping the values one call each cost about a tenth of a windowed rule's time per event.
-/// An event someone else still holds is only let go of.
-pub fn recycle(event: Arc<Event>) {
-    scan::recycle(event);
 }
 
 /// Every line the fast path gives up on: any JSON, and the wording of every error.

@@ -12,11 +12,13 @@
 //! `.gz` files are decompressed on the fly.
 
 use crate::engine::Gate;
-use crate::event::{decode_bytes, decode_gated, DecodeError, Decoded, Event, Millis, Value};
+use crate::event::{DecodeError, Decoded, Event, EventPool, LineDecoder, Millis, Value};
 use crate::schema::Stream;
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,7 +56,7 @@ pub struct Record<T = Event> {
 /// A readable input and how far into it reading has got, for progress reports.
 pub struct Input<T = Event> {
     pub name: String,
-    pub records: Box<dyn Iterator<Item = Record<T>> + Send>,
+    pub records: Box<dyn Iterator<Item = Record<T>>>,
     /// Bytes of the file read so far, and the file's size.
     pub progress: Arc<AtomicU64>,
     pub size: u64,
@@ -75,31 +77,42 @@ impl<R: Read> Read for Counting<R> {
 
 /// Opens a file with the given (or detected) format.
 pub fn open(path: &Path, format: Format, options: &InputOptions) -> std::io::Result<Input> {
-    open_with(path, format, options, |line| decode_bytes(line, None), |records| records)
+    let mut decoder = LineDecoder::default();
+    open_with(path, format, options, move |line| decoder.decode_bytes(line, None), |records| records)
 }
 
 /// [`open`] for an engine that takes times alone: JSON lines that `gate` shows no rule takes
 /// come back as [`Decoded::Time`], checked but not built. Other formats are decoded in full.
-pub fn open_gated(path: &Path, format: Format, options: &InputOptions, gate: Gate) -> std::io::Result<Input<Decoded>> {
+///
+/// Events are read into those of `pool`, which the caller fills from the engine
+/// ([`crate::engine::Engine::recycle_into`]): it owns both ends.
+pub fn open_gated(
+    path: &Path,
+    format: Format,
+    options: &InputOptions,
+    gate: Gate,
+    pool: Rc<RefCell<EventPool>>,
+) -> std::io::Result<Input<Decoded>> {
+    let mut decoder = LineDecoder::default();
     open_with(
         path,
         format,
         options,
-        move |line| decode_gated(line, None, &gate),
+        move |line| decoder.decode_gated(line, None, &gate, &mut pool.borrow_mut()),
         |records| {
             Box::new(records.map(|r| Record { line: r.line, event: r.event.map(|e| Decoded::Event(Arc::new(e))) }))
         },
     )
 }
 
-type Records<T> = Box<dyn Iterator<Item = Record<T>> + Send>;
+type Records<T> = Box<dyn Iterator<Item = Record<T>>>;
 
 /// Opens a file: JSON lines decoded with `decode`, other formats' records passed through `wrap`.
 fn open_with<T: 'static>(
     path: &Path,
     format: Format,
     options: &InputOptions,
-    decode: impl FnMut(&[u8]) -> Result<T, DecodeError> + Send + 'static,
+    decode: impl FnMut(&[u8]) -> Result<T, DecodeError> + 'static,
     wrap: impl FnOnce(Records<Event>) -> Records<T>,
 ) -> std::io::Result<Input<T>> {
     let file = File::open(path)?;
@@ -108,7 +121,7 @@ fn open_with<T: 'static>(
     let counted = Counting { inner: file, read: progress.clone() };
     let name = path.display().to_string();
     let gz = path.extension().is_some_and(|e| e == "gz");
-    let reader: Box<dyn BufRead + Send> = if gz {
+    let reader: Box<dyn BufRead> = if gz {
         Box::new(BufReader::with_capacity(1 << 16, flate2::read::GzDecoder::new(counted)))
     } else {
         Box::new(BufReader::with_capacity(1 << 16, counted))
@@ -164,9 +177,9 @@ fn detect(path: &Path, head: &[u8]) -> Format {
 }
 
 fn jsonl<T>(
-    reader: Box<dyn BufRead + Send>,
-    mut decode: impl FnMut(&[u8]) -> Result<T, DecodeError> + Send,
-) -> impl Iterator<Item = Record<T>> + Send {
+    reader: Box<dyn BufRead>,
+    mut decode: impl FnMut(&[u8]) -> Result<T, DecodeError>,
+) -> impl Iterator<Item = Record<T>> {
     let mut line_no = 0u64;
     let mut lines = LineReader::new(reader);
     std::iter::from_fn(move || loop {
@@ -256,9 +269,9 @@ impl<R: Read> LineReader<R> {
 }
 
 /// CSV rows through `row`, with line numbers; `header` skips the first line.
-fn csv_records<F>(reader: Box<dyn BufRead + Send>, header: bool, row: F) -> impl Iterator<Item = Record> + Send
+fn csv_records<F>(reader: Box<dyn BufRead>, header: bool, row: F) -> impl Iterator<Item = Record>
 where
-    F: Fn(&csv::StringRecord) -> Result<Event, DecodeError> + Send,
+    F: Fn(&csv::StringRecord) -> Result<Event, DecodeError>,
 {
     let mut rows = csv::ReaderBuilder::new()
         .has_headers(header)
@@ -408,7 +421,7 @@ fn alibaba_server_event(row: &csv::StringRecord) -> Result<Event, DecodeError> {
 /// Each batch_task row is a task's life: SUBMIT at creation, SCHEDULE right after unless it is
 /// still Waiting, and FINISH (Terminated) or FAIL (Failed) at its end time. Rows are not in time
 /// order, so the events of the file are read whole and sorted; a bad row is reported at its line.
-fn alibaba_batch_task(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Record> + Send {
+fn alibaba_batch_task(reader: Box<dyn BufRead>) -> impl Iterator<Item = Record> {
     let mut out: Vec<Record> = Vec::new();
     let rows = csv::ReaderBuilder::new().has_headers(true).flexible(true).trim(csv::Trim::All).from_reader(reader);
     for result in rows.into_records() {

@@ -29,6 +29,7 @@ pub mod input;
 pub mod parser;
 pub mod plan;
 pub mod replay;
+pub mod ruleset;
 pub mod ruletest;
 pub mod schema;
 pub mod service;
@@ -47,6 +48,8 @@ pub struct Compiled {
     pub diagnostics: Vec<Diagnostic>,
     /// Every rule the file declares, valid or not, with the span of its name.
     pub rule_names: Vec<(String, ast::Span)>,
+    /// Every rule the file declares with the span of its whole declaration.
+    pub rule_spans: Vec<(String, ast::Span)>,
 }
 
 impl Compiled {
@@ -107,7 +110,8 @@ fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
             diagnostics.append(&mut checked);
             diagnostics.sort_by_key(|d| d.primary_span().start);
             let rule_names = file.rules.iter().map(|r| (r.name.name.clone(), r.name.span)).collect();
-            Compiled { name: name.to_string(), text: text.to_string(), plans, diagnostics, rule_names }
+            let rule_spans = file.rules.iter().map(|r| (r.name.name.clone(), r.span)).collect();
+            Compiled { name: name.to_string(), text: text.to_string(), plans, diagnostics, rule_names, rule_spans }
         }
         Err(e) => {
             let at = e.valid_up_to();
@@ -125,7 +129,14 @@ fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
                 ),
             )
             .with_help("save the file as UTF-8");
-            Compiled { name: name.to_string(), text, plans: Vec::new(), diagnostics: vec![d], rule_names: Vec::new() }
+            Compiled {
+                name: name.to_string(),
+                text,
+                plans: Vec::new(),
+                diagnostics: vec![d],
+                rule_names: Vec::new(),
+                rule_spans: Vec::new(),
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vigil::input::InputOptions;
 use vigil::replay::{Progress, ReplayOptions};
-use vigil::Compiled;
+use vigil::ruleset::RuleSet;
 
 /// mimalloc rather than the system allocator: every event makes and frees a few small
 /// allocations, and mimalloc's per-thread free lists make those markedly cheaper.
@@ -32,10 +32,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Print the plan each rule of a file compiles to.
+    /// Print the plan each rule compiles to, or (`--physical`) what the engine builds from them.
     Explain {
-        /// The rule file.
-        file: PathBuf,
+        /// Rule files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print the physical plan of the rule set: operators, shared filters and state, routing
+        /// indexes and the gate.
+        #[arg(long)]
+        physical: bool,
     },
     /// Run recorded events through rules; alerts come out as JSON lines.
     Replay {
@@ -160,7 +165,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { paths, format } => check(&paths, format),
-        Command::Explain { file } => explain(&file),
+        Command::Explain { paths, physical } => explain(&paths, physical),
         Command::Replay {
             rules,
             inputs,
@@ -230,44 +235,20 @@ fn use_color() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-/// The `*.saql` files named by `paths`, folders walked recursively, in a stable order.
-fn rule_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for path in paths {
-        let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-        if meta.is_dir() {
-            files.extend(vigil::rule_files(path).with_context(|| format!("cannot list {}", path.display()))?);
-        } else {
-            files.push(path.clone());
-        }
-    }
-    Ok(files)
-}
-
-fn load(paths: &[PathBuf]) -> Result<Vec<Compiled>> {
-    let files = rule_files(paths)?;
-    let inputs = files
-        .iter()
-        .map(|f| {
-            Ok((f.display().to_string(), std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(vigil::compile_all(&inputs))
+fn load(paths: &[PathBuf]) -> Result<RuleSet> {
+    Ok(RuleSet::load(paths)?)
 }
 
 fn check(paths: &[PathBuf], format: Format) -> Result<bool> {
-    let compiled = load(paths)?;
+    let set = load(paths)?;
+    let compiled = set.files();
     let problems: usize = compiled.iter().map(|c| c.diagnostics.len()).sum();
     match format {
         Format::Json => {
-            let all: Vec<_> = compiled.iter().flat_map(|c| c.source().to_json(&c.diagnostics)).collect();
-            println!("{}", serde_json::to_string_pretty(&all)?);
+            println!("{}", serde_json::to_string_pretty(&set.to_json())?);
         }
         Format::Text => {
-            let color = use_color();
-            for c in &compiled {
-                print!("{}", c.source().render(&c.diagnostics, color));
-            }
+            print!("{}", set.render(use_color()));
             let rules: usize = compiled.iter().map(|c| c.rule_names.len()).sum();
             let bad_files = compiled.iter().filter(|c| !c.is_ok()).count();
             if problems == 0 {
@@ -290,17 +271,21 @@ fn check(paths: &[PathBuf], format: Format) -> Result<bool> {
     Ok(problems == 0)
 }
 
-fn explain(file: &Path) -> Result<bool> {
-    if std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.is_dir() {
-        bail!("{} is a folder; explain takes one rule file", file.display());
+fn explain(paths: &[PathBuf], physical: bool) -> Result<bool> {
+    if !physical {
+        for path in paths {
+            if std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.is_dir() {
+                bail!("{} is a folder; explain takes rule files (or a folder with --physical)", path.display());
+            }
+        }
     }
-    let compiled = load(&[file.to_path_buf()])?;
-    let c = &compiled[0];
-    if !c.is_ok() {
-        print!("{}", c.source().render(&c.diagnostics, use_color()));
-        return Ok(false);
+    let Some(plans) = load_plans(paths)? else { return Ok(false) };
+    if physical {
+        let engine = vigil::engine::Engine::new(plans, Default::default());
+        print!("{}", engine.layout());
+        return Ok(true);
     }
-    for (i, plan) in c.plans.iter().enumerate() {
+    for (i, plan) in plans.iter().enumerate() {
         if i > 0 {
             println!();
         }
@@ -310,18 +295,13 @@ fn explain(file: &Path) -> Result<bool> {
 }
 
 /// Loads rules, printing their problems; `None` if any rule is invalid.
-fn load_plans(path: &Path) -> Result<Option<Vec<vigil::plan::RulePlan>>> {
-    let compiled = load(&[path.to_path_buf()])?;
-    let mut plans = Vec::new();
-    let mut ok = true;
-    for c in compiled {
-        if !c.is_ok() {
-            eprint!("{}", c.source().render(&c.diagnostics, std::io::stderr().is_terminal()));
-            ok = false;
-        }
-        plans.extend(c.plans);
+fn load_plans(paths: &[PathBuf]) -> Result<Option<Vec<vigil::plan::RulePlan>>> {
+    let set = load(paths)?;
+    if !set.is_ok() {
+        eprint!("{}", set.render(std::io::stderr().is_terminal()));
+        return Ok(None);
     }
-    Ok(ok.then_some(plans))
+    Ok(Some(set.plans()))
 }
 
 fn replay(
@@ -332,7 +312,7 @@ fn replay(
     options: &ReplayOptions,
     out: Option<&Path>,
 ) -> Result<bool> {
-    let Some(plans) = load_plans(rules)? else { return Ok(false) };
+    let Some(plans) = load_plans(&[rules.to_path_buf()])? else { return Ok(false) };
     if plans.is_empty() {
         bail!("no rules in {}", rules.display());
     }
@@ -340,10 +320,13 @@ fn replay(
         plans,
         vigil::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
     );
+    // The decoders and the engine share one pool of events: the engine gives back those no rule
+    // kept, and the decoders read later lines into them.
+    let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil::event::EventPool::default()));
     let opened = inputs
         .iter()
         .map(|p| {
-            vigil::input::open_gated(p, format, input_options, engine.gate())
+            vigil::input::open_gated(p, format, input_options, engine.gate(), pool.clone())
                 .with_context(|| format!("cannot read {}", p.display()))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -354,7 +337,7 @@ fn replay(
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let mut bar = Bar::new();
-    let summary = vigil::replay::replay(&mut engine, opened, options, &mut writer, &mut bar)?;
+    let summary = vigil::replay::replay(&mut engine, opened, &pool, options, &mut writer, &mut bar)?;
     bar.finish();
     eprint!("{}", summary.report());
     Ok(summary.stopped_at.is_none())

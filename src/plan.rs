@@ -1,29 +1,169 @@
 //! What the engine runs: a checked rule with every name bound and every type known.
 //!
 //! `Display` prints a plan as an indented tree; `vigil explain` shows it and tests snapshot it.
+//! A plan is one of the kinds of model ([`ModelPlan`]), each with exactly the parts it runs
+//! on, so that no invalid mix can reach the engine; and it has an identity ([`RulePlan::state_id`])
+//! that says which state it keeps, taken from its structure rather than from how it prints.
 
-use crate::ast::{format_duration, BinOp, InvariantMode, StepKind, UnaryOp};
+use crate::ast::{format_duration, BinOp, InvariantMode, UnaryOp};
 use crate::schema::{EntityKind, Stream, Type};
+use serde::Serialize;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RulePlan {
     pub name: String,
     pub description: Option<String>,
-    pub model: Model,
     pub sources: Vec<SourcePlan>,
-    pub sequence: Option<SequencePlan>,
-    pub window: Option<WindowPlan>,
-    pub state: Option<StatePlan>,
-    pub invariant: Option<InvariantPlan>,
-    pub cluster: Option<ClusterPlan>,
+    pub model: ModelPlan,
     pub alert: AlertPlan,
     pub labels: Vec<(String, Vec<TemplatePiece>)>,
     pub annotations: Vec<(String, Vec<TemplatePiece>)>,
     pub returns: Vec<(String, TExpr)>,
 }
 
-/// The four kinds of anomaly model of SAQL; a rule is of exactly one.
+/// What a rule computes, by kind of model; each kind carries exactly what it runs on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum ModelPlan {
+    /// One pattern and its filter.
+    SingleEvent,
+    /// Several patterns related in time.
+    Sequence(SequencePlan),
+    /// Windowed state judged against its own history.
+    TimeSeries(WindowedPlan),
+    /// Windowed state judged against a baseline learned over the first windows.
+    Invariant(WindowedPlan, InvariantPlan),
+    /// Windowed state judged against its peers' in the same window.
+    Outlier(WindowedPlan, ClusterPlan),
+}
+
+/// The window over a rule's single pattern and the state kept per group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WindowedPlan {
+    pub window: WindowPlan,
+    pub state: StatePlan,
+}
+
+impl ModelPlan {
+    /// The kind of model, for people and the API.
+    pub fn kind(&self) -> Model {
+        match self {
+            ModelPlan::SingleEvent => Model::SingleEvent,
+            ModelPlan::Sequence(_) => Model::Sequence,
+            ModelPlan::TimeSeries(_) => Model::TimeSeries,
+            ModelPlan::Invariant(..) => Model::Invariant,
+            ModelPlan::Outlier(..) => Model::Outlier,
+        }
+    }
+
+    pub fn windowed(&self) -> Option<&WindowedPlan> {
+        match self {
+            ModelPlan::TimeSeries(w) | ModelPlan::Invariant(w, _) | ModelPlan::Outlier(w, _) => Some(w),
+            ModelPlan::SingleEvent | ModelPlan::Sequence(_) => None,
+        }
+    }
+
+    pub fn invariant(&self) -> Option<&InvariantPlan> {
+        match self {
+            ModelPlan::Invariant(_, inv) => Some(inv),
+            _ => None,
+        }
+    }
+
+    pub fn cluster(&self) -> Option<&ClusterPlan> {
+        match self {
+            ModelPlan::Outlier(_, c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// Which state a rule keeps: a hash of what its state depends on (its patterns, its model, its
+/// alert condition and timing), not of its description, labels, annotations, severity or
+/// returned values, and not of how the plan prints. Operators and checkpoints are keyed by it:
+/// a rule edited only in those keeps its windows, matches and active alerts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct StateId(pub String);
+
+impl fmt::Display for StateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A stable hash of a value's structure: its postcard bytes, hashed.
+pub fn structural_hash(value: &impl Serialize) -> String {
+    let bytes = postcard::to_stdvec(value).unwrap_or_default();
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes))
+}
+
+impl RulePlan {
+    pub fn kind(&self) -> Model {
+        self.model.kind()
+    }
+
+    pub fn sequence(&self) -> Option<&SequencePlan> {
+        match &self.model {
+            ModelPlan::Sequence(seq) => Some(seq),
+            _ => None,
+        }
+    }
+
+    /// Every expression of the plan, for passes such as regex compilation.
+    pub fn exprs(&self) -> Vec<&TExpr> {
+        let mut out: Vec<&TExpr> = Vec::new();
+        out.extend(self.sources.iter().filter_map(|s| s.filter.as_ref()));
+        match &self.model {
+            ModelPlan::SingleEvent => {}
+            ModelPlan::Sequence(seq) => out.extend(seq.conditions.iter().chain(&seq.group_by)),
+            ModelPlan::TimeSeries(w) | ModelPlan::Invariant(w, _) | ModelPlan::Outlier(w, _) => {
+                out.extend(w.state.fields.iter().filter_map(|f| f.arg.as_ref()));
+                out.extend(w.state.group_by.iter().filter_map(|k| match k {
+                    GroupKey::Value(e) => Some(e),
+                    GroupKey::Entity { .. } => None,
+                }));
+            }
+        }
+        if let Some(inv) = self.model.invariant() {
+            out.extend(inv.init.iter().chain(&inv.update).map(|(_, e)| e));
+        }
+        if let Some(c) = self.model.cluster() {
+            out.extend(c.dims.iter().chain(&c.per));
+        }
+        out.push(&self.alert.condition);
+        for (_, pieces) in self.labels.iter().chain(&self.annotations) {
+            out.extend(pieces.iter().filter_map(|piece| match piece {
+                TemplatePiece::Value(e) => Some(e),
+                TemplatePiece::Text(_) => None,
+            }));
+        }
+        out.extend(self.returns.iter().map(|(_, e)| e));
+        out
+    }
+
+    /// The identity of the state this rule keeps; see [`StateId`].
+    pub fn state_id(&self) -> StateId {
+        #[derive(Serialize)]
+        struct Identity<'a> {
+            name: &'a str,
+            sources: &'a [SourcePlan],
+            model: &'a ModelPlan,
+            condition: &'a TExpr,
+            for_ms: u64,
+            keep_firing_for_ms: u64,
+        }
+        StateId(structural_hash(&Identity {
+            name: &self.name,
+            sources: &self.sources,
+            model: &self.model,
+            condition: &self.alert.condition,
+            for_ms: self.alert.for_ms,
+            keep_firing_for_ms: self.alert.keep_firing_for_ms,
+        }))
+    }
+}
+
+/// The kinds of anomaly model of SAQL; a rule is of exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Model {
     /// One event pattern and a filter.
@@ -48,7 +188,7 @@ impl fmt::Display for Model {
 }
 
 /// One event pattern: which events it selects and which variables it binds.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SourcePlan {
     pub event_var: String,
     pub stream: Stream,
@@ -59,7 +199,7 @@ pub struct SourcePlan {
     pub filter: Option<TExpr>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SequencePlan {
     pub steps: Vec<StepPlan>,
     /// Bound on a whole positive match, first event to last.
@@ -70,21 +210,32 @@ pub struct SequencePlan {
     pub conditions: Vec<TExpr>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepPlan {
     /// Index into `RulePlan::sources`.
     pub source: usize,
     pub kind: StepKind,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What one step of a sequence waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum StepKind {
+    /// The event occurs once.
+    Once,
+    /// The event occurs at least `min` times (`e{5,}`).
+    Count { min: u64 },
+    /// The event does not occur for this many milliseconds after the previous step.
+    Absent(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct WindowPlan {
     pub size_ms: u64,
     /// Equal to `size_ms` for a tumbling window.
     pub slide_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatePlan {
     pub name: String,
     /// Windows kept per group, the current one included.
@@ -93,7 +244,7 @@ pub struct StatePlan {
     pub group_by: Vec<GroupKey>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StateFieldPlan {
     pub name: String,
     pub agg: AggFunc,
@@ -101,7 +252,7 @@ pub struct StateFieldPlan {
     pub ty: Type,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum AggFunc {
     Count,
     Sum,
@@ -142,13 +293,13 @@ impl fmt::Display for AggFunc {
 }
 
 /// What a group is keyed by: a whole entity (its key fields) or one value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum GroupKey {
     Entity { var: String, kind: EntityKind },
     Value(TExpr),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InvariantPlan {
     pub training_windows: u64,
     pub mode: InvariantMode,
@@ -158,7 +309,7 @@ pub struct InvariantPlan {
     pub update: Vec<(String, TExpr)>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClusterPlan {
     pub dims: Vec<TExpr>,
     pub per: Vec<TExpr>,
@@ -166,7 +317,7 @@ pub struct ClusterPlan {
     pub distance: Distance,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum ClusterMethod {
     Dbscan {
         eps: f64,
@@ -182,7 +333,7 @@ pub enum ClusterMethod {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Distance {
     Euclidean,
     Manhattan,
@@ -204,13 +355,13 @@ pub enum TemplatePiece {
 }
 
 /// A typed expression with resolved references.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TExpr {
     pub ty: Type,
     pub kind: TExprKind,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum TExprKind {
     Number(f64),
     Str(String),
@@ -264,7 +415,7 @@ pub enum TExprKind {
 }
 
 /// Functions outside state blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Func {
     Abs,
     Sqrt,
@@ -385,7 +536,7 @@ fn write_args(f: &mut fmt::Formatter<'_>, items: &[TExpr]) -> fmt::Result {
 
 impl fmt::Display for RulePlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "rule {} ({})", self.name, self.model)?;
+        writeln!(f, "rule {} ({})", self.name, self.kind())?;
         if let Some(d) = &self.description {
             writeln!(f, "  description: {d}")?;
         }
@@ -403,14 +554,14 @@ impl fmt::Display for RulePlan {
                 writeln!(f, "    filter {filter}")?;
             }
         }
-        if let Some(seq) = &self.sequence {
+        if let Some(seq) = self.sequence() {
             writeln!(f, "  sequence")?;
             for step in &seq.steps {
                 let var = &self.sources[step.source].event_var;
                 match step.kind {
                     StepKind::Once => writeln!(f, "    then {var}")?,
                     StepKind::Count { min } => writeln!(f, "    then {var} at least {min} times")?,
-                    StepKind::Absent(d) => writeln!(f, "    then no {var} for {}", format_duration(d.millis))?,
+                    StepKind::Absent(ms) => writeln!(f, "    then no {var} for {}", format_duration(ms))?,
                 }
             }
             if let Some(ms) = seq.within_ms {
@@ -427,14 +578,12 @@ impl fmt::Display for RulePlan {
                 writeln!(f, "    where {c}")?;
             }
         }
-        if let Some(w) = &self.window {
+        if let Some(WindowedPlan { window: w, state: s }) = self.model.windowed() {
             if w.slide_ms == w.size_ms {
                 writeln!(f, "  window tumbling {}", format_duration(w.size_ms))?;
             } else {
                 writeln!(f, "  window sliding {} every {}", format_duration(w.size_ms), format_duration(w.slide_ms))?;
             }
-        }
-        if let Some(s) = &self.state {
             let keys: Vec<String> = s
                 .group_by
                 .iter()
@@ -459,7 +608,7 @@ impl fmt::Display for RulePlan {
                 }
             }
         }
-        if let Some(inv) = &self.invariant {
+        if let Some(inv) = self.model.invariant() {
             let mode = match inv.mode {
                 InvariantMode::Offline => "offline",
                 InvariantMode::Online => "online",
@@ -472,7 +621,7 @@ impl fmt::Display for RulePlan {
                 writeln!(f, "    update {name} = {e}")?;
             }
         }
-        if let Some(c) = &self.cluster {
+        if let Some(c) = self.model.cluster() {
             let method = match c.method {
                 ClusterMethod::Dbscan { eps, min_pts } => format!("DBSCAN(eps={eps}, minpts={min_pts})"),
                 ClusterMethod::Mad { threshold } => format!("MAD(threshold={threshold})"),

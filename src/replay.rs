@@ -88,10 +88,12 @@ pub trait Progress {
 pub struct Quiet;
 impl Progress for Quiet {}
 
-/// Replays `inputs` through `engine`, writing alerts as JSON lines to `out`.
+/// Replays `inputs` through `engine`, writing alerts as JSON lines to `out`. The engine gives
+/// the events it is done with back to `pool`, which the inputs read into.
 pub fn replay(
     engine: &mut Engine,
     inputs: Vec<Input<Decoded>>,
+    pool: &std::cell::RefCell<crate::event::EventPool>,
     options: &ReplayOptions,
     out: &mut dyn Write,
     progress: &mut dyn Progress,
@@ -123,6 +125,7 @@ pub fn replay(
             pace(&mut first_ts, decoded.ts(), factor, started);
         }
         engine.take(decoded, &mut alerts);
+        engine.recycle_into(&mut pool.borrow_mut());
         write_alerts(&mut alerts, out, &mut summary)?;
         if summary.events % 4096 == 0 {
             progress.advance(summary.events, summary.alerts, merger.bytes());

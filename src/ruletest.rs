@@ -187,21 +187,9 @@ fn lateness(text: &str) -> Result<Millis, String> {
 }
 
 fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, String> {
-    let mut inputs = Vec::new();
-    for r in rules {
-        let p = dir.join(r);
-        let bytes = std::fs::read(&p).map_err(|e| format!("cannot read rule file {}: {e}", p.display()))?;
-        inputs.push((p.display().to_string(), bytes));
-    }
-    let compiled = crate::compile_all(&inputs);
-    let mut plans = Vec::new();
-    for c in compiled {
-        if !c.is_ok() {
-            return Err(format!("rules do not check:\n{}", c.source().render(&c.diagnostics, false)));
-        }
-        plans.extend(c.plans);
-    }
-    Ok(plans)
+    let paths: Vec<_> = rules.iter().map(|r| dir.join(r)).collect();
+    let set = crate::ruleset::RuleSet::load(&paths).and_then(|s| s.checked()).map_err(|e| e.to_string())?;
+    Ok(set.plans())
 }
 
 fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case: &Case) -> Result<(), String> {

@@ -6,7 +6,7 @@
 use std::fmt;
 
 /// The type of a value in the rule language.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Type {
     Number,
     Str,
@@ -141,7 +141,7 @@ impl Stream {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum EntityKind {
     Task,
     Machine,

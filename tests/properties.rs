@@ -167,9 +167,11 @@ fn run_lines(lines: &[String], plans: &[vigil::plan::RulePlan], gated: bool) -> 
     let mut engine = engine(plans);
     let gate = engine.gate();
     let (mut alerts, mut passed) = (Vec::new(), 0);
+    let (mut decoder, mut pool) = (vigil::event::LineDecoder::default(), vigil::event::EventPool::default());
     for line in lines {
+        engine.recycle_into(&mut pool);
         let event = if gated {
-            vigil::event::decode_gated(line.as_bytes(), None, &gate).expect("a valid line")
+            decoder.decode_gated(line.as_bytes(), None, &gate, &mut pool).expect("a valid line")
         } else {
             vigil::event::Decoded::Event(std::sync::Arc::new(vigil::event::decode(line, None).expect("a valid line")))
         };

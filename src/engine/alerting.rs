@@ -1,8 +1,8 @@
 //! Turns lifecycle transitions of one rule into alert records.
 
 use super::eval::{eval, Env};
+use super::keys::Key;
 use super::lifecycle::{Lifecycle, Transition};
-use super::Key;
 use crate::alert::{alert_id, Alert, Evidence, Fields, Status};
 use crate::event::Millis;
 use crate::plan::{RulePlan, TemplatePiece};

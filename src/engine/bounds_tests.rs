@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::alert::Status;
+use crate::event::Value;
+use crate::schema::Stream;
 
 fn plans(src: &str) -> Vec<RulePlan> {
     let c = crate::compile("t.saql", src.as_bytes());
@@ -69,7 +71,9 @@ fn skipping_quiet_closes_gives_the_alerts_and_groups_of_closing_every_window() {
     let mut plans = plans(WINDOWED);
     for plan in plans.drain(..) {
         let plan = Arc::new(plan);
-        let build = || window::WindowOperatorBuilder::new(plan.clone(), regexes.clone()).build(Limits::default());
+        let windowed = plan.model.windowed().expect("a windowed rule").clone();
+        let build =
+            || window::WindowOperatorBuilder::new(plan.clone(), &windowed, regexes.clone()).build(Limits::default());
         let (mut skipping, mut closing) = (build(), build());
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let (mut calls_a, mut calls_b) = (0, 0);
@@ -109,7 +113,8 @@ fn skipping_quiet_closes_gives_the_alerts_and_groups_of_closing_every_window() {
 fn a_far_jump_of_event_time_costs_a_bounded_number_of_closes() {
     let regexes = Arc::new(RegexCache::default());
     let plan = Arc::new(plans(WINDOWED).remove(1));
-    let mut op = window::WindowOperatorBuilder::new(plan, regexes).build(Limits::default());
+    let windowed = plan.model.windowed().expect("a windowed rule").clone();
+    let mut op = window::WindowOperatorBuilder::new(plan, &windowed, regexes).build(Limits::default());
     let mut out = Vec::new();
     op.on_event(0, &Arc::new(usage(0, "m1", 0.5)), &mut out);
     // One event dated near the end of year 9999 opens a window there.

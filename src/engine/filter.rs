@@ -2,7 +2,8 @@
 
 use super::alerting::Alerting;
 use super::eval::{holds, Env, RegexCache};
-use super::{Key, Operator};
+use super::keys::Key;
+use super::operator::Operator;
 use crate::alert::{Alert, Evidence};
 use crate::event::{Event, Millis};
 use crate::plan::RulePlan;
@@ -17,7 +18,7 @@ pub struct FilterOperator {
 
 impl FilterOperator {
     pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
-        let (names, key_positions) = super::entity_key_positions(&plan.sources[0]).into_iter().unzip();
+        let (names, key_positions) = super::operator::entity_key_positions(&plan.sources[0]).into_iter().unzip();
         FilterOperator { alerting: Alerting::new(plan, names), regexes, key_positions }
     }
 }
@@ -25,7 +26,7 @@ impl FilterOperator {
 impl Operator for FilterOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
         let plan = self.alerting.plan().clone();
-        if !super::binds_entities(&self.key_positions, event) {
+        if !super::operator::binds_entities(&self.key_positions, event) {
             return;
         }
         let events = [Some(event.as_ref())];

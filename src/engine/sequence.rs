@@ -13,11 +13,12 @@
 use super::alerting::Alerting;
 use super::blind::BlindSpot;
 use super::eval::{holds, visit, Env, RegexCache};
-use super::{with_events, Key, KeyMap, Operator};
+use super::keys::{Key, KeyMap};
+use super::operator::{with_events, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
-use crate::ast::StepKind;
 use crate::event::{Event, Millis, Value};
 use crate::plan::{RulePlan, TExpr, TExprKind};
+use crate::plan::{SequencePlan, StepKind, StepPlan};
 use crate::schema::EntityKind;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -65,6 +66,8 @@ struct Partition {
 
 pub struct SequenceOperator {
     plan: Arc<RulePlan>,
+    /// The steps of the plan's sequence.
+    steps: Vec<StepPlan>,
     regexes: Arc<RegexCache>,
     alerting: Alerting,
     /// Step index of each source.
@@ -98,8 +101,7 @@ pub struct SequenceOperator {
 }
 
 impl SequenceOperator {
-    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>, limits: super::Limits) -> Self {
-        let seq = plan.sequence.as_ref().expect("a sequence rule has a sequence plan");
+    pub fn new(plan: Arc<RulePlan>, seq: &SequencePlan, regexes: Arc<RegexCache>, limits: super::Limits) -> Self {
         let mut step_of = vec![0; plan.sources.len()];
         for (i, step) in seq.steps.iter().enumerate() {
             step_of[step.source] = i;
@@ -172,6 +174,7 @@ impl SequenceOperator {
             })
             .collect();
         SequenceOperator {
+            steps: seq.steps.clone(),
             identity_positions,
             alerting: Alerting::new(plan.clone(), key_names),
             plan,
@@ -196,8 +199,8 @@ impl SequenceOperator {
         }
     }
 
-    fn steps(&self) -> &[crate::plan::StepPlan] {
-        &self.plan.sequence.as_ref().expect("sequence plan").steps
+    fn steps(&self) -> &[StepPlan] {
+        &self.steps
     }
 
     fn partition_key(&self, source: usize, event: &Event) -> Key {
@@ -270,8 +273,8 @@ impl SequenceOperator {
         let steps = self.steps();
         match steps.get(pm.step).map(|s| s.kind) {
             None => Some(pm.last),
-            Some(StepKind::Absent(d)) => {
-                pm.due = Some(pm.last + d.millis as Millis);
+            Some(StepKind::Absent(ms)) => {
+                pm.due = Some(pm.last + ms as Millis);
                 None
             }
             Some(_) => {
@@ -312,7 +315,7 @@ impl SequenceOperator {
             Some((s, e)) if s == source => Some(e.clone()),
             _ => pm.events[source].clone(),
         };
-        let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
+        let steps = &self.steps;
         let evidence = || {
             let mut out: Vec<Evidence> = pm.counted.iter().map(|e| Evidence::Event(e.clone())).collect();
             out.extend(
@@ -338,7 +341,10 @@ impl SequenceOperator {
 
 impl Operator for SequenceOperator {
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
-        if !self.identity_positions[source].iter().all(|(_, positions)| super::binds_entities(positions, event)) {
+        if !self.identity_positions[source]
+            .iter()
+            .all(|(_, positions)| super::operator::binds_entities(positions, event))
+        {
             return;
         }
         // The engine has checked the pattern's filter.
@@ -480,7 +486,7 @@ impl Operator for SequenceOperator {
         // Each partial match: its record, its slots, and the events it holds (shared with
         // the engine only while they are fresh); each partition its key and map entry.
         let sources = self.plan.sources.len();
-        let event = super::event_bytes(self.plan.sources[0].stream);
+        let event = super::operator::event_bytes(self.plan.sources[0].stream);
         let per_match = std::mem::size_of::<PartialMatch>() + sources * (8 + event) + 64;
         let counted: usize = self.partitions.values().map(|p| p.counter.len()).sum();
         self.locate.len() * (per_match + 48)
@@ -543,7 +549,7 @@ impl SequenceOperator {
             "memory" => self.evicted_memory += 1,
             _ => self.evicted_cap += 1,
         }
-        let steps = &self.plan.sequence.as_ref().expect("sequence plan").steps;
+        let steps = &self.steps;
         if let Some(part) = self.partitions.get_mut(&key) {
             if let Some(pos) = part.matches.iter().position(|m| m.id == id) {
                 let pm = part.matches.swap_remove(pos);

@@ -11,55 +11,57 @@
 use super::alerting::Alerting;
 use super::eval::{eval, holds, ClusterResult, Env, History, NumberTest, RegexCache};
 use super::invariant::Baseline;
+use super::keys::{Key, KeyMap};
+use super::operator::Operator;
 use super::outlier;
 use super::state::Acc;
-use super::{Key, KeyMap, Operator};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{format_time, Event, Millis, Value};
-use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan, TExprKind};
+use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan, TExprKind, WindowPlan, WindowedPlan};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// What makes two rules' windowed states the same computation.
-pub fn signature(plan: &RulePlan) -> String {
+/// What makes two rules' windowed states the same computation: the pattern and its filter,
+/// the window, the aggregates and the grouping (not the history kept, which the operator
+/// takes as the longest of its rules'). A structural hash, as [`RulePlan::state_id`] is.
+pub fn shared_state(plan: &RulePlan, windowed: &WindowedPlan) -> String {
+    #[derive(serde::Serialize)]
+    struct Shared<'a> {
+        stream: crate::schema::Stream,
+        event_type: Option<&'static str>,
+        subject: &'a str,
+        object: Option<&'a str>,
+        filter: &'a Option<crate::plan::TExpr>,
+        window: &'a WindowPlan,
+        fields: Vec<(&'a str, crate::plan::AggFunc, &'a Option<crate::plan::TExpr>)>,
+        group_by: &'a [GroupKey],
+    }
     let src = &plan.sources[0];
-    let state = plan.state.as_ref().expect("windowed rule has state");
-    let fields: Vec<String> = state
-        .fields
-        .iter()
-        .map(|f| format!("{}:={:?}({})", f.name, f.agg, f.arg.as_ref().map(|a| a.to_string()).unwrap_or_default()))
-        .collect();
-    let keys: Vec<String> = state
-        .group_by
-        .iter()
-        .map(|k| match k {
-            GroupKey::Entity { var, kind } => format!("{var}:{}", kind.name()),
-            GroupKey::Value(e) => e.to_string(),
-        })
-        .collect();
-    format!(
-        "{}|{:?}|{}/{}|{:?}|{}|{:?}|{}",
-        src.stream.name(),
-        src.event_type,
-        src.subject.1,
-        src.object.as_ref().map(|o| o.1.as_str()).unwrap_or(""),
-        src.filter.as_ref().map(|f| f.to_string()),
-        plan.window.map(|w| format!("{}/{}", w.size_ms, w.slide_ms)).unwrap_or_default(),
-        fields,
-        keys.join(","),
-    )
+    let state = &windowed.state;
+    crate::plan::structural_hash(&Shared {
+        stream: src.stream,
+        event_type: src.event_type,
+        subject: &src.subject.1,
+        object: src.object.as_ref().map(|o| o.1.as_str()),
+        filter: &src.filter,
+        window: &windowed.window,
+        fields: state.fields.iter().map(|f| (f.name.as_str(), f.agg, &f.arg)).collect(),
+        group_by: &state.group_by,
+    })
 }
 
 /// Collects the rules that share one windowed state before building the operator.
 pub struct WindowOperatorBuilder {
     plans: Vec<Arc<RulePlan>>,
+    /// The first rule's window and state, which every rule added shares.
+    windowed: WindowedPlan,
     regexes: Arc<RegexCache>,
 }
 
 impl WindowOperatorBuilder {
-    pub fn new(plan: Arc<RulePlan>, regexes: Arc<RegexCache>) -> Self {
-        WindowOperatorBuilder { plans: vec![plan], regexes }
+    pub fn new(plan: Arc<RulePlan>, windowed: &WindowedPlan, regexes: Arc<RegexCache>) -> Self {
+        WindowOperatorBuilder { plans: vec![plan], windowed: windowed.clone(), regexes }
     }
 
     pub fn add(&mut self, plan: Arc<RulePlan>) {
@@ -70,20 +72,15 @@ impl WindowOperatorBuilder {
         &self.plans
     }
 
-    pub fn source(&self) -> &SourcePlan {
-        &self.plans[0].sources[0]
-    }
-
     pub fn build(self, limits: super::Limits) -> WindowOperator {
         let first = self.plans[0].clone();
-        let state = first.state.clone().expect("windowed rule has state");
-        let window = first.window.expect("windowed rule has a window");
-        let history = self.plans.iter().filter_map(|p| p.state.as_ref()).map(|s| s.history).max().unwrap_or(1);
-        let key_names = key_names(&first, &state);
+        let WindowedPlan { window, state } = self.windowed;
+        let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
+        let key_names = key_names(&state);
         let remember = self
             .plans
             .iter()
-            .map(|p| p.invariant.as_ref().map_or(0, |i| i.training_windows as usize))
+            .map(|p| p.model.invariant().map_or(0, |i| i.training_windows as usize))
             .max()
             .unwrap_or(0)
             .max(history);
@@ -92,7 +89,7 @@ impl WindowOperatorBuilder {
             .into_iter()
             .map(|plan| Dependent {
                 alerting: Alerting::new(plan.clone(), key_names.clone()),
-                test: plan.invariant.is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
+                test: plan.model.invariant().is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
                 plan,
             })
             .collect();
@@ -122,9 +119,12 @@ impl WindowOperatorBuilder {
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
-            has_invariant: dependents.iter().any(|d: &Dependent| d.plan.invariant.is_some()),
+            has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
-            key_positions: super::entity_key_positions(&first.sources[0]).into_iter().map(|(_, i)| i).collect(),
+            key_positions: super::operator::entity_key_positions(&first.sources[0])
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
             state,
@@ -146,7 +146,7 @@ impl WindowOperatorBuilder {
     }
 }
 
-fn key_names(plan: &RulePlan, state: &StatePlan) -> Vec<String> {
+fn key_names(state: &StatePlan) -> Vec<String> {
     state
         .group_by
         .iter()
@@ -154,7 +154,7 @@ fn key_names(plan: &RulePlan, state: &StatePlan) -> Vec<String> {
             GroupKey::Entity { var, kind } => kind.key_fields().iter().map(|f| format!("{var}.{f}")).collect(),
             GroupKey::Value(e) => vec![e.to_string()],
         })
-        .chain(plan.state.as_ref().filter(|s| s.group_by.is_empty()).map(|_| "group".to_string()))
+        .chain(state.group_by.is_empty().then(|| "group".to_string()))
         .collect()
 }
 
@@ -439,7 +439,7 @@ impl WindowOperator {
                 let env =
                     Env { sources: source, events: &events, state: Some(history), baselines: None, cluster, regexes };
                 let alerting = &mut dependent.alerting;
-                match &plan.invariant {
+                match plan.model.invariant() {
                     // No alert while a group trains; windows without events teach nothing.
                     Some(inv) if baselines[d].training(inv) => {
                         if active {
@@ -513,7 +513,7 @@ impl WindowOperator {
     /// Runs dependent `d`'s cluster step over the groups that had events in the window.
     fn cluster(&self, d: usize) -> HashMap<Key, ClusterResult> {
         let plan = &self.dependents[d].plan;
-        let Some(c) = &plan.cluster else { return HashMap::new() };
+        let Some(c) = plan.model.cluster() else { return HashMap::new() };
         let mut peers: HashMap<Key, Vec<(Key, Vec<f64>)>> = HashMap::new();
         let mut scratch = Event::new(self.source[0].stream, 0);
         for (key, group) in &self.groups {
@@ -637,7 +637,7 @@ fn evidence(
 
 impl Operator for WindowOperator {
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
-        if !super::binds_entities(&self.key_positions, event) {
+        if !super::operator::binds_entities(&self.key_positions, event) {
             return;
         }
         // The engine has checked the pattern's filter.
@@ -778,7 +778,7 @@ impl Operator for WindowOperator {
             + self.key_len * value
             + open * (fields + 1) * std::mem::size_of::<Slot>()
             + self.history * (fields * value + 40)
-            + if self.rebuild.is_none() { super::event_bytes(self.source[0].stream) } else { 0 }
+            + if self.rebuild.is_none() { super::operator::event_bytes(self.source[0].stream) } else { 0 }
             + 32;
         self.groups.len() * per_group + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
     }

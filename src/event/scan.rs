@@ -18,25 +18,35 @@
 //! works on bytes and checks UTF-8 only inside strings; everything else it accepts is ASCII.
 //!
 //! A line of a known shape can also be judged without building its event ([`scan_gated`]): it
-//! is checked as it would be read, but only the numbers the engine's [`Gate`] compares are
+//! is checked as it would be read, but only the numbers the rules' [`EventGate`] compares are
 //! converted, and no string is copied.
 //!
-//! [`Gate`]: crate::engine::Gate
+//! What the scanner remembers of earlier lines ([`ScanMemory`]) and the events it reads into
+//! ([`EventPool`]) belong to whoever decodes: nothing is kept behind the caller's back.
 
 use super::{
-    convert, key_of, stream_of, stream_position, ts_of, Decoded, Event, Key, Millis, Raw, Stream, Value, MAX_STRING,
+    convert, key_of, stream_of, stream_position, ts_of, Decoded, Event, EventGate, EventPool, Key, Millis, Raw, Stream,
+    Value, MAX_STRING,
 };
 use crate::schema::Type;
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::sync::Arc;
 
+/// What a decoder remembers of the lines it read: the keys of the last line scanned in full,
+/// and the shapes of the last lines, newest first.
+#[derive(Default)]
+pub struct ScanMemory {
+    last_keys: Vec<(Box<[u8]>, Key)>,
+    shapes: Vec<Shape>,
+}
+
 /// The event on `line`, or `None` when the line needs the full decoder.
-pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event> {
+pub(super) fn scan(line: &[u8], default_stream: Option<Stream>, memory: &mut ScanMemory) -> Option<Event> {
     scan_as(
         line,
         default_stream,
-        |shape, _| {
+        memory,
+        |shape| {
             let mut event = Event::new(shape.stream, 0);
             shape.fill(line, default_stream, &mut event).map(|()| event)
         },
@@ -46,14 +56,20 @@ pub(super) fn scan(line: &[u8], default_stream: Option<Stream>) -> Option<Event>
 
 /// [`scan`], except that a line of a known shape whose event `gate` shows no rule takes comes
 /// back as its time alone. The line is checked as [`scan`] checks it, so a line passed so is
-/// one [`scan`] would take, but no value is built. An event is read into a recycled one when
-/// there is one.
-pub(super) fn scan_gated(line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Decoded> {
-    let known = |shape: &Shape, spares: &mut Vec<Arc<Event>>| match shape.time_only(line, default_stream, gate) {
+/// one [`scan`] would take, but no value is built. An event is read into one of `pool` when it
+/// has one.
+pub(super) fn scan_gated<G: EventGate>(
+    line: &[u8],
+    default_stream: Option<Stream>,
+    gate: &G,
+    memory: &mut ScanMemory,
+    pool: &mut EventPool,
+) -> Option<Decoded> {
+    let known = |shape: &Shape| match shape.time_only(line, default_stream, gate) {
         Some(ts) => Some(Decoded::Time(ts)),
-        None => shape.fill_spare(line, default_stream, spares).map(Decoded::Event),
+        None => shape.fill_spare(line, default_stream, &mut pool.spares).map(Decoded::Event),
     };
-    scan_as(line, default_stream, known, |event| Decoded::Event(Arc::new(event)))
+    scan_as(line, default_stream, memory, known, |event| Decoded::Event(Arc::new(event)))
 }
 
 /// A line read with the first remembered shape it has (`known`), or else scanned in full
@@ -61,41 +77,24 @@ pub(super) fn scan_gated(line: &[u8], default_stream: Option<Stream>, gate: &cra
 fn scan_as<T>(
     line: &[u8],
     default_stream: Option<Stream>,
-    mut known: impl FnMut(&Shape, &mut Vec<Arc<Event>>) -> Option<T>,
+    memory: &mut ScanMemory,
+    known: impl FnMut(&Shape) -> Option<T>,
     new: impl FnOnce(Event) -> T,
 ) -> Option<T> {
-    MEMORY.with_borrow_mut(|memory| {
-        let Memory { last_keys, shapes, spares } = memory;
-        if let Some(found) = shapes.iter().find_map(|shape| known(shape, spares)) {
-            return Some(found);
-        }
-        let (event, shape) = scan_with(line, default_stream, last_keys)?;
-        shapes.insert(0, shape);
-        shapes.truncate(SHAPES);
-        Some(new(event))
-    })
-}
-
-/// Keeps `event` to read a later line into, if nothing else holds it and there is room. Its
-/// values stay until then: [`Shape::fill_spare`] writes over them.
-pub(super) fn recycle(mut event: Arc<Event>) {
-    if Arc::get_mut(&mut event).is_none() {
-        return;
+    let ScanMemory { last_keys, shapes } = memory;
+    if let Some(found) = shapes.iter().find_map(known) {
+        return Some(found);
     }
-    // Not while the scanner reads (nothing recycles then), nor once the thread is ending.
-    let _ = MEMORY.try_with(|memory| {
-        if let Ok(mut memory) = memory.try_borrow_mut() {
-            if memory.spares.len() < SPARES {
-                memory.spares.push(event);
-            }
-        }
-    });
+    let (event, shape) = scan_with(line, default_stream, last_keys)?;
+    shapes.insert(0, shape);
+    shapes.truncate(SHAPES);
+    Some(new(event))
 }
 
 impl Shape {
     /// The time of the event on `line` when it has this shape and `gate` shows that no rule
     /// takes it; `None` when it needs decoding.
-    fn time_only(&self, line: &[u8], default_stream: Option<Stream>, gate: &crate::engine::Gate) -> Option<Millis> {
+    fn time_only<G: EventGate>(&self, line: &[u8], default_stream: Option<Stream>, gate: &G) -> Option<Millis> {
         if !gate.judges(self.stream) {
             return None;
         }
@@ -126,28 +125,8 @@ impl Shape {
     }
 }
 
-thread_local! {
-    static MEMORY: RefCell<Memory> =
-        const { RefCell::new(Memory { last_keys: Vec::new(), shapes: Vec::new(), spares: Vec::new() }) };
-}
-
 /// How many shapes the scanner remembers: one per stream, for input that mixes them.
 const SHAPES: usize = 4;
-
-/// How many let-go events the scanner keeps: the engine lets go of each event as soon as its
-/// rules are done with it, so one is usually enough; a few more for when it releases many at
-/// once (events the lateness held back, let go of one after the other).
-const SPARES: usize = 16;
-
-/// What the scanner remembers of the lines before.
-struct Memory {
-    /// The keys of the previous line the full scan read, in order.
-    last_keys: Vec<(Box<[u8]>, Key)>,
-    /// The shapes of the last lines the full scan read, newest first.
-    shapes: Vec<Shape>,
-    /// Events nothing holds any more, with the values of their last line ([`recycle`]).
-    spares: Vec<Arc<Event>>,
-}
 
 /// A line's shape: the bytes between its values, and what each value is. A producer writes
 /// every event of a stream with the same keys in the same order and spacing, so a line whose
@@ -908,7 +887,7 @@ mod tests {
                 assert_eq!(super::super::decode_with_serde(line, default), Ok(fast), "{line}");
             };
             for default in [None, Some(Stream::Metric)] {
-                if let Some(fast) = scan(&bytes, default) {
+                if let Some(fast) = scan(&bytes, default, &mut ScanMemory::default()) {
                     scanned += 1;
                     agrees(default, fast);
                 }
@@ -950,7 +929,7 @@ mod tests {
         assert!(shaped > 2_000, "only {shaped} lines had the shape of their undamaged line");
         assert!(timed > 1_000, "only {timed} lines were refused by the gate");
         for line in [lines[0], lines[1]] {
-            assert!(scan(line.as_bytes(), None).is_some(), "{line}");
+            assert!(scan(line.as_bytes(), None, &mut ScanMemory::default()).is_some(), "{line}");
         }
     }
 }

@@ -43,11 +43,12 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     // it lands before the watcher starts.
     let fingerprint = rules::fingerprint(&config.rules);
     let loaded = rules::load(&config.rules)
-        .map_err(|e| anyhow!("the rules in {} do not check:\n{}", config.rules.display(), e.rendered))?;
-    tracing::info!(rules = loaded.plans.len(), folder = %config.rules.display(), "rules loaded");
-    let infos = loaded.infos.clone();
+        .and_then(|set| set.checked())
+        .map_err(|e| anyhow!("the rules in {}: {e}", config.rules.display()))?;
+    let plans = loaded.plans();
+    tracing::info!(rules = plans.len(), folder = %config.rules.display(), "rules loaded");
     let mut engine = crate::engine::Engine::new(
-        loaded.plans,
+        plans,
         crate::engine::EngineConfig {
             lateness_ms: config.lateness_ms(),
             limits: crate::engine::Limits {
@@ -190,17 +191,16 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     .spawn(ingest_rx)
     .with_context(|| format!("cannot open the ingest log in {}", config.ingest_log_dir.display()))?;
 
+    let live_rules = Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, tx.clone(), telemetry.clone()));
+    drop(tx);
     let state = Arc::new(api::AppState {
         store,
-        engine: tx,
         ingest: ingest_tx,
         intake,
         dead: dead_tx,
         published,
         telemetry: telemetry.clone(),
-        rules_dir: config.rules.clone(),
-        rules: std::sync::RwLock::new(infos),
-        rule_lock: tokio::sync::Mutex::new(()),
+        rules: live_rules.clone(),
         token: config.api_token.clone(),
         read_token: config.api_read_token.clone(),
         health,
@@ -213,7 +213,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
             stall_timeout: config.stall_timeout,
         },
     });
-    tokio::spawn(watch_rules(state.clone(), fingerprint, stop_rx.clone()));
+    tokio::spawn(live_rules.watch(fingerprint, stop_rx.clone()));
 
     let limits = server::ServerLimits {
         max_connections: server::connections_that_fit(config.max_connections),
@@ -234,49 +234,6 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
     Ok(())
-}
-
-/// Reloads the rules when the folder changes (checked every second) or on SIGHUP. A folder
-/// that does not check leaves the running rules as they are.
-async fn watch_rules(state: Arc<api::AppState>, mut seen: Vec<rules::FileStamp>, mut stop: watch::Receiver<bool>) {
-    #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    loop {
-        #[cfg(unix)]
-        let hangup = async {
-            match hup.as_mut() {
-                Some(h) => {
-                    h.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hangup = std::future::pending::<()>();
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
-            _ = hangup => true,
-            _ = stop.changed() => return,
-        };
-        let now = rules::fingerprint(&state.rules_dir);
-        if now == seen && !forced {
-            continue;
-        }
-        seen = now;
-        let _guard = state.rule_lock.lock().await;
-        let dir = state.rules_dir.clone();
-        let Ok(result) = tokio::task::spawn_blocking(move || rules::load(&dir)).await else { continue };
-        match result {
-            Ok(loaded) => match api::rules::apply(&state, loaded).await {
-                Ok(kept) => tracing::info!(kept = ?kept, "rules reloaded"),
-                Err(_) => return,
-            },
-            Err(e) => {
-                state.telemetry.rule_reloads.with_label_values(&["rejected"]).inc();
-                tracing::error!("rules not reloaded, the running ones stay:\n{}", e.rendered);
-            }
-        }
-    }
 }
 
 async fn shutdown_signal() {

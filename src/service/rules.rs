@@ -1,89 +1,161 @@
-//! The rules folder of a running service: loading, watching, and changes through the API.
+//! The rules of a running service: the folder, loaded as a [`RuleSet`], reloaded when it
+//! changes (checked every second) or on SIGHUP, and changed through the API.
 //!
-//! A reload compiles the whole folder; if any file has a problem the running rules stay as they
-//! are (the problems are logged and counted). The API writes one rule per file, `<name>.saql`,
-//! and only inside the folder: names are identifiers, so no path can escape it.
+//! Every change compiles the whole folder as it would be: if any file has a problem the running
+//! rules stay as they are (the problems are answered, or logged and counted). A rule changed
+//! through the API is written in the file it lives in (any file of the folder, its other rules
+//! kept), a new one in `<folder>/<name>.saql`; names are identifiers, so no path can escape the
+//! folder. The engine keeps the state of every rule whose state is the same computation.
 
-use crate::plan::RulePlan;
-use crate::Compiled;
-use serde::Serialize;
+use super::engine_loop::Input;
+use super::telemetry::Telemetry;
+use crate::ruleset::{self, RuleInfo, RuleSet, RuleSetError};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, oneshot, watch, Mutex};
 
-/// What the API shows of a loaded rule.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct RuleInfo {
-    pub name: String,
-    pub file: String,
-    pub model: String,
-    pub description: Option<String>,
-    /// The plan as `vigil explain` prints it.
-    pub plan: String,
+/// Why a change to the rules did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleChangeError {
+    #[error(transparent)]
+    Rules(#[from] RuleSetError),
+    /// The engine is stopping: the change was not applied.
+    #[error("the engine is stopping")]
+    Stopping,
 }
 
-/// A compiled rule folder.
-pub struct Loaded {
-    pub plans: Vec<RulePlan>,
-    pub infos: Vec<RuleInfo>,
+/// The rules of the service and what changes them.
+pub struct LiveRules {
+    dir: PathBuf,
+    infos: RwLock<Vec<RuleInfo>>,
+    /// Serialises changes, so that two cannot interleave their check and write.
+    lock: Mutex<()>,
+    engine: mpsc::Sender<Input>,
+    telemetry: Arc<Telemetry>,
 }
 
-/// Problems that kept a folder from loading, rendered for a log or an HTTP answer.
-#[derive(Debug)]
-pub struct LoadError {
-    pub rendered: String,
-    pub json: Vec<crate::diagnostic::JsonDiagnostic>,
-}
+impl LiveRules {
+    pub fn new(dir: PathBuf, loaded: &RuleSet, engine: mpsc::Sender<Input>, telemetry: Arc<Telemetry>) -> Self {
+        LiveRules { dir, infos: RwLock::new(loaded.infos()), lock: Mutex::new(()), engine, telemetry }
+    }
 
-pub use crate::rule_files;
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 
-/// Compiles the folder, with `replace` standing in for one file's content (`None` removes it).
-pub fn compile_folder(dir: &Path, replace: Option<(&Path, Option<&[u8]>)>) -> Result<Vec<Compiled>, std::io::Error> {
-    let mut inputs = Vec::new();
-    let mut replaced = false;
-    for f in rule_files(dir)? {
-        match replace {
-            Some((path, content)) if f == path => {
-                replaced = true;
-                if let Some(c) = content {
-                    inputs.push((f.display().to_string(), c.to_vec()));
-                }
+    /// The loaded rules.
+    pub fn infos(&self) -> Vec<RuleInfo> {
+        self.infos.read().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Sets rule `name` to `text` (one rule of that name) if the whole folder still checks with
+    /// it; returns the file written and the rules whose state was kept.
+    pub async fn put(&self, name: &str, text: Vec<u8>) -> Result<(PathBuf, Vec<String>), RuleChangeError> {
+        let _guard = self.lock.lock().await;
+        let dir = self.dir.clone();
+        let name = name.to_string();
+        let (after, path) = blocking(move || {
+            let (after, path, content) = load(&dir)?.with_rule(&dir, &name, &text)?;
+            let after = after.checked()?;
+            ruleset::write_atomically(&path, Some(&content))?;
+            Ok((after, path))
+        })
+        .await?;
+        let kept = self.apply(after).await?;
+        Ok((path, kept))
+    }
+
+    /// Removes rule `name` from its file if the other rules still check without it; returns
+    /// the rules whose state was kept.
+    pub async fn delete(&self, name: &str) -> Result<Vec<String>, RuleChangeError> {
+        let _guard = self.lock.lock().await;
+        let dir = self.dir.clone();
+        let name = name.to_string();
+        let after = blocking(move || {
+            if !ruleset::valid_name(&name) {
+                return Err(RuleSetError::BadName(name));
             }
-            _ => inputs.push((f.display().to_string(), std::fs::read(&f)?)),
+            let (after, path, content) = load(&dir)?.without_rule(&name)?;
+            let after = after.checked()?;
+            ruleset::write_atomically(&path, content.as_deref())?;
+            Ok(after)
+        })
+        .await?;
+        self.apply(after).await
+    }
+
+    /// Loads the folder again; when it checks, the engine runs it.
+    pub async fn reload(&self) -> Result<Vec<String>, RuleChangeError> {
+        let _guard = self.lock.lock().await;
+        let dir = self.dir.clone();
+        let loaded = blocking(move || load(&dir)?.checked()).await;
+        match loaded {
+            Ok(set) => self.apply(set).await,
+            Err(e) => {
+                self.telemetry.rule_reloads.with_label_values(&["rejected"]).inc();
+                Err(e)
+            }
         }
     }
-    if let (false, Some((path, Some(content)))) = (replaced, replace) {
-        inputs.push((path.display().to_string(), content.to_vec()));
-    }
-    Ok(crate::compile_all(&inputs))
-}
 
-pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
-    let compiled = compile_folder(dir, None)
-        .map_err(|e| LoadError { rendered: format!("cannot read {}: {e}", dir.display()), json: Vec::new() })?;
-    into_loaded(compiled)
-}
-
-pub fn into_loaded(compiled: Vec<Compiled>) -> Result<Loaded, LoadError> {
-    if compiled.iter().any(|c| !c.is_ok()) {
-        let rendered = compiled.iter().map(|c| c.source().render(&c.diagnostics, false)).collect();
-        let json = compiled.iter().flat_map(|c| c.source().to_json(&c.diagnostics)).collect();
-        return Err(LoadError { rendered, json });
+    /// Hands a checked rule set to the engine and records it for the API.
+    async fn apply(&self, set: RuleSet) -> Result<Vec<String>, RuleChangeError> {
+        let (reply, wait) = oneshot::channel();
+        self.engine.send(Input::Reload(set.plans(), reply)).await.map_err(|_| RuleChangeError::Stopping)?;
+        let kept = wait.await.map_err(|_| RuleChangeError::Stopping)?;
+        if let Ok(mut infos) = self.infos.write() {
+            *infos = set.infos();
+        }
+        self.telemetry.rule_reloads.with_label_values(&["ok"]).inc();
+        Ok(kept)
     }
-    let mut plans = Vec::new();
-    let mut infos = Vec::new();
-    for c in compiled {
-        for p in c.plans {
-            infos.push(RuleInfo {
-                name: p.name.clone(),
-                file: c.name.clone(),
-                model: p.model.to_string(),
-                description: p.description.clone(),
-                plan: p.to_string(),
-            });
-            plans.push(p);
+
+    /// Reloads when the folder changes (checked every second) or on SIGHUP, until `stop`. A
+    /// folder that does not check leaves the running rules as they are.
+    pub async fn watch(self: Arc<Self>, mut seen: Vec<FileStamp>, mut stop: watch::Receiver<bool>) {
+        #[cfg(unix)]
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        loop {
+            #[cfg(unix)]
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(h) => {
+                        h.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<()>();
+            let forced = tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+                _ = hangup => true,
+                _ = stop.changed() => return,
+            };
+            let now = fingerprint(&self.dir);
+            if now == seen && !forced {
+                continue;
+            }
+            seen = now;
+            match self.reload().await {
+                Ok(kept) => tracing::info!(kept = ?kept, "rules reloaded"),
+                Err(RuleChangeError::Stopping) => return,
+                Err(e) => tracing::error!("rules not reloaded, the running ones stay:\n{e}"),
+            }
         }
     }
-    Ok(Loaded { plans, infos })
+}
+
+/// The folder's rule set.
+pub fn load(dir: &Path) -> Result<RuleSet, RuleSetError> {
+    RuleSet::load(&[dir.to_path_buf()])
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RuleSetError> + Send + 'static,
+) -> Result<T, RuleChangeError> {
+    tokio::task::spawn_blocking(work).await.map_err(|_| RuleChangeError::Stopping)?.map_err(Into::into)
 }
 
 /// A rule file's name, size and modification time.
@@ -91,7 +163,7 @@ pub type FileStamp = (PathBuf, u64, Option<SystemTime>);
 
 /// What changes when a rule file changes: names, sizes and modification times.
 pub fn fingerprint(dir: &Path) -> Vec<FileStamp> {
-    rule_files(dir)
+    crate::rule_files(dir)
         .unwrap_or_default()
         .into_iter()
         .map(|p| {
@@ -101,32 +173,4 @@ pub fn fingerprint(dir: &Path) -> Vec<FileStamp> {
             (p, len, modified)
         })
         .collect()
-}
-
-/// A rule name the API accepts: an identifier, which also makes it a safe file name.
-pub fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 128
-}
-
-/// Writes a file atomically: a temporary file in the same folder, then a rename.
-pub fn write_atomically(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("saql.tmp{}", std::process::id()));
-    std::fs::write(&tmp, content)?;
-    std::fs::rename(&tmp, path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_cannot_escape_the_folder() {
-        assert!(valid_name("machine_cpu_spike"));
-        for bad in ["", "../etc/passwd", "a/b", "a.saql", "1abc", "x y", "..", "%2e%2e"] {
-            assert!(!valid_name(bad), "{bad}");
-        }
-    }
 }

@@ -28,13 +28,14 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
     let mut rejected = Vec::new();
     let (mut rejected_total, mut dead) = (0usize, 0usize);
     let mut start = 0;
+    let mut decoder = crate::event::LineDecoder::default();
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let range = start..start + line.len();
         start += line.len() + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match state.intake.decode(line, None) {
+        match state.intake.decode(&mut decoder, line, None) {
             Ok(e) => events.push((range, e)),
             Err(reason) => {
                 rejected_total += 1;

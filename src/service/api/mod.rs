@@ -22,8 +22,8 @@ pub mod ingest;
 pub mod ops;
 pub mod rules;
 
-use super::engine_loop::{EngineHealth, Input};
-use super::rules::RuleInfo;
+use super::engine_loop::EngineHealth;
+use super::rules::LiveRules;
 use super::sources::http::Batch;
 use super::sources::Intake;
 use super::store::{DeadLetter, Store, Stored};
@@ -39,28 +39,22 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, Mutex, Notify, Semaphore};
+use tokio::sync::{broadcast, mpsc, Notify, Semaphore};
 
 /// Largest request body: an ingest batch or a rule file.
 pub const MAX_BODY: usize = 16 << 20;
 
 pub struct AppState {
     pub store: Store,
-    /// The engine, for rule reloads.
-    pub engine: mpsc::Sender<Input>,
     /// The ingest log's thread, through which ingested events reach the engine.
     pub ingest: mpsc::Sender<Batch>,
     pub intake: Intake,
     pub dead: mpsc::Sender<DeadLetter>,
     pub published: broadcast::Sender<Arc<Stored>>,
     pub telemetry: Arc<Telemetry>,
-    pub rules_dir: PathBuf,
-    pub rules: RwLock<Vec<RuleInfo>>,
-    /// Serialises rule changes so two PUTs cannot interleave their check and write.
-    pub rule_lock: Mutex<()>,
+    pub rules: Arc<LiveRules>,
     pub token: Option<String>,
     /// When set, reading endpoints need it (or `token`).
     pub read_token: Option<String>,
@@ -91,11 +85,11 @@ impl ApiError {
         ApiError(status, json!({ "error": message.into() }))
     }
 
-    fn internal(e: impl std::fmt::Display) -> Self {
+    pub(super) fn internal(e: impl std::fmt::Display) -> Self {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
 
-    fn stopping() -> Self {
+    pub(super) fn stopping() -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping")
     }
 }

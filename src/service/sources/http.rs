@@ -137,10 +137,9 @@ impl HttpSource {
             }
         };
         let mut n = 0u64;
+        let mut decoder = crate::event::LineDecoder::default();
         for (offset, line) in records {
-            let event = std::str::from_utf8(&line)
-                .map_err(|e| e.to_string())
-                .and_then(|text| crate::event::decode(text, None).map_err(|e| e.to_string()));
+            let event = decoder.decode_bytes(&line, None).map_err(|e| e.to_string());
             match event {
                 Ok(e) => {
                     if self.engine.blocking_send(Input::Ingested(e, offset)).is_err() {

@@ -88,6 +88,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
     let names: Vec<String> = by_topic.keys().cloned().collect();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
     let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
+    let mut decoder = crate::event::LineDecoder::default();
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -124,7 +125,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         };
         let topic = m.topic().to_string();
         let payload = m.payload().unwrap_or_default();
-        let sent = match intake.decode(payload, by_topic.get(&topic).copied()) {
+        let sent = match intake.decode(&mut decoder, payload, by_topic.get(&topic).copied()) {
             Ok(e) => {
                 let position = Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
                 offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed

@@ -10,7 +10,7 @@ pub mod kafka;
 use super::config::Overload;
 use super::engine_loop::{EngineHealth, Input};
 use super::store::DeadLetter;
-use crate::event::{DecodeError, Event, TimeBounds};
+use crate::event::{DecodeError, Event, LineDecoder, TimeBounds};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -77,14 +77,19 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Decodes one event from Kafka or HTTP, with the reason it is not one (or is out of
-    /// bounds).
-    pub fn decode(&self, payload: &[u8], stream: Option<crate::schema::Stream>) -> Result<Event, String> {
+    /// Decodes one event from Kafka or HTTP with `decoder` (one per source, which remembers the
+    /// shape of the lines before), with the reason it is not one (or is out of bounds).
+    pub fn decode(
+        &self,
+        decoder: &mut LineDecoder,
+        payload: &[u8],
+        stream: Option<crate::schema::Stream>,
+    ) -> Result<Event, String> {
         if payload.len() > MAX_EVENT_BYTES {
             return Err(format!("the event is {} bytes; at most {} are accepted", payload.len(), MAX_EVENT_BYTES));
         }
         let text = std::str::from_utf8(payload).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
-        let event = crate::event::decode(text.trim(), stream).map_err(|e| e.to_string())?;
+        let event = decoder.decode(text.trim(), stream).map_err(|e| e.to_string())?;
         self.check(&event).map_err(|e| e.to_string())?;
         Ok(event)
     }
@@ -160,11 +165,12 @@ mod tests {
             health: Arc::new(EngineHealth::default()),
         };
         let big = vec![b' '; MAX_EVENT_BYTES + 1];
-        assert!(intake.decode(&big, None).unwrap_err().contains("at most 1048576"));
-        assert_eq!(intake.decode(b"{\"ts\":0,\xff}", None).unwrap_err(), "invalid UTF-8 at byte 8");
-        let far = intake.decode(br#"{"stream":"metric","ts":"9999-12-31T00:00:00Z","host":"h"}"#, None).unwrap_err();
+        let d = &mut LineDecoder::default();
+        assert!(intake.decode(d, &big, None).unwrap_err().contains("at most 1048576"));
+        assert_eq!(intake.decode(d, b"{\"ts\":0,\xff}", None).unwrap_err(), "invalid UTF-8 at byte 8");
+        let far = intake.decode(d, br#"{"stream":"metric","ts":"9999-12-31T00:00:00Z","host":"h"}"#, None).unwrap_err();
         assert!(far.starts_with("field `ts`: 9999-12-31T00:00:00.000Z is "), "{far}");
-        assert!(intake.decode(br#"{"stream":"metric","ts":1767225600000,"host":"h"}"#, None).is_ok());
+        assert!(intake.decode(d, br#"{"stream":"metric","ts":1767225600000,"host":"h"}"#, None).is_ok());
         let kept = dead_payload(&big);
         assert!(kept.len() < 5_000 && kept.ends_with("(1048577 bytes in all)"), "{}", &kept[kept.len() - 40..]);
     }

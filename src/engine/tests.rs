@@ -1,0 +1,326 @@
+//! The engine as a whole: keys, routing, reloads, limits.
+
+use super::*;
+use crate::event::Value;
+
+fn plans(src: &str) -> Vec<RulePlan> {
+    let c = crate::compile("t.saql", src.as_bytes());
+    assert!(c.is_ok(), "{:?}", c.diagnostics);
+    c.plans
+}
+
+const TWO_RULES: &str = r#"
+    rule burst { task t fail as e with e{3,} within 1 h group by t.job_id }
+    rule spike { task t use machine m as e #time(5 min) state ss { n := count() } group by m alert ss.n > 2 }
+"#;
+
+fn fail(min: i64, job: &str) -> Event {
+    let mut e = Event::new(crate::schema::Stream::TaskEvent, min * 60_000);
+    e.set("type", Value::str("FAIL")).set("job_id", Value::str(job)).set("task_index", Value::Num(0.0));
+    e
+}
+
+#[test]
+fn a_key_read_in_place_finds_the_key_built_from_the_same_values() {
+    use std::hash::BuildHasher;
+    let hasher = foldhash::fast::RandomState::default();
+    let mut e = Event::new(crate::schema::Stream::TaskUsage, 42);
+    e.set("machine_id", Value::str("m7")).set("cpu", Value::Num(f64::NAN)).set("task_index", Value::Num(3.0));
+    let missing = crate::event::TS_INDEX - 1;
+    for positions in [vec![2], vec![2, 1], vec![3, 0], vec![crate::event::TS_INDEX, 2], vec![missing], vec![]] {
+        let built = Key(positions.iter().map(|&p| e.value(p)).collect());
+        let in_place = FieldsKey { event: &e, positions: &positions };
+        assert_eq!(hasher.hash_one(&in_place), hasher.hash_one(&built), "{positions:?}");
+        assert!(hashbrown::Equivalent::equivalent(&in_place, &built), "{positions:?}");
+        let mut other = built.clone();
+        other.0.push(Value::Null);
+        assert!(!hashbrown::Equivalent::equivalent(&in_place, &other), "{positions:?}: a longer key");
+    }
+    let mut map: KeyMap<u8> = KeyMap::default();
+    map.insert(Key(vec![Value::str("m7")]), 1);
+    assert_eq!(map.get(&FieldsKey { event: &e, positions: &[2] }), Some(&1));
+    assert_eq!(map.get(&FieldsKey { event: &e, positions: &[0] }), None);
+}
+
+#[test]
+fn compiled_number_filters_hold_exactly_when_the_evaluator_says_so() {
+    let rules = r#"
+        rule a { task t use machine m as e where e.cpu > 0.5 }
+        rule b { task t use machine m as e where e.cpu >= 0.5 and 0.25 > e.mem }
+        rule c { task t use machine m as e where e.mem <= 0.5 and e.cpu < 1 and e.cpu >= 0 }
+        rule d { task t use machine m as e where e.cpu > 0.5 or e.mem > 0.5 }
+        rule e { task t use machine m as e where e.cpu != 0.5 }
+    "#;
+    let regexes = RegexCache::default();
+    let values =
+        [Value::Null, Value::Num(f64::NAN), Value::Num(0.0), Value::Num(0.25), Value::Num(0.5), Value::Num(1.0)];
+    let mut compiled = 0;
+    for plan in plans(rules) {
+        let filter = plan.sources[0].filter.clone().expect("every rule here has a filter");
+        let Some(test) = eval::NumberTest::new(&filter, 0) else {
+            assert!(["d", "e"].contains(&plan.name.as_str()), "{} should compile", plan.name);
+            continue;
+        };
+        compiled += 1;
+        for cpu in &values {
+            for mem in &values {
+                let mut e = Event::new(crate::schema::Stream::TaskUsage, 0);
+                e.set("cpu", cpu.clone()).set("mem", mem.clone());
+                let events = [Some(&e)];
+                let expected = eval::holds(&filter, &Env::events(&plan.sources, &events, &regexes));
+                assert_eq!(test.holds(&e), expected, "{}: cpu {cpu:?}, mem {mem:?}", plan.name);
+            }
+        }
+    }
+    assert_eq!(compiled, 3);
+}
+
+#[test]
+fn compiled_window_conditions_hold_exactly_when_the_evaluator_says_so() {
+    let state = "task t use machine m as e #time(10 s) state[2] ss { a := avg(e.cpu), n := count() } group by m";
+    let rules = format!(
+        "rule p {{ {state} alert ss.a > 0.5 }}
+         rule q {{ {state} alert ss[0].a >= 0.5 and 0.25 > ss.n }}
+         rule r {{ {state} alert ss.n <= 0.5 and ss.a < 1 and ss.a >= 0 }}
+         rule s {{ {state} alert ss[1].a > 0.5 }}
+         rule t {{ {state} alert ss.a > ss.n }}
+         rule u {{ {state} alert ss.a > 0.5 or ss.n > 0.5 }}"
+    );
+    let regexes = RegexCache::default();
+    let values =
+        [Value::Null, Value::Num(f64::NAN), Value::Num(0.0), Value::Num(0.25), Value::Num(0.5), Value::Num(1.0)];
+    let mut compiled = Vec::new();
+    for plan in plans(&rules) {
+        let condition = &plan.alert.condition;
+        let Some(test) = eval::NumberTest::of_window(condition) else { continue };
+        compiled.push(plan.name.clone());
+        for a in &values {
+            for n in &values {
+                let newest: Arc<[Value]> = vec![a.clone(), n.clone()].into();
+                let older: Arc<[Value]> = vec![Value::Num(0.9), Value::Num(0.9)].into();
+                for history in [vec![newest.clone()], vec![newest, older], vec![]] {
+                    let events = [None];
+                    let env = Env {
+                        sources: &plan.sources,
+                        events: &events,
+                        state: Some(&history),
+                        baselines: None,
+                        cluster: None,
+                        regexes: &regexes,
+                    };
+                    let expected = eval::holds(condition, &env);
+                    assert_eq!(test.holds_on_window(&history), expected, "{}: {history:?}", plan.name);
+                }
+            }
+        }
+    }
+    assert_eq!(compiled, ["p", "q", "r"], "only comparisons of the newest window with literals compile");
+}
+
+#[test]
+fn many_threshold_rules_over_one_state_alert_as_each_would_alone() {
+    // The rules share one window operator and are judged by compiled tests; each run alone
+    // (no sharing) must give the same alerts, resolutions included.
+    let rule = |i: usize, threshold: f64| {
+        format!(
+            "rule w{i} {{ task t use machine m as e #time(10 s)
+               state ss {{ c := avg(e.cpu), n := count() }} group by m
+               alert ss.c > {threshold} and ss.n >= 2 }}\n"
+        )
+    };
+    let thresholds = [0.3, 0.5, 0.5, 0.7, 0.9];
+    let all: String = thresholds.iter().enumerate().map(|(i, &t)| rule(i, t)).collect();
+    let events: Vec<Event> = (0..600)
+        .map(|i| {
+            let mut e = Event::new(crate::schema::Stream::TaskUsage, i * 250);
+            e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0));
+            let cpu = ((i * 37) % 100) as f64 / 100.0;
+            e.set("machine_id", Value::str(&format!("m{}", i % 7))).set("cpu", Value::Num(cpu));
+            e
+        })
+        .collect();
+    let run = |rules: &str| {
+        let mut engine = Engine::new(plans(rules), EngineConfig::default());
+        let mut out = Vec::new();
+        for e in &events {
+            engine.push(e.clone(), &mut out);
+        }
+        engine.advance_to(200_000, &mut out);
+        out.into_iter().map(|a| (a.rule.to_string(), a.id, a.status, a.time)).collect::<Vec<_>>()
+    };
+    let shared = run(&all);
+    let mut alone: Vec<_> = thresholds.iter().enumerate().flat_map(|(i, &t)| run(&rule(i, t))).collect();
+    let mut together = shared.clone();
+    together.sort_by(|a, b| (&a.0, a.3, &a.1).cmp(&(&b.0, b.3, &b.1)));
+    alone.sort_by(|a, b| (&a.0, a.3, &a.1).cmp(&(&b.0, b.3, &b.1)));
+    assert_eq!(together, alone);
+    let resolved = shared.iter().filter(|a| a.2 == crate::alert::Status::Resolved).count();
+    assert!(resolved > 0 && shared.len() > resolved, "the run fires and resolves: {shared:?}");
+}
+
+#[test]
+fn window_arguments_read_in_place_or_evaluated_agree_and_alerts_come_in_key_order() {
+    // `sum(e.cpu)` is read in place, `sum(e.cpu * 100)` through the evaluator, `count()`
+    // has no argument; each window's alerts come out by machine whatever the map's order.
+    let rule = r#"
+        rule w {
+          task t use machine m as e #time(10 s)
+          state ss { a := sum(e.cpu), b := sum(e.cpu * 100), n := count() } group by m
+          alert ss.n > 0 and ss.b == ss.a * 100
+          return ss.a, ss.b, ss.n
+        }
+    "#;
+    let mut engine = Engine::new(plans(rule), EngineConfig::default());
+    let mut out = Vec::new();
+    for i in 0..200 {
+        let mut e = Event::new(crate::schema::Stream::TaskUsage, i * 100);
+        e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0));
+        e.set("machine_id", Value::str(&format!("m{}", (i * 7) % 40))).set("cpu", Value::Num(0.5));
+        engine.push(e, &mut out);
+    }
+    engine.advance_to(100_000, &mut out);
+    let fired: Vec<&Alert> = out.iter().filter(|a| a.status == crate::alert::Status::Firing).collect();
+    assert_eq!(fired.len(), 40, "every machine fires once, in the first window it has events");
+    for a in &fired {
+        let n = a.values.get("ss.n").and_then(|v| v.as_f64()).expect("n is returned");
+        assert_eq!(a.values.get("ss.a").and_then(|v| v.as_f64()), Some(0.5 * n));
+        assert_eq!(a.values.get("ss.b").and_then(|v| v.as_f64()), Some(50.0 * n));
+    }
+    for pair in fired.windows(2) {
+        let machine = |a: &Alert| a.key.get("m.machine_id").and_then(|v| v.as_str().map(str::to_string));
+        if pair[0].time == pair[1].time {
+            assert!(machine(pair[0]) < machine(pair[1]), "{:?} before {:?}", machine(pair[0]), machine(pair[1]));
+        }
+    }
+}
+
+#[test]
+fn settling_releases_the_newest_millisecond_within_the_lateness() {
+    let rule = "rule hot { task t use machine m as e where e.cpu > 0.9 }";
+    let usage = |ts: Millis, cpu: f64| {
+        let mut e = Event::new(crate::schema::Stream::TaskUsage, ts);
+        e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0)).set("machine_id", Value::str("m"));
+        e.set("cpu", Value::Num(cpu));
+        e
+    };
+    let mut out = Vec::new();
+    let mut engine = Engine::new(plans(rule), EngineConfig::default());
+    engine.push(usage(1_000, 0.95), &mut out);
+    assert!(out.is_empty(), "the newest millisecond waits for a newer event");
+    engine.settle(&mut out);
+    let firing = |out: &[Alert]| out.iter().filter(|a| a.status == crate::alert::Status::Firing).count();
+    assert_eq!(firing(&out), 1, "settled, its alert comes out");
+    assert!(!engine.push(usage(1_000, 0.5), &mut out), "the settled millisecond is closed");
+    // With a lateness, settling releases only what the lateness allows.
+    let mut late = Engine::new(plans(rule), EngineConfig { lateness_ms: 5_000, ..EngineConfig::default() });
+    let mut out = Vec::new();
+    late.push(usage(1_000, 0.95), &mut out);
+    late.push(usage(6_000, 0.5), &mut out);
+    assert!(out.is_empty(), "5 s back, the first event still waits");
+    late.settle(&mut out);
+    assert_eq!(firing(&out), 1, "settled, the event 5 s back is released");
+    assert!(late.push(usage(3_000, 0.5), &mut out), "an event within the lateness is still taken");
+}
+
+#[test]
+fn reload_keeps_the_state_of_unchanged_rules() {
+    let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+    let mut out = Vec::new();
+    engine.push(fail(0, "j1"), &mut out);
+    engine.push(fail(1, "j1"), &mut out);
+    // `spike` changes, `burst` does not: its two counted failures survive the reload.
+    let changed = TWO_RULES.replace("ss.n > 2", "ss.n > 3");
+    let kept = engine.reload(plans(&changed));
+    assert_eq!(kept, vec!["burst".to_string()]);
+    engine.push(fail(2, "j1"), &mut out);
+    engine.flush(&mut out);
+    let fired = out.iter().filter(|a| &*a.rule == "burst" && a.status == crate::alert::Status::Firing).count();
+    assert_eq!(fired, 1, "the third failure completes the burst");
+}
+
+#[test]
+fn a_changed_rule_starts_over() {
+    let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+    let mut out = Vec::new();
+    engine.push(fail(0, "j1"), &mut out);
+    engine.push(fail(1, "j1"), &mut out);
+    let changed = TWO_RULES.replace("within 1 h", "within 2 h");
+    assert_eq!(engine.reload(plans(&changed)), vec!["spike".to_string()]);
+    engine.push(fail(2, "j1"), &mut out);
+    engine.flush(&mut out);
+    assert!(out.is_empty(), "the changed rule lost its count: {out:?}");
+}
+
+const NO_WITHIN: &str = r#"
+    rule evict_fail { task t evict as e1 task t fail as e2 with e1 -> e2 within 30 d }
+"#;
+
+fn task(kind: &str, min: i64, job: &str) -> Event {
+    let mut e = fail(min, job);
+    e.set("type", Value::str(kind));
+    e
+}
+
+fn limited(src: &str, max_keys: usize, idle_ms: Millis) -> Engine {
+    Engine::new(
+        plans(src),
+        EngineConfig { lateness_ms: 0, limits: Limits { max_keys, idle_ms }, ..EngineConfig::default() },
+    )
+}
+
+#[test]
+fn past_the_cap_the_oldest_partial_match_goes_and_is_counted() {
+    let mut engine = limited(NO_WITHIN, 3, 0);
+    let mut out = Vec::new();
+    for (i, job) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        engine.push(task("EVICT", i as i64, job), &mut out);
+    }
+    engine.flush(&mut out);
+    assert_eq!(engine.live_keys()["evict_fail"], 3);
+    assert_eq!(engine.evicted()[&("evict_fail".to_string(), "cap")], 2);
+    // `a` and `b` were dropped; `e` is still waiting for its failure.
+    engine.push(task("FAIL", 10, "a"), &mut out);
+    engine.push(task("FAIL", 11, "e"), &mut out);
+    engine.flush(&mut out);
+    let jobs: Vec<String> = out
+        .iter()
+        .filter(|a| a.status == crate::alert::Status::Firing)
+        .map(|a| a.key.iter().map(|(_, v)| v.to_string()).collect())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert!(jobs[0].contains("\"e\""), "{jobs:?}");
+}
+
+#[test]
+fn a_partial_match_without_progress_expires_after_the_idle_time() {
+    let mut engine = limited(NO_WITHIN, 1_000, 60 * 60_000);
+    let mut out = Vec::new();
+    engine.push(task("EVICT", 0, "old"), &mut out);
+    engine.push(task("EVICT", 30, "young"), &mut out);
+    // Two hours later: `old` has waited over an hour, `young` too by then.
+    engine.push(task("FAIL", 61, "young"), &mut out);
+    engine.push(task("FAIL", 120, "old"), &mut out);
+    engine.flush(&mut out);
+    let fired: Vec<&Alert> = out.iter().filter(|a| a.status == crate::alert::Status::Firing).collect();
+    assert_eq!(fired.len(), 1, "only `young` completes in time: {fired:#?}");
+    // `old` went waiting; `young`'s prefix, kept for more failures, went an hour after its
+    // eviction, long before its 30 days.
+    assert_eq!(engine.evicted()[&("evict_fail".to_string(), "idle")], 2);
+    assert_eq!(engine.live_keys()["evict_fail"], 0);
+}
+
+#[test]
+fn a_windowed_rule_past_its_cap_drops_its_idlest_groups() {
+    let src =
+        "rule per_job { task t fail as e #time(1 min) state ss { n := count() } group by t.job_id alert ss.n > 5 }";
+    let mut engine = limited(src, 32, 0);
+    let mut out = Vec::new();
+    for i in 0..100 {
+        engine.push(task("FAIL", i / 50, &format!("j{i}")), &mut out);
+    }
+    engine.flush(&mut out);
+    let live = engine.live_keys()["per_job"];
+    assert!(live <= 32, "{live} groups live");
+    let evicted = engine.evicted()[&("per_job".to_string(), "cap")];
+    assert!(evicted >= 68, "{evicted} evicted");
+}
