@@ -22,7 +22,7 @@ pub struct Alerting {
     /// The names of the rule's `return` values.
     value_names: Vec<Arc<str>>,
     lifecycle: Lifecycle<Key>,
-    firing: super::KeyMap<Alert>,
+    firing: super::keys::KeyMap<Alert>,
     /// What every alert of the rule shares: its name, severity, and the labels and annotations
     /// that have no template holes (`None` when they have some, and are rendered per alert).
     rule: Arc<str>,

@@ -22,6 +22,7 @@ mod alerting;
 mod blind;
 #[cfg(test)]
 mod bounds_tests;
+pub mod config;
 mod eval;
 mod filter;
 mod invariant;
@@ -40,6 +41,7 @@ mod tests;
 mod window;
 
 pub use blind::RULE as STATE_EVICTED_RULE;
+pub use config::{Clock, EngineConfig, EngineStats, Limits, SystemClock};
 pub use eval::{ClusterResult, Env, History, RegexCache};
 pub use keys::{FieldsKey, Key, KeyMap};
 pub use lifecycle::{Lifecycle, Transition};
@@ -56,69 +58,6 @@ use reorder::{Pending, ReorderBuffer};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
-
-/// Engine settings.
-#[derive(Debug, Clone, Default)]
-pub struct EngineConfig {
-    /// How far behind the newest event an event may arrive and still be processed.
-    pub lateness_ms: Millis,
-    pub limits: Limits,
-    /// When set, event time never runs ahead of this clock: events dated later wait until it
-    /// reaches them. A live service sets the wall clock, so that no event, however far ahead it
-    /// is dated, can make the events of the present late.
-    pub clock: Option<Arc<dyn Clock>>,
-}
-
-/// Where the time comes from that event time may not pass.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    fn now_ms(&self) -> Millis;
-}
-
-/// The machine's clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> Millis {
-        crate::event::now_ms()
-    }
-}
-
-/// Bounds on the state one rule holds.
-///
-/// State is bounded in time already: every sequence has a `within`, and a windowed group goes
-/// once it has been idle for as many windows as it remembers. These limits bound it further.
-/// Past `max_keys`, a sequence rule drops its oldest partial match (the one started first), and
-/// a windowed rule drops the sixteenth of its groups that have been idle longest (groups with
-/// an active alert last). With `idle_ms`, a partial match that has not progressed for that
-/// long (event time) is dropped before its `within` ends, and so is a group without events for
-/// that long that would otherwise be remembered longer (for a long history or training), unless
-/// its alert is active. Every drop is counted ([`Operator::evicted`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_keys: usize,
-    /// 0: never.
-    pub idle_ms: Millis,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_keys: 1_000_000, idle_ms: 0 }
-    }
-}
-
-/// Counters the engine keeps; shown in replay summaries and exported as metrics.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EngineStats {
-    /// Late events, per rule that would have consumed them.
-    pub late_by_rule: BTreeMap<String, u64>,
-    /// Late events in all (an event late for several rules counts once here).
-    pub late: u64,
-    /// Events refused for a time outside [`MIN_TS`](crate::event::MIN_TS) to
-    /// [`MAX_TS`](crate::event::MAX_TS); inputs refuse them first, with the reason.
-    pub out_of_range: u64,
-    pub alerts_by_rule: BTreeMap<String, u64>,
-}
 
 /// Registers an operator's next deadline; stale heap entries are skipped when popped.
 fn schedule(

@@ -7,7 +7,8 @@
 use super::eval::RegexCache;
 use super::operator::Operator;
 use super::routing::{required_for, Gate, SharedFilter, StreamRoutes, Target};
-use super::{filter, sequence, window, Limits};
+use super::config::Limits;
+use super::{filter, sequence, window};
 use crate::plan::{structural_hash, ModelPlan, RulePlan, StateId};
 use crate::schema::Stream;
 use std::collections::HashMap;
@@ -129,7 +130,7 @@ impl fmt::Display for Layout {
                 continue;
             }
             writeln!(f, "  {}", stream.name())?;
-            r.describe(f, &self.served)?;
+            describe(r, f, &self.served)?;
         }
         writeln!(f, "gate")?;
         for stream in Stream::ALL {
@@ -146,4 +147,34 @@ impl fmt::Display for Layout {
         }
         Ok(())
     }
+}
+
+/// A stream's routes as `vigil explain --physical` prints them.
+fn describe(r: &StreamRoutes, f: &mut fmt::Formatter<'_>, served: &[Served]) -> fmt::Result {
+    let target = |t: &Target| {
+        let rules: Vec<&str> = served[t.op].plans.iter().map(|p| p.name.as_str()).collect();
+        let filter = t.filter.map(|i| format!(" after f{i}")).unwrap_or_default();
+        format!("#{} ({}){filter}", t.op, rules.join(", "))
+    };
+    let list = |targets: &mut dyn Iterator<Item = &Target>| targets.map(target).collect::<Vec<_>>().join("; ");
+    if !r.any.is_empty() {
+        writeln!(f, "    every event -> {}", list(&mut r.any.iter()))?;
+    }
+    let mut types: Vec<_> = r.by_type.iter().collect();
+    types.sort_by(|a, b| a.0.cmp(b.0));
+    for (t, targets) in types {
+        writeln!(f, "    type {t} -> {}", list(&mut targets.iter()))?;
+    }
+    for (field, index) in &r.by_value {
+        writeln!(f, "    indexed by field #{field}, {} values", index.len())?;
+        let mut values: Vec<_> = index.iter().collect();
+        values.sort_by(|a, b| a.0.cmp(b.0));
+        for (value, targets) in values.iter().take(10) {
+            writeln!(f, "      {value:?} -> {}", list(&mut targets.iter().map(|(t, _)| t)))?;
+        }
+        if values.len() > 10 {
+            writeln!(f, "      ... {} more values", values.len() - 10)?;
+        }
+    }
+    Ok(())
 }

@@ -17,14 +17,14 @@ use std::sync::Arc;
 /// evaluations.
 #[derive(Default)]
 pub struct StreamRoutes {
-    any: Vec<Target>,
-    by_type: HashMap<Box<str>, Vec<Target>>,
+    pub(super) any: Vec<Target>,
+    pub(super) by_type: HashMap<Box<str>, Vec<Target>>,
     /// Field position -> required value -> targets, with the type they also require.
-    by_value: Vec<(usize, ValueIndex)>,
+    pub(super) by_value: Vec<(usize, ValueIndex)>,
 }
 
 /// Required value -> the targets that need it, with the event type they also require.
-type ValueIndex = HashMap<Box<str>, Vec<(Target, Option<&'static str>)>>;
+pub(super) type ValueIndex = HashMap<Box<str>, Vec<(Target, Option<&'static str>)>>;
 
 /// An operator's source that an event may go to, and the filter it must pass first.
 #[derive(Clone, Copy)]
@@ -50,36 +50,6 @@ impl StreamRoutes {
 
     pub fn is_empty(&self) -> bool {
         self.any.is_empty() && self.by_type.is_empty() && self.by_value.is_empty()
-    }
-
-    /// The routes as `vigil explain --physical` prints them.
-    pub fn describe(&self, f: &mut std::fmt::Formatter<'_>, served: &[super::physical::Served]) -> std::fmt::Result {
-        let target = |t: &Target| {
-            let rules: Vec<&str> = served[t.op].plans.iter().map(|p| p.name.as_str()).collect();
-            let filter = t.filter.map(|i| format!(" after f{i}")).unwrap_or_default();
-            format!("#{} ({}){filter}", t.op, rules.join(", "))
-        };
-        let list = |targets: &mut dyn Iterator<Item = &Target>| targets.map(target).collect::<Vec<_>>().join("; ");
-        if !self.any.is_empty() {
-            writeln!(f, "    every event -> {}", list(&mut self.any.iter()))?;
-        }
-        let mut types: Vec<_> = self.by_type.iter().collect();
-        types.sort_by(|a, b| a.0.cmp(b.0));
-        for (t, targets) in types {
-            writeln!(f, "    type {t} -> {}", list(&mut targets.iter()))?;
-        }
-        for (field, index) in &self.by_value {
-            writeln!(f, "    indexed by field #{field}, {} values", index.len())?;
-            let mut values: Vec<_> = index.iter().collect();
-            values.sort_by(|a, b| a.0.cmp(b.0));
-            for (value, targets) in values.iter().take(10) {
-                writeln!(f, "      {value:?} -> {}", list(&mut targets.iter().map(|(t, _)| t)))?;
-            }
-            if values.len() > 10 {
-                writeln!(f, "      ... {} more values", values.len() - 10)?;
-            }
-        }
-        Ok(())
     }
 
     pub fn add(&mut self, src: &crate::plan::SourcePlan, required: Option<(usize, String)>, target: Target) {

@@ -91,7 +91,7 @@ pub struct SequenceOperator {
     next_id: u64,
     /// When counters next need pruning.
     next_sweep: Option<Millis>,
-    limits: super::Limits,
+    limits: super::config::Limits,
     /// Partial matches dropped over the cap, for want of progress, and over the state budget.
     evicted_cap: u64,
     evicted_idle: u64,
@@ -101,7 +101,7 @@ pub struct SequenceOperator {
 }
 
 impl SequenceOperator {
-    pub fn new(plan: Arc<RulePlan>, seq: &SequencePlan, regexes: Arc<RegexCache>, limits: super::Limits) -> Self {
+    pub fn new(plan: Arc<RulePlan>, seq: &SequencePlan, regexes: Arc<RegexCache>, limits: super::config::Limits) -> Self {
         let mut step_of = vec![0; plan.sources.len()];
         for (i, step) in seq.steps.iter().enumerate() {
             step_of[step.source] = i;

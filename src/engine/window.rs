@@ -72,7 +72,7 @@ impl WindowOperatorBuilder {
         &self.plans
     }
 
-    pub fn build(self, limits: super::Limits) -> WindowOperator {
+    pub fn build(self, limits: super::config::Limits) -> WindowOperator {
         let first = self.plans[0].clone();
         let WindowedPlan { window, state } = self.windowed;
         let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
@@ -668,7 +668,7 @@ impl Operator for WindowOperator {
         // event's key values are where the key's values are read); only a new one needs its key.
         let found = match &self.rebuild {
             Some(positions) if !self.state.group_by.is_empty() => {
-                self.groups.get_mut(&super::FieldsKey { event, positions })
+                self.groups.get_mut(&super::keys::FieldsKey { event, positions })
             }
             _ => None,
         };

@@ -11,7 +11,8 @@
 //! behind the alerts it produced, with the next position of every source it covers, so the
 //! store never holds a checkpoint ahead of its alerts.
 
-use super::sources::{self, Position};
+use super::position::{Position, HTTP_SOURCE};
+use crate::event::now_ms;
 use super::telemetry::Telemetry;
 use crate::alert::Alert;
 use crate::engine::Engine;
@@ -170,12 +171,12 @@ impl EngineLoop {
                     ingested: self
                         .restored
                         .iter()
-                        .find(|p| p.topic == sources::http::SOURCE)
+                        .find(|p| p.topic == HTTP_SOURCE)
                         .and_then(|p| u64::try_from(p.offset - 1).ok()),
                     positions: self
                         .restored
                         .iter()
-                        .filter(|p| p.topic != sources::http::SOURCE)
+                        .filter(|p| p.topic != HTTP_SOURCE)
                         .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
                         .collect(),
                     late_ingested: 0,
@@ -200,7 +201,7 @@ impl EngineLoop {
                         self.gauges(&mut r);
                     }
                     if !r.out.is_empty() {
-                        let now = sources::now_ms();
+                        let now = now_ms();
                         for a in &mut r.out {
                             a.detected_at = now;
                         }
@@ -284,7 +285,7 @@ impl EngineLoop {
             }
         }
         if let Some(w) = self.engine.watermark() {
-            self.telemetry.watermark_lag_ms.set(sources::now_ms().saturating_sub(w));
+            self.telemetry.watermark_lag_ms.set(now_ms().saturating_sub(w));
         }
     }
 
@@ -301,7 +302,7 @@ impl EngineLoop {
                     })
                     .collect();
                 if let Some(o) = r.ingested {
-                    next.push(Position { topic: sources::http::SOURCE.into(), partition: 0, offset: o as i64 + 1 });
+                    next.push(Position { topic: HTTP_SOURCE.into(), partition: 0, offset: o as i64 + 1 });
                 }
                 Some(Output::Checkpoint(bytes, next))
             }

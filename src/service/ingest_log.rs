@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 /// A segment is closed and a new one started past this size, so that old ones can be deleted.
 const SEGMENT_BYTES: u64 = 64 << 20;
 const HEADER: usize = 16;
+/// Longer than any event is let be (a request body is at most 16 MiB): a longer length is
+/// damage, not a record.
+const MAX_RECORD: usize = 64 << 20;
 
 /// The writing end of the log.
 pub struct IngestLog {
@@ -70,8 +73,8 @@ fn read_record(r: &mut impl Read) -> Result<Option<(u64, Vec<u8>)>, String> {
     let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
     let offset = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-    if len > super::api::MAX_BODY {
-        return Err(format!("a record of {len} bytes, longer than any request"));
+    if len > MAX_RECORD {
+        return Err(format!("a record of {len} bytes, longer than any event"));
     }
     let mut line = vec![0u8; len];
     r.read_exact(&mut line).map_err(|_| "a record cut short".to_string())?;

@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine_loop;
 pub mod ingest_log;
 pub mod kafka;
+pub mod position;
 pub mod rules;
 pub mod server;
 pub mod sources;
@@ -61,7 +62,7 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
     );
     // Resume where the last checkpoint left off; Kafka, files and the ingest log resume from
     // the positions stored with it.
-    let mut resume: Vec<sources::Position> = Vec::new();
+    let mut resume: Vec<position::Position> = Vec::new();
     match store.load_checkpoint().await.context("cannot read the checkpoint")? {
         None => tracing::info!("no checkpoint: starting empty"),
         Some((bytes, positions)) => {

@@ -8,7 +8,7 @@
 //! came after it (the alerts that come out twice are stored once, by id).
 
 use super::engine_loop::Output;
-use super::sources::Position;
+use super::position::{resume_offset, Position, HTTP_SOURCE};
 use super::spool::{Spool, SpoolError};
 use super::store::{DeadLetter, Store, Stored};
 use super::telemetry::Telemetry;
@@ -179,7 +179,7 @@ impl Writer {
     /// Stores a checkpoint, then commits its Kafka offsets.
     async fn save_checkpoint(&self, bytes: &[u8], positions: &[Position]) -> bool {
         let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
-        if let Err(e) = self.store.save_checkpoint(bytes, &text, super::sources::now_ms()).await {
+        if let Err(e) = self.store.save_checkpoint(bytes, &text, crate::event::now_ms()).await {
             self.health.store_ok.store(false, Ordering::Relaxed);
             self.telemetry.store_errors.with_label_values(&["save_checkpoint"]).inc();
             tracing::warn!(error = %e, "cannot store the checkpoint");
@@ -197,7 +197,7 @@ impl Writer {
                 tracing::warn!(error = %e, "cannot commit Kafka offsets; the next checkpoint will");
             }
         }
-        let ingested = super::sources::resume_offset(positions, super::sources::http::SOURCE);
+        let ingested = resume_offset(positions, HTTP_SOURCE);
         if let (Some(dir), Some(offset)) = (self.ingest_log.clone(), ingested.and_then(|o| u64::try_from(o).ok())) {
             let deleted = tokio::task::spawn_blocking(move || super::ingest_log::truncate_before(&dir, offset)).await;
             match deleted {

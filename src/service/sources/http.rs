@@ -17,8 +17,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use tokio::sync::{mpsc, oneshot};
 
-/// The source name the ingest log's position is checkpointed under.
-pub const SOURCE: &str = "http:ingest";
+pub use crate::service::position::HTTP_SOURCE as SOURCE;
 
 /// Requests written together at most, so that one flush does not wait on a long queue.
 const GROUP: usize = 64;
