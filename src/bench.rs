@@ -180,7 +180,16 @@ fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 /// Runs one benchmark. Start-up (compiling the rules, building the engine) is timed apart.
-pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the benchmark rules do not check:\n{0}")]
+    Rules(String),
+}
+
+pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let started = Instant::now();
     let input = match &options.input {
         Some(p) => p.clone(),
@@ -199,7 +208,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     result
 }
 
-fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Result<BenchReport> {
+fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<BenchReport, BenchError> {
     let (text, name) = match &options.rules_path {
         Some(p) => (std::fs::read_to_string(p)?, p.display().to_string()),
         None => (rules_for(options), format!("{:?}", options.workload).to_lowercase()),
@@ -207,7 +216,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> anyhow::Res
     let t0 = Instant::now();
     let compiled = crate::compile(&name, text.as_bytes());
     if !compiled.is_ok() {
-        anyhow::bail!("the benchmark rules do not check:\n{}", compiled.source().render(&compiled.diagnostics, false));
+        return Err(BenchError::Rules(compiled.source().render(&compiled.diagnostics, false)));
     }
     let rules = compiled.plans.len();
     let mut engine = Engine::new(compiled.plans, EngineConfig { lateness_ms: 0, ..EngineConfig::default() });

@@ -540,6 +540,14 @@ impl fmt::Display for RulePlan {
         if let Some(d) = &self.description {
             writeln!(f, "  description: {d}")?;
         }
+        self.write_sources(f)?;
+        self.write_model(f)?;
+        self.write_outputs(f)
+    }
+}
+
+impl RulePlan {
+    fn write_sources(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, s) in self.sources.iter().enumerate() {
             write!(f, "  source #{i} {}: {}", s.event_var, s.stream.name())?;
             if let Some(t) = s.event_type {
@@ -554,6 +562,10 @@ impl fmt::Display for RulePlan {
                 writeln!(f, "    filter {filter}")?;
             }
         }
+        Ok(())
+    }
+
+    fn write_model(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(seq) = self.sequence() {
             writeln!(f, "  sequence")?;
             for step in &seq.steps {
@@ -633,6 +645,10 @@ impl fmt::Display for RulePlan {
                 writeln!(f, "    peer groups by {}", join(&c.per))?;
             }
         }
+        Ok(())
+    }
+
+    fn write_outputs(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = &self.alert;
         writeln!(f, "  alert when {}", a.condition)?;
         writeln!(

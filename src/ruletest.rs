@@ -129,7 +129,7 @@ pub fn run(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<TestReport
         match run_file(file) {
             Err(problem) => {
                 writeln!(out, "test {name} ... FAILED")?;
-                failures.push((name, problem));
+                failures.push((name, problem.to_string()));
                 report.failed += 1;
             }
             Ok(results) => {
@@ -161,16 +161,33 @@ pub fn run(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<TestReport
     Ok(report)
 }
 
+/// Why a test file, or a case of one, could not run: what is wrong with the test, not with the
+/// rule (a rule that does not do what a case expects is a [`CaseResult`] with its diff).
+#[derive(Debug, thiserror::Error)]
+pub enum TestError {
+    #[error("cannot read: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("not a rule test file: {0}")]
+    Toml(#[from] toml::de::Error),
+    #[error(transparent)]
+    Rules(#[from] crate::ruleset::RuleSetError),
+    #[error("the file has no [[case]]")]
+    NoCase,
+    #[error("{0}")]
+    Case(String),
+}
+
+/// A case's name and how it went: the diff of alerts when they are not what it expects.
 type CaseResult = (String, Result<(), String>);
 
-fn run_file(path: &Path) -> Result<Vec<CaseResult>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    let file: TestFile = toml::from_str(&text).map_err(|e| format!("not a rule test file: {e}"))?;
+fn run_file(path: &Path) -> Result<Vec<CaseResult>, TestError> {
+    let text = std::fs::read_to_string(path)?;
+    let file: TestFile = toml::from_str(&text)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let plans = load_rules(dir, &file.rules)?;
-    let file_lateness = file.lateness.as_deref().map(lateness).transpose()?;
+    let file_lateness = file.lateness.as_deref().map(lateness).transpose().map_err(TestError::Case)?;
     if file.cases.is_empty() {
-        return Err("the file has no [[case]]".into());
+        return Err(TestError::NoCase);
     }
     Ok(file
         .cases
@@ -186,10 +203,9 @@ fn lateness(text: &str) -> Result<Millis, String> {
     crate::parser::parse_duration(text).map(|ms| ms as Millis)
 }
 
-fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, String> {
+fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, TestError> {
     let paths: Vec<_> = rules.iter().map(|r| dir.join(r)).collect();
-    let set = crate::ruleset::RuleSet::load(&paths).and_then(|s| s.checked()).map_err(|e| e.to_string())?;
-    Ok(set.plans())
+    Ok(crate::ruleset::RuleSet::load(&paths)?.checked()?.plans())
 }
 
 fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case: &Case) -> Result<(), String> {

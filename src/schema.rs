@@ -54,61 +54,188 @@ impl fmt::Display for Type {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub enum Stream {
-    TaskEvent,
-    TaskUsage,
-    MachineEvent,
-    Metric,
+/// Declares the built-in streams, each once: its name and its fields in the order events keep
+/// them. Everything else about streams (the list of them, the field names of all of them, where
+/// each stream keeps each field, where its `type` is) is derived from this table; a new stream is
+/// a new line here.
+macro_rules! streams {
+    ($( $(#[doc = $doc:literal])* $variant:ident $name:literal { $( $field:literal : $ty:ident ),* $(,)? } )*) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        pub enum Stream {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl Stream {
+            pub const ALL: [Stream; [$($name),*].len()] = [$(Stream::$variant),*];
+            pub const COUNT: usize = Stream::ALL.len();
+
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( Stream::$variant => $name, )*
+                }
+            }
+
+            /// The fields an event of this stream carries, besides `ts`.
+            pub const fn fields(self) -> &'static [(&'static str, Type)] {
+                match self {
+                    $( Stream::$variant => &[$( ($field, Type::$ty) ),*], )*
+                }
+            }
+        }
+    };
 }
 
-impl Stream {
-    pub const ALL: [Stream; 4] = [Stream::TaskEvent, Stream::TaskUsage, Stream::MachineEvent, Stream::Metric];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stream::TaskEvent => "task_event",
-            Stream::TaskUsage => "task_usage",
-            Stream::MachineEvent => "machine_event",
-            Stream::Metric => "metric",
-        }
+streams! {
+    /// A task lifecycle step: SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST, UPDATE_*.
+    TaskEvent "task_event" {
+        "job_id": Str, "task_index": Number, "machine_id": Str, "type": Str, "user": Str,
+        "priority": Number, "sched_class": Number, "cpu_request": Number, "mem_request": Number,
     }
+    /// A task's resource use over a measurement interval.
+    TaskUsage "task_usage" {
+        "job_id": Str, "task_index": Number, "machine_id": Str, "cpu": Number, "mem": Number,
+        "max_cpu": Number, "max_mem": Number, "disk_io": Number, "cpi": Number,
+    }
+    /// A machine lifecycle step (ADD, REMOVE, UPDATE) or incident (SOFTERROR, HARDERROR).
+    MachineEvent "machine_event" { "machine_id": Str, "type": Str, "cpus": Number, "memory": Number, "detail": Str }
+    /// One sample of a named metric series.
+    Metric "metric" { "host": Str, "name": Str, "value": Number, "labels": Map }
+}
 
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// How many distinct field names the streams have, all together.
+pub const FIELD_COUNT: usize = {
+    let mut n = 0;
+    let mut s = 0;
+    while s < Stream::COUNT {
+        let fields = Stream::ALL[s].fields();
+        let mut f = 0;
+        while f < fields.len() {
+            if first_of(s, f) {
+                n += 1;
+            }
+            f += 1;
+        }
+        s += 1;
+    }
+    n
+};
+
+/// Whether field `f` of stream `s` is the first stream field of its name.
+const fn first_of(s: usize, f: usize) -> bool {
+    let name = Stream::ALL[s].fields()[f].0;
+    let mut t = 0;
+    while t <= s {
+        let fields = Stream::ALL[t].fields();
+        let mut g = 0;
+        while g < fields.len() && (t < s || g < f) {
+            if same(fields[g].0, name) {
+                return false;
+            }
+            g += 1;
+        }
+        t += 1;
+    }
+    true
+}
+
+/// Every field name of every stream, numbered in order of first appearance: the decoder matches
+/// keys against these, once, without allocating.
+pub const FIELD_NAMES: [&str; FIELD_COUNT] = {
+    let mut out = [""; FIELD_COUNT];
+    let mut n = 0;
+    let mut s = 0;
+    while s < Stream::COUNT {
+        let fields = Stream::ALL[s].fields();
+        let mut f = 0;
+        while f < fields.len() {
+            if first_of(s, f) {
+                out[n] = fields[f].0;
+                n += 1;
+            }
+            f += 1;
+        }
+        s += 1;
+    }
+    out
+};
+
+/// Most fields one stream has.
+pub const MAX_FIELDS: usize = {
+    let mut most = 0;
+    let mut s = 0;
+    while s < Stream::COUNT {
+        if Stream::ALL[s].fields().len() > most {
+            most = Stream::ALL[s].fields().len();
+        }
+        s += 1;
+    }
+    most
+};
+
+/// Position of a name in `fields`, in a constant.
+const fn position_of(fields: &[(&str, Type)], name: &str) -> Option<usize> {
+    let mut i = 0;
+    while i < fields.len() {
+        if same(fields[i].0, name) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// By stream: the position of its `type` field, if it has one.
+const TYPE_INDEX: [Option<usize>; Stream::COUNT] = {
+    let mut out = [None; Stream::COUNT];
+    let mut s = 0;
+    while s < Stream::COUNT {
+        out[s] = position_of(Stream::ALL[s].fields(), "type");
+        s += 1;
+    }
+    out
+};
+
+/// By stream and global field number ([`FIELD_NAMES`]): where the stream keeps that field.
+const POSITIONS: [[Option<u8>; FIELD_COUNT]; Stream::COUNT] = {
+    let mut out = [[None; FIELD_COUNT]; Stream::COUNT];
+    let mut s = 0;
+    while s < Stream::COUNT {
+        let mut g = 0;
+        while g < FIELD_COUNT {
+            out[s][g] = match position_of(Stream::ALL[s].fields(), FIELD_NAMES[g]) {
+                Some(p) => Some(p as u8),
+                None => None,
+            };
+            g += 1;
+        }
+        s += 1;
+    }
+    out
+};
+
+impl Stream {
     pub fn from_name(name: &str) -> Option<Stream> {
         Stream::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// The fields an event of this stream carries, besides `ts`.
-    pub fn fields(self) -> &'static [(&'static str, Type)] {
-        use Type::*;
-        match self {
-            Stream::TaskEvent => &[
-                ("job_id", Str),
-                ("task_index", Number),
-                ("machine_id", Str),
-                ("type", Str),
-                ("user", Str),
-                ("priority", Number),
-                ("sched_class", Number),
-                ("cpu_request", Number),
-                ("mem_request", Number),
-            ],
-            Stream::TaskUsage => &[
-                ("job_id", Str),
-                ("task_index", Number),
-                ("machine_id", Str),
-                ("cpu", Number),
-                ("mem", Number),
-                ("max_cpu", Number),
-                ("max_mem", Number),
-                ("disk_io", Number),
-                ("cpi", Number),
-            ],
-            Stream::MachineEvent => {
-                &[("machine_id", Str), ("type", Str), ("cpus", Number), ("memory", Number), ("detail", Str)]
-            }
-            Stream::Metric => &[("host", Str), ("name", Str), ("value", Number), ("labels", Map)],
-        }
+    /// Where this stream keeps global field `g` ([`FIELD_NAMES`]), if it has it.
+    pub fn position_of_global(self, g: usize) -> Option<usize> {
+        POSITIONS[self as usize].get(g).copied().flatten().map(usize::from)
     }
 
     /// The type of `field` on an event of this stream; `ts` is on every stream.
@@ -125,13 +252,9 @@ impl Stream {
     }
 
     /// Position of the `type` field, which routes every event to the rules of its type: known
-    /// without a search of the names (a test checks it against [`Stream::field_index`]).
+    /// without a search of the names.
     pub fn type_index(self) -> Option<usize> {
-        match self {
-            Stream::TaskEvent => Some(3),
-            Stream::MachineEvent => Some(1),
-            Stream::TaskUsage | Stream::Metric => None,
-        }
+        TYPE_INDEX[self as usize]
     }
 
     pub fn field_names(self) -> Vec<&'static str> {

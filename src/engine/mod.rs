@@ -28,6 +28,7 @@ mod filter;
 mod invariant;
 pub mod keys;
 mod lifecycle;
+mod open_windows;
 pub mod operator;
 mod outlier;
 pub mod physical;
@@ -49,6 +50,17 @@ pub use operator::Operator;
 pub use outlier::judge as judge_peers;
 pub use routing::Gate;
 pub use snapshot::{Snapshot, SNAPSHOT_VERSION};
+
+/// Why the engine could not take a snapshot back.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("snapshot version {found} is not {expected}")]
+    Version { found: u32, expected: u32 },
+    #[error("the snapshot cannot be read: {0}")]
+    Encoding(#[from] postcard::Error),
+    #[error("the state of {rules} cannot be restored: {source}")]
+    State { rules: String, source: postcard::Error },
+}
 
 use crate::alert::Alert;
 use crate::event::{Event, Millis};
@@ -204,15 +216,17 @@ impl Engine {
     /// Continues from a snapshot. Operators whose state is the same computation as when it was
     /// taken get their state back; the others start empty. Returns the rules whose state was
     /// restored.
-    pub fn restore(&mut self, snapshot: Snapshot) -> Result<Vec<String>, String> {
+    pub fn restore(&mut self, snapshot: Snapshot) -> Result<Vec<String>, EngineError> {
         if snapshot.version != SNAPSHOT_VERSION {
-            return Err(format!("snapshot version {} is not {SNAPSHOT_VERSION}", snapshot.version));
+            return Err(EngineError::Version { found: snapshot.version, expected: SNAPSHOT_VERSION });
         }
         let mut restored = Vec::new();
         for (i, served) in self.layout.served.iter().enumerate() {
             if let Some(state) = snapshot.state_of(&served.id) {
                 let names: Vec<&str> = served.plans.iter().map(|p| p.name.as_str()).collect();
-                self.operators[i].restore(state).map_err(|e| format!("snapshot of {}: {e}", names.join(", ")))?;
+                self.operators[i]
+                    .restore(state)
+                    .map_err(|source| EngineError::State { rules: names.join(", "), source })?;
                 restored.extend(names.iter().map(|n| n.to_string()));
             }
         }

@@ -4,10 +4,10 @@
 //! gate that refuses events no rule takes before they are built. `vigil explain --physical`
 //! prints it.
 
+use super::config::Limits;
 use super::eval::RegexCache;
 use super::operator::Operator;
 use super::routing::{required_for, Gate, SharedFilter, StreamRoutes, Target};
-use super::config::Limits;
 use super::{filter, sequence, window};
 use crate::plan::{structural_hash, ModelPlan, RulePlan, StateId};
 use crate::schema::Stream;

@@ -101,7 +101,12 @@ pub struct SequenceOperator {
 }
 
 impl SequenceOperator {
-    pub fn new(plan: Arc<RulePlan>, seq: &SequencePlan, regexes: Arc<RegexCache>, limits: super::config::Limits) -> Self {
+    pub fn new(
+        plan: Arc<RulePlan>,
+        seq: &SequencePlan,
+        regexes: Arc<RegexCache>,
+        limits: super::config::Limits,
+    ) -> Self {
         let mut step_of = vec![0; plan.sources.len()];
         for (i, step) in seq.steps.iter().enumerate() {
             step_of[step.source] = i;
@@ -131,24 +136,7 @@ impl SequenceOperator {
             .map(|s| seq.group_by.iter().map(|e| retarget(e, s, plan.sources[s].stream, &var_bound_by)).collect())
             .collect();
 
-        let absent_sources: Vec<usize> =
-            seq.steps.iter().filter(|s| matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect();
-        let mut bind_conditions = vec![Vec::new(); seq.steps.len()];
-        let mut absent_conditions = vec![Vec::new(); seq.steps.len()];
-        for cond in &seq.conditions {
-            let refs = referenced_sources(cond, &plan, &names, &binds);
-            let last_step = refs.iter().map(|&s| step_of[s]).max().unwrap_or(0);
-            match refs.iter().find(|s| absent_sources.contains(s)) {
-                // A condition on an absent event says which events count as that event.
-                Some(&absent) => {
-                    let j = step_of[absent];
-                    if refs.iter().all(|&s| step_of[s] <= j) {
-                        absent_conditions[j].push(cond.clone());
-                    }
-                }
-                None => bind_conditions[last_step].push(cond.clone()),
-            }
-        }
+        let (bind_conditions, absent_conditions) = place_conditions(&plan, seq, &step_of, &names, &binds);
         let key_names = if seq.group_by.is_empty() {
             common
                 .iter()
@@ -617,6 +605,37 @@ impl SequenceOperator {
             }
         }
     }
+}
+
+/// The `with` conditions by the step at which they can be judged: a condition is checked when
+/// the last step it reads binds; one that reads an absent event says which events count as
+/// that event. Returns (conditions to bind, conditions of absent events), by step.
+fn place_conditions(
+    plan: &RulePlan,
+    seq: &SequencePlan,
+    step_of: &[usize],
+    names: &[String],
+    binds: &[Vec<usize>],
+) -> (Vec<Vec<TExpr>>, Vec<Vec<TExpr>>) {
+    let absent_sources: Vec<usize> =
+        seq.steps.iter().filter(|s| matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect();
+    let mut bind_conditions = vec![Vec::new(); seq.steps.len()];
+    let mut absent_conditions = vec![Vec::new(); seq.steps.len()];
+    for cond in &seq.conditions {
+        let refs = referenced_sources(cond, plan, names, binds);
+        let last_step = refs.iter().map(|&s| step_of[s]).max().unwrap_or(0);
+        match refs.iter().find(|s| absent_sources.contains(s)) {
+            // A condition on an absent event says which events count as that event.
+            Some(&absent) => {
+                let j = step_of[absent];
+                if refs.iter().all(|&s| step_of[s] <= j) {
+                    absent_conditions[j].push(cond.clone());
+                }
+            }
+            None => bind_conditions[last_step].push(cond.clone()),
+        }
+    }
+    (bind_conditions, absent_conditions)
 }
 
 /// Rewrites an expression so that entity fields read from `source` when it binds the entity.

@@ -356,6 +356,13 @@ fn parse_topic(s: &str) -> Result<(Stream, String), String> {
     Ok((stream, topic.to_string()))
 }
 
+/// Every problem of a configuration, found together.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", problems.join("\n"))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
 /// How webhook calls are made and retried.
 #[derive(Debug, Clone, Copy)]
 pub struct WebhookSettings {
@@ -366,7 +373,7 @@ pub struct WebhookSettings {
 
 impl ServeConfig {
     /// Merges flags over the file over defaults, and reports every problem at once.
-    pub fn resolve(args: ServeArgs) -> Result<ServeConfig, String> {
+    pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         let mut problems = Vec::new();
         let file = match &args.config {
             Some(path) => read_file(path).unwrap_or_else(|e| {
@@ -404,7 +411,7 @@ impl ServeConfig {
         if problems.is_empty() {
             Ok(config)
         } else {
-            Err(problems.join("\n"))
+            Err(ConfigError { problems })
         }
     }
 
@@ -509,11 +516,11 @@ mod tests {
         std::fs::write(dir.join("bad.toml"), "lateness = \"soon\"\nwebhook_url = \"ftp://x\"\nmax_connections = 0\n")
             .expect("write");
         let bad = ServeArgs { config: Some(dir.join("bad.toml")), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(bad).expect_err("three problems");
+        let err = ServeConfig::resolve(bad).expect_err("three problems").to_string();
         assert_eq!(err.lines().filter(|l| l.starts_with("vigil.toml")).count(), 3, "{err}");
         std::fs::write(dir.join("own.toml"), "[kafka_options]\n\"group.id\" = \"x\"\n").expect("write");
         let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(own).expect_err("a property Vigil sets");
+        let err = ServeConfig::resolve(own).expect_err("a property Vigil sets").to_string();
         assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
@@ -523,7 +530,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vigil-config-token-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let args = ServeArgs { rules: Some(dir.clone()), api_read_token: Some("r".into()), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(args).expect_err("refused");
+        let err = ServeConfig::resolve(args).expect_err("refused").to_string();
         assert!(err.contains("--api-read-token is set without --api-token"), "{err}");
         let args = ServeArgs {
             rules: Some(dir.clone()),

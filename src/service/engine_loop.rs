@@ -12,10 +12,10 @@
 //! store never holds a checkpoint ahead of its alerts.
 
 use super::position::{Position, HTTP_SOURCE};
-use crate::event::now_ms;
 use super::telemetry::Telemetry;
 use crate::alert::Alert;
 use crate::engine::Engine;
+use crate::event::now_ms;
 use crate::event::{Event, Millis};
 use crate::plan::RulePlan;
 use std::collections::BTreeMap;

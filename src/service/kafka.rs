@@ -8,6 +8,15 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// What went wrong with Kafka.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error(transparent)]
+    Client(#[from] rdkafka::error::KafkaError),
+    #[error("cannot create topic {topic}: {code}")]
+    CreateTopic { topic: String, code: String },
+}
+
 /// The librdkafka properties Vigil sets itself, which `kafka_options` may not change, and what
 /// to do instead.
 pub const OWN_OPTIONS: [(&str, &str); 4] = [
@@ -55,7 +64,7 @@ pub async fn ensure_topics(
     topics: &[String],
     partitions: i32,
     options: &BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+) -> Result<(), KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     use rdkafka::types::RDKafkaErrorCode;
@@ -65,7 +74,7 @@ pub async fn ensure_topics(
     for result in admin.create_topics(&new, &options).await? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => anyhow::bail!("cannot create topic {topic}: {code}"),
+            Err((topic, code)) => return Err(KafkaError::CreateTopic { topic, code: code.to_string() }),
         }
     }
     Ok(())
@@ -80,7 +89,7 @@ pub async fn produce(
     inputs: Vec<crate::input::Input>,
     speed: crate::replay::Speed,
     create_topics: bool,
-) -> anyhow::Result<(u64, u64)> {
+) -> Result<(u64, u64), KafkaError> {
     if create_topics {
         let topics: Vec<String> = match topic {
             Some(t) => vec![t.to_string()],

@@ -23,10 +23,12 @@ pub mod telemetry;
 pub mod webhook;
 pub mod writer;
 
-use anyhow::{anyhow, Context, Result};
 use config::ServeConfig;
 use engine_loop::{EngineHealth, EngineLoop};
+use position::Position;
 use sources::Intake;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
@@ -34,187 +36,119 @@ use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 /// Alert stream clients catching up from the store at once.
 const CATCH_UP_READS: usize = 4;
 
+/// Why the service could not start. Each says what failed; its cause follows in the chain
+/// (`main` prints it as `what: cause`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("cannot open the store at {url}")]
+    Store { url: String, source: store::StoreError },
+    #[error("cannot read the checkpoint")]
+    Checkpoint(#[source] store::StoreError),
+    #[error("the rules in {dir} do not load")]
+    Rules { dir: PathBuf, source: crate::ruleset::RuleSetError },
+    #[error("cannot listen on {addr}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot create the Kafka topics")]
+    KafkaTopics(#[source] kafka::KafkaError),
+    #[error("cannot create the Kafka consumer")]
+    KafkaConsumer(#[source] kafka::KafkaError),
+    #[error("cannot read the spool in {dir}")]
+    Spool { dir: PathBuf, source: std::io::Error },
+    #[error("cannot open the ingest log in {dir}")]
+    IngestLog { dir: PathBuf, source: std::io::Error },
+    #[error("cannot build the webhook client")]
+    Webhook(#[source] reqwest::Error),
+}
+
+impl ServiceError {
+    /// Whether starting again later may succeed: the store, the port or the broker may come
+    /// back; a rule, a folder or a client that cannot be built will not.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ServiceError::Store { source, .. } | ServiceError::Checkpoint(source) => source.retryable,
+            ServiceError::Listen { .. } | ServiceError::KafkaTopics(_) | ServiceError::KafkaConsumer(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What the stages of the service share: its channels and the state they report to.
+struct Wiring {
+    telemetry: Arc<telemetry::Telemetry>,
+    store: store::Store,
+    engine: mpsc::Sender<engine_loop::Input>,
+    dead: mpsc::Sender<store::DeadLetter>,
+    published: broadcast::Sender<Arc<store::Stored>>,
+    health: Arc<writer::Health>,
+    engine_health: Arc<EngineHealth>,
+    webhook_wake: Arc<Notify>,
+    intake: Intake,
+    stop: watch::Receiver<bool>,
+}
+
 /// Runs the service until SIGINT or SIGTERM.
-pub async fn serve(config: ServeConfig) -> Result<()> {
+pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let telemetry = Arc::new(telemetry::Telemetry::new());
     let store = store::Store::connect(&config.database_url)
         .await
-        .with_context(|| format!("cannot open the store at {}", redact(&config.database_url)))?;
+        .map_err(|source| ServiceError::Store { url: redact(&config.database_url), source })?;
     // Taken before the rules are read: a change after this point is seen by the watcher even if
     // it lands before the watcher starts.
     let fingerprint = rules::fingerprint(&config.rules);
     let loaded = rules::load(&config.rules)
         .and_then(|set| set.checked())
-        .map_err(|e| anyhow!("the rules in {}: {e}", config.rules.display()))?;
-    let plans = loaded.plans();
-    tracing::info!(rules = plans.len(), folder = %config.rules.display(), "rules loaded");
-    let mut engine = crate::engine::Engine::new(
-        plans,
-        crate::engine::EngineConfig {
-            lateness_ms: config.lateness_ms(),
-            limits: crate::engine::Limits {
-                max_keys: config.max_keys_per_rule,
-                idle_ms: config::millis(config.idle_timeout),
-            },
-            // Event time never runs ahead of the wall clock: no event can make the present late.
-            clock: Some(Arc::new(crate::engine::SystemClock)),
-        },
-    );
-    // Resume where the last checkpoint left off; Kafka, files and the ingest log resume from
-    // the positions stored with it.
-    let mut resume: Vec<position::Position> = Vec::new();
-    match store.load_checkpoint().await.context("cannot read the checkpoint")? {
-        None => tracing::info!("no checkpoint: starting empty"),
-        Some((bytes, positions)) => {
-            resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
-                Vec::new()
-            });
-            match crate::engine::Snapshot::from_bytes(&bytes).map_err(|e| e.to_string()).and_then(|s| engine.restore(s))
-            {
-                Ok(restored) => {
-                    tracing::info!(rules = restored.len(), positions = %positions, "state restored from the checkpoint")
-                }
-                Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
-            }
-        }
-    }
+        .map_err(|source| ServiceError::Rules { dir: config.rules.clone(), source })?;
+    tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
+    let mut engine = build_engine(&config, loaded.plans());
+    let resume = restore(&store, &mut engine).await?;
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
-        .with_context(|| format!("cannot listen on {}", config.http_addr))?;
-    let addr = listener.local_addr()?;
+        .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
+    let addr = listener.local_addr().map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
     let external_url = config.external_url.clone().unwrap_or_else(|| format!("http://{addr}"));
 
     let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
-    let (ingest_tx, ingest_rx) = mpsc::channel(256);
-    let (published, _) = broadcast::channel(4096);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let health = Arc::new(writer::Health::default());
     let engine_health = Arc::new(EngineHealth::default());
-    let webhook_wake = Arc::new(Notify::new());
     let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
-    let intake = Intake {
-        bounds: crate::event::TimeBounds {
-            max_future_ms: nonzero(config.max_event_future),
-            max_jump_ms: nonzero(config.max_event_jump),
+    let wiring = Wiring {
+        telemetry: telemetry.clone(),
+        store: store.clone(),
+        engine: tx,
+        dead: dead_tx,
+        published: broadcast::channel(4096).0,
+        health: Arc::new(writer::Health::default()),
+        intake: Intake {
+            bounds: crate::event::TimeBounds {
+                max_future_ms: nonzero(config.max_event_future),
+                max_jump_ms: nonzero(config.max_event_jump),
+            },
+            health: engine_health.clone(),
         },
-        health: engine_health.clone(),
+        engine_health,
+        webhook_wake: Arc::new(Notify::new()),
+        stop: stop_rx,
     };
-
-    let consumer = match &config.kafka_brokers {
-        Some(brokers) => {
-            if config.kafka_create_topics {
-                let topics: Vec<String> = config.topics.values().cloned().collect();
-                kafka::ensure_topics(brokers, &topics, 1, &config.kafka_options)
-                    .await
-                    .context("cannot create the Kafka topics")?;
-            }
-            Some(Arc::new(
-                kafka::consumer(brokers, &config.kafka_group, &config.kafka_options)
-                    .context("cannot create the Kafka consumer")?,
-            ))
-        }
-        None => None,
-    };
+    let consumer = kafka_consumer(&config).await?;
     let engine_thread = EngineLoop {
         engine,
         telemetry: telemetry.clone(),
-        health: engine_health.clone(),
+        health: wiring.engine_health.clone(),
         checkpoint_every: config.checkpoint_interval,
         restored: resume.clone(),
         max_state_bytes: config.max_state_bytes(),
     }
     .spawn(rx, alerts_tx);
-    tokio::spawn(engine_health.clone().watch(config.stall_timeout));
-    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_mb.saturating_mul(1 << 20))
-        .with_context(|| format!("cannot read the spool in {}", config.spool_dir.display()))?;
-    let writer = tokio::spawn(writer::write_alerts(
-        alerts_rx,
-        writer::Writer {
-            consumer: consumer.clone(),
-            store: store.clone(),
-            published: published.clone(),
-            webhook: config.webhook_url.as_ref().map(|_| external_url.clone()),
-            wake: webhook_wake.clone(),
-            telemetry: telemetry.clone(),
-            health: health.clone(),
-            spool,
-            ingest_log: Some(config.ingest_log_dir.clone()),
-        },
-    ));
-    tokio::spawn(writer::write_dead_letters(dead_rx, store.clone(), telemetry.clone(), config.max_dead_letters));
+    tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout));
+    let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;
+    let (ticker, ingest_tx) = spawn_sources(&config, &wiring, consumer, &resume)?;
 
-    if let Some(url) = &config.webhook_url {
-        let settings = config.webhook();
-        let client =
-            reqwest::Client::builder().timeout(settings.timeout).build().context("cannot build the webhook client")?;
-        let deliverer = webhook::Deliverer {
-            store: store.clone(),
-            url: url.clone(),
-            client,
-            wake: webhook_wake.clone(),
-            telemetry: telemetry.clone(),
-            settings,
-        };
-        tokio::spawn(deliverer.run(stop_rx.clone()));
-        tracing::info!(url = %redact(url), "delivering alerts to the webhook");
-    }
-
-    if let Some(consumer) = consumer {
-        let source = sources::kafka::KafkaSource {
-            topics: config.topics.clone(),
-            start: resume.clone(),
-            engine: tx.clone(),
-            dead: dead_tx.clone(),
-            intake: intake.clone(),
-            overload: config.overload,
-            shed: telemetry.shed.with_label_values(&["kafka"]),
-        };
-        tokio::spawn(sources::kafka::consume(consumer.clone(), source, stop_rx.clone()));
-        tokio::spawn(sources::kafka::report_lag(consumer, telemetry.clone(), stop_rx.clone()));
-    }
-
-    let ticker = tokio::spawn(engine_loop::tick(tx.clone()));
-    for file in &config.replay {
-        sources::file::replay(file.clone(), &resume, intake.clone(), tx.clone(), dead_tx.clone());
-        tracing::info!(file = %file.display(), "replaying into the service");
-    }
-    sources::http::HttpSource {
-        dir: config.ingest_log_dir.clone(),
-        fsync: config.ingest_fsync,
-        replay_from: sources::http::replay_from(&resume),
-        engine: tx.clone(),
-        overload: config.overload,
-        shed: telemetry.shed.with_label_values(&["http"]),
-        errors: telemetry.store_errors.with_label_values(&["ingest_log"]),
-    }
-    .spawn(ingest_rx)
-    .with_context(|| format!("cannot open the ingest log in {}", config.ingest_log_dir.display()))?;
-
-    let live_rules = Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, tx.clone(), telemetry.clone()));
-    drop(tx);
-    let state = Arc::new(api::AppState {
-        store,
-        ingest: ingest_tx,
-        intake,
-        dead: dead_tx,
-        published,
-        telemetry: telemetry.clone(),
-        rules: live_rules.clone(),
-        token: config.api_token.clone(),
-        read_token: config.api_read_token.clone(),
-        health,
-        engine_health,
-        webhook_wake,
-        limits: api::Limits {
-            body_timeout: config.http_body_timeout,
-            stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
-            catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
-            stall_timeout: config.stall_timeout,
-        },
-    });
-    tokio::spawn(live_rules.watch(fingerprint, stop_rx.clone()));
+    let live_rules =
+        Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, wiring.engine.clone(), telemetry.clone()));
+    tokio::spawn(live_rules.clone().watch(fingerprint, wiring.stop.clone()));
+    let state = app_state(&config, &wiring, store, live_rules, ingest_tx);
+    drop(wiring);
 
     let limits = server::ServerLimits {
         max_connections: server::connections_that_fit(config.max_connections),
@@ -235,6 +169,167 @@ pub async fn serve(config: ServeConfig) -> Result<()> {
         tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
     Ok(())
+}
+
+/// What the API's handlers share.
+fn app_state(
+    config: &ServeConfig,
+    wiring: &Wiring,
+    store: store::Store,
+    rules: Arc<rules::LiveRules>,
+    ingest: mpsc::Sender<sources::http::Batch>,
+) -> Arc<api::AppState> {
+    Arc::new(api::AppState {
+        store,
+        ingest,
+        intake: wiring.intake.clone(),
+        dead: wiring.dead.clone(),
+        published: wiring.published.clone(),
+        telemetry: wiring.telemetry.clone(),
+        rules,
+        token: config.api_token.clone(),
+        read_token: config.api_read_token.clone(),
+        health: wiring.health.clone(),
+        engine_health: wiring.engine_health.clone(),
+        webhook_wake: wiring.webhook_wake.clone(),
+        limits: api::Limits {
+            body_timeout: config.http_body_timeout,
+            stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
+            catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
+            stall_timeout: config.stall_timeout,
+        },
+    })
+}
+
+fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::engine::Engine {
+    crate::engine::Engine::new(
+        plans,
+        crate::engine::EngineConfig {
+            lateness_ms: config.lateness_ms(),
+            limits: crate::engine::Limits {
+                max_keys: config.max_keys_per_rule,
+                idle_ms: config::millis(config.idle_timeout),
+            },
+            // Event time never runs ahead of the wall clock: no event can make the present late.
+            clock: Some(Arc::new(crate::engine::SystemClock)),
+        },
+    )
+}
+
+/// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
+/// ingest log resume from.
+async fn restore(store: &store::Store, engine: &mut crate::engine::Engine) -> Result<Vec<Position>, ServiceError> {
+    let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
+        tracing::info!("no checkpoint: starting empty");
+        return Ok(Vec::new());
+    };
+    let resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
+        Vec::new()
+    });
+    let restored = crate::engine::Snapshot::from_bytes(&bytes)
+        .map_err(crate::engine::EngineError::from)
+        .and_then(|s| engine.restore(s));
+    match restored {
+        Ok(rules) => tracing::info!(rules = rules.len(), positions = %positions, "state restored from the checkpoint"),
+        Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
+    }
+    Ok(resume)
+}
+
+async fn kafka_consumer(config: &ServeConfig) -> Result<Option<Arc<rdkafka::consumer::StreamConsumer>>, ServiceError> {
+    let Some(brokers) = &config.kafka_brokers else { return Ok(None) };
+    if config.kafka_create_topics {
+        let topics: Vec<String> = config.topics.values().cloned().collect();
+        kafka::ensure_topics(brokers, &topics, 1, &config.kafka_options).await.map_err(ServiceError::KafkaTopics)?;
+    }
+    let consumer = kafka::consumer(brokers, &config.kafka_group, &config.kafka_options)
+        .map_err(|e| ServiceError::KafkaConsumer(e.into()))?;
+    Ok(Some(Arc::new(consumer)))
+}
+
+/// The alert writer, the dead-letter writer and the webhook worker.
+fn spawn_writers(
+    config: &ServeConfig,
+    w: &Wiring,
+    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    alerts: mpsc::Receiver<engine_loop::Output>,
+    dead: mpsc::Receiver<store::DeadLetter>,
+    external_url: &str,
+) -> Result<tokio::task::JoinHandle<()>, ServiceError> {
+    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_mb.saturating_mul(1 << 20))
+        .map_err(|source| ServiceError::Spool { dir: config.spool_dir.clone(), source })?;
+    let writer = tokio::spawn(writer::write_alerts(
+        alerts,
+        writer::Writer {
+            consumer,
+            store: w.store.clone(),
+            published: w.published.clone(),
+            webhook: config.webhook_url.as_ref().map(|_| external_url.to_string()),
+            wake: w.webhook_wake.clone(),
+            telemetry: w.telemetry.clone(),
+            health: w.health.clone(),
+            spool,
+            ingest_log: Some(config.ingest_log_dir.clone()),
+        },
+    ));
+    tokio::spawn(writer::write_dead_letters(dead, w.store.clone(), w.telemetry.clone(), config.max_dead_letters));
+    if let Some(url) = &config.webhook_url {
+        let settings = config.webhook();
+        let client = reqwest::Client::builder().timeout(settings.timeout).build().map_err(ServiceError::Webhook)?;
+        let deliverer = webhook::Deliverer {
+            store: w.store.clone(),
+            url: url.clone(),
+            client,
+            wake: w.webhook_wake.clone(),
+            telemetry: w.telemetry.clone(),
+            settings,
+        };
+        tokio::spawn(deliverer.run(w.stop.clone()));
+        tracing::info!(url = %redact(url), "delivering alerts to the webhook");
+    }
+    Ok(writer)
+}
+
+/// Kafka, the replayed files, HTTP ingest's thread, and the engine's ticks. Returns the ticker
+/// and the way into HTTP ingest.
+fn spawn_sources(
+    config: &ServeConfig,
+    w: &Wiring,
+    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    resume: &[Position],
+) -> Result<(tokio::task::JoinHandle<()>, mpsc::Sender<sources::http::Batch>), ServiceError> {
+    if let Some(consumer) = consumer {
+        let source = sources::kafka::KafkaSource {
+            topics: config.topics.clone(),
+            start: resume.to_vec(),
+            engine: w.engine.clone(),
+            dead: w.dead.clone(),
+            intake: w.intake.clone(),
+            overload: config.overload,
+            shed: w.telemetry.shed.with_label_values(&["kafka"]),
+        };
+        tokio::spawn(sources::kafka::consume(consumer.clone(), source, w.stop.clone()));
+        tokio::spawn(sources::kafka::report_lag(consumer, w.telemetry.clone(), w.stop.clone()));
+    }
+    let ticker = tokio::spawn(engine_loop::tick(w.engine.clone()));
+    for file in &config.replay {
+        sources::file::replay(file.clone(), resume, w.intake.clone(), w.engine.clone(), w.dead.clone());
+        tracing::info!(file = %file.display(), "replaying into the service");
+    }
+    let (ingest_tx, ingest_rx) = mpsc::channel(256);
+    sources::http::HttpSource {
+        dir: config.ingest_log_dir.clone(),
+        fsync: config.ingest_fsync,
+        replay_from: sources::http::replay_from(resume),
+        engine: w.engine.clone(),
+        overload: config.overload,
+        shed: w.telemetry.shed.with_label_values(&["http"]),
+        errors: w.telemetry.store_errors.with_label_values(&["ingest_log"]),
+    }
+    .spawn(ingest_rx)
+    .map_err(|source| ServiceError::IngestLog { dir: config.ingest_log_dir.clone(), source })?;
+    Ok((ticker, ingest_tx))
 }
 
 async fn shutdown_signal() {

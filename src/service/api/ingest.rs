@@ -38,6 +38,7 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
         match state.intake.decode(&mut decoder, line, None) {
             Ok(e) => events.push((range, e)),
             Err(reason) => {
+                let reason = reason.to_string();
                 rejected_total += 1;
                 if rejected.len() < LISTED {
                     rejected.push(json!({ "line": i + 1, "reason": reason }));

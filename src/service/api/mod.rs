@@ -116,15 +116,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
-        parse_query(query).map(ApiQuery).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("bad query: {e}")))
+        axum::extract::Query::<T>::try_from_uri(&parts.uri).map(|q| ApiQuery(q.0)).map_err(|e| {
+            let reason = e.body_text();
+            let reason = reason.trim_start_matches("Failed to deserialize query string: ");
+            ApiError::new(StatusCode::BAD_REQUEST, format!("bad query: {reason}"))
+        })
     }
-}
-
-fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, String> {
-    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().map_err(|e| format!("{e}"))?)
-        .map(|q| q.0)
-        .map_err(|e| e.body_text().trim_start_matches("Failed to deserialize query string: ").to_string())
 }
 
 /// Reads a request body of at most `limit` bytes within the body timeout: 413 when it is

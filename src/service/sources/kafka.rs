@@ -137,7 +137,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
                     partition: Some(m.partition()),
                     offset: Some(m.offset()),
                     line: None,
-                    reason,
+                    reason: reason.to_string(),
                     payload: super::dead_payload(payload),
                     received_at_ms: now_ms(),
                 })

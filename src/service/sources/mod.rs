@@ -71,13 +71,15 @@ impl Intake {
         decoder: &mut LineDecoder,
         payload: &[u8],
         stream: Option<crate::schema::Stream>,
-    ) -> Result<Event, String> {
+    ) -> Result<Event, DecodeError> {
+        let whole = |reason: String| DecodeError { field: None, reason };
         if payload.len() > MAX_EVENT_BYTES {
-            return Err(format!("the event is {} bytes; at most {} are accepted", payload.len(), MAX_EVENT_BYTES));
+            return Err(whole(format!("the event is {} bytes; at most {MAX_EVENT_BYTES} are accepted", payload.len())));
         }
-        let text = std::str::from_utf8(payload).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
-        let event = decoder.decode(text.trim(), stream).map_err(|e| e.to_string())?;
-        self.check(&event).map_err(|e| e.to_string())?;
+        let text =
+            std::str::from_utf8(payload).map_err(|e| whole(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
+        let event = decoder.decode(text.trim(), stream)?;
+        self.check(&event)?;
         Ok(event)
     }
 
@@ -153,9 +155,12 @@ mod tests {
         };
         let big = vec![b' '; MAX_EVENT_BYTES + 1];
         let d = &mut LineDecoder::default();
-        assert!(intake.decode(d, &big, None).unwrap_err().contains("at most 1048576"));
-        assert_eq!(intake.decode(d, b"{\"ts\":0,\xff}", None).unwrap_err(), "invalid UTF-8 at byte 8");
-        let far = intake.decode(d, br#"{"stream":"metric","ts":"9999-12-31T00:00:00Z","host":"h"}"#, None).unwrap_err();
+        assert!(intake.decode(d, &big, None).unwrap_err().to_string().contains("at most 1048576"));
+        assert_eq!(intake.decode(d, b"{\"ts\":0,\xff}", None).unwrap_err().to_string(), "invalid UTF-8 at byte 8");
+        let far = intake
+            .decode(d, br#"{"stream":"metric","ts":"9999-12-31T00:00:00Z","host":"h"}"#, None)
+            .unwrap_err()
+            .to_string();
         assert!(far.starts_with("field `ts`: 9999-12-31T00:00:00.000Z is "), "{far}");
         assert!(intake.decode(d, br#"{"stream":"metric","ts":1767225600000,"host":"h"}"#, None).is_ok());
         let kept = dead_payload(&big);

@@ -1,0 +1,244 @@
+//! The checker: resolves names, checks types and bounds, and turns each rule of the AST into a
+//! [`RulePlan`]. It reports every problem it finds; a rule with any problem yields no plan.
+
+use crate::ast::{self, *};
+use crate::diagnostic::{codes, suggestion, Diagnostic};
+use crate::plan::{self, *};
+use crate::schema::{self, entity_fields, operations_of, EntityKind, Role, Stream, Type};
+use std::collections::{HashMap, HashSet};
+
+mod bind;
+mod expr;
+mod model;
+mod scope;
+mod state;
+
+/// Most windows a state may keep, and most a baseline may train on.
+const MAX_HISTORY: u64 = 10_000;
+const MAX_TRAINING_WINDOWS: u64 = 1_000_000;
+/// Windows one event may update: a window's length over its slide.
+const MAX_OPEN_WINDOWS: u64 = 1_000;
+/// Values one group of a windowed rule may keep: its open and past windows, times its fields.
+const MAX_GROUP_VALUES: u64 = 100_000;
+/// Most repetitions a counted step may ask for; each is a live partial match.
+const MAX_COUNT: u64 = 100_000;
+
+/// Checks every rule of a file. Rules with problems are left out of the plans; their problems
+/// are in the diagnostics, together with duplicate rule names.
+pub fn check(file: &ast::File) -> (Vec<RulePlan>, Vec<Diagnostic>) {
+    let mut plans = Vec::new();
+    let mut diags = Vec::new();
+    let mut seen: HashMap<&str, Span> = HashMap::new();
+    for rule in &file.rules {
+        if let Some(first) = seen.get(rule.name.name.as_str()) {
+            diags.push(
+                Diagnostic::new(
+                    codes::DUPLICATE_RULE,
+                    format!("rule `{}` is defined twice", rule.name.name),
+                    rule.name.span,
+                    "defined again here",
+                )
+                .with_secondary(*first, "first defined here"),
+            );
+        } else {
+            seen.insert(&rule.name.name, rule.name.span);
+        }
+        let mut checker = RuleChecker::new(rule);
+        let plan = checker.run();
+        if checker.diags.is_empty() {
+            plans.extend(plan);
+        }
+        diags.append(&mut checker.diags);
+    }
+    (plans, diags)
+}
+
+struct EventInfo {
+    source: usize,
+    stream: Stream,
+}
+
+struct EntityInfo {
+    kind: EntityKind,
+    span: Span,
+    /// Sources that bind this variable, with its place in each.
+    bindings: Vec<(usize, Role)>,
+}
+
+struct StateInfo {
+    name: String,
+    history: usize,
+    fields: HashMap<String, Type>,
+    field_order: Vec<String>,
+    /// Group keys as the user wrote them, for matching expressions in the alert.
+    key_texts: Vec<String>,
+    entity_keys: Vec<String>,
+}
+
+/// Which variables an expression may use.
+#[derive(Clone, Copy)]
+enum Vars<'s> {
+    /// Event and entity variables bound by these sources.
+    Sources(&'s [usize]),
+    /// Only the state's group keys (after aggregation, one value per group is all there is).
+    GroupKeys,
+}
+
+#[derive(Clone, Copy)]
+struct Scope<'s> {
+    /// Where the expression stands, for messages: "the alert", "a pattern filter".
+    place: &'static str,
+    vars: Vars<'s>,
+    state: bool,
+    baselines: bool,
+    cluster: bool,
+}
+
+struct RuleChecker<'a> {
+    rule: &'a RuleDecl,
+    diags: Vec<Diagnostic>,
+    sources: Vec<SourcePlan>,
+    events: HashMap<String, EventInfo>,
+    entities: HashMap<String, EntityInfo>,
+    /// Entity variables in order of first binding, for default returns.
+    entity_order: Vec<String>,
+    state: Option<StateInfo>,
+    baselines: HashMap<String, Type>,
+    has_cluster: bool,
+}
+
+impl<'a> RuleChecker<'a> {
+    fn new(rule: &'a RuleDecl) -> Self {
+        RuleChecker {
+            rule,
+            diags: Vec::new(),
+            sources: Vec::new(),
+            events: HashMap::new(),
+            entities: HashMap::new(),
+            entity_order: Vec::new(),
+            state: None,
+            baselines: HashMap::new(),
+            has_cluster: false,
+        }
+    }
+
+    fn error(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn run(&mut self) -> Option<RulePlan> {
+        let r = self.rule;
+        for (clause, span) in &r.repeated {
+            self.error(Diagnostic::new(
+                codes::REPEATED_CLAUSE,
+                format!("a rule has at most one `{clause}` clause"),
+                *span,
+                "repeated here",
+            ));
+        }
+        if r.patterns.is_empty() {
+            self.error(
+                Diagnostic::new(
+                    codes::NO_PATTERN,
+                    format!("rule `{}` matches no events", r.name.name),
+                    r.name.span,
+                    "no event pattern",
+                )
+                .with_help("start the rule with a pattern such as `task t fail machine m as e`"),
+            );
+            return None;
+        }
+        for p in &r.patterns {
+            self.bind_pattern(p);
+        }
+        let filters: Vec<Option<TExpr>> = r
+            .patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let only = [i];
+                let scope = Scope {
+                    place: "a pattern filter",
+                    vars: Vars::Sources(&only),
+                    state: false,
+                    baselines: false,
+                    cluster: false,
+                };
+                p.filter.as_ref().map(|f| self.condition(f, &scope))
+            })
+            .collect();
+        for (src, filter) in self.sources.iter_mut().zip(filters) {
+            src.filter = filter;
+        }
+
+        let window = self.window();
+        let sequence = self.sequence();
+        let windowed = r.patterns.iter().any(|p| p.window.is_some());
+        self.mixing_checks(windowed, sequence.is_some());
+        let state = self.state_clause();
+        if let (Some(w), Some(st)) = (&window, &state) {
+            self.state_cost(w, st);
+        }
+        let invariant = self.invariant();
+        let cluster = self.cluster();
+
+        let positive: Vec<usize> = match &sequence {
+            Some(seq) => {
+                seq.steps.iter().filter(|s| !matches!(s.kind, plan::StepKind::Absent(_))).map(|s| s.source).collect()
+            }
+            None => (0..self.sources.len()).collect(),
+        };
+        let scope = self.output_scope(&positive);
+        let alert = self.alert(&scope);
+        let labels = self.templates(&r.labels, "label", &scope);
+        let annotations = self.templates(&r.annotations, "annotation", &scope);
+        let returns = self.returns(&scope, &positive, state.as_ref());
+
+        if self.sources.len() > 1 && sequence.is_none() {
+            return None;
+        }
+        // The combinations `mixing_checks` and the clauses' own checks let through; any other
+        // has been reported.
+        let model = match (sequence, window, state, invariant, cluster) {
+            (None, None, None, None, None) => ModelPlan::SingleEvent,
+            (Some(seq), None, None, None, None) => ModelPlan::Sequence(seq),
+            (None, Some(window), Some(state), None, None) => ModelPlan::TimeSeries(WindowedPlan { window, state }),
+            (None, Some(window), Some(state), Some(inv), None) => {
+                ModelPlan::Invariant(WindowedPlan { window, state }, inv)
+            }
+            (None, Some(window), Some(state), None, Some(c)) => ModelPlan::Outlier(WindowedPlan { window, state }, c),
+            _ => return None,
+        };
+        Some(RulePlan {
+            name: r.name.name.clone(),
+            description: r.description.as_ref().map(|(d, _)| d.clone()),
+            model,
+            sources: std::mem::take(&mut self.sources),
+            alert,
+            labels,
+            annotations,
+            returns,
+        })
+    }
+}
+
+/// A name given a second time: the diagnostic points at the repeat and back at the first.
+fn twice(message: String, again: Span, first: Span) -> Diagnostic {
+    Diagnostic::new(codes::DUPLICATE_NAME, message, again, "again here").with_secondary(first, "first here")
+}
+
+fn typed(ty: Type, kind: TExprKind) -> TExpr {
+    TExpr { ty, kind }
+}
+
+fn error_expr() -> TExpr {
+    TExpr { ty: Type::Error, kind: TExprKind::Bool(false) }
+}
+
+fn compatible(a: Type, b: Type) -> bool {
+    a == b || a == Type::Error || b == Type::Error
+}
+
+fn source_set(sources: &[usize]) -> HashSet<usize> {
+    sources.iter().copied().collect()
+}
