@@ -9,9 +9,10 @@ cargo build --release --locked --quiet
 vigil=${VIGIL:-target/release/vigil}
 runs=${RUNS:-5}
 median() { sort -n | sed -n "$(((runs + 1) / 2))p"; }
-# The host's speed swings on shared machines (docs/benchmarks-history.md, eighth session): time
-# a fixed piece of work before and after, so that a reader can tell a machine slow throughout
-# from slow code (it does not pick out single slowed runs: the host changes within seconds).
+# The host's speed swings on shared machines (runs of one build have been seen a factor two
+# apart): time a fixed piece of work before and after, so that a reader can tell a machine slow
+# throughout from slow code (it does not pick out single slowed runs: the host changes within
+# seconds).
 probe() {
   local t0 t1
   t0=$(date +%s.%N)

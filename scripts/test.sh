@@ -78,6 +78,9 @@ fi
 export VIGIL_TEST_KAFKA="127.0.0.1:${kafka_port}"
 echo "Kafka (Tansu) at ${VIGIL_TEST_KAFKA}, PostgreSQL at 127.0.0.1:5432"
 
+# Habits: formatted as rustfmt.toml says, and no clippy warning.
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 cargo build --locked --all-targets
 # The tests that need Kafka and PostgreSQL (the service tests, the fault-injection suite) are
 # marked ignored for a bare `cargo test`; here they all run. The rule compiler is fuzzed for a

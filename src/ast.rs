@@ -197,7 +197,51 @@ pub struct Template {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplatePart {
     Text(String),
-    Hole(Expr),
+    /// `{expr}` or `{expr:format}`.
+    Hole(Expr, HoleFormat),
+}
+
+/// How a template hole shows a number (other values show as text): `{x}` four significant
+/// digits, `{x:.2}` two decimals, `{x:si}` 1.2k / 3.4M, `{x:bytes}` 1.5 GiB, `{x:percent}` a
+/// fraction as 95%, `{x:duration}` milliseconds as 1.5 h, `{x:raw}` every digit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum HoleFormat {
+    #[default]
+    Default,
+    Decimals(u8),
+    Si,
+    Bytes,
+    Percent,
+    Duration,
+    Raw,
+}
+
+impl HoleFormat {
+    /// The format a hole's `:format` names.
+    pub fn parse(text: &str) -> Option<HoleFormat> {
+        Some(match text.trim() {
+            "si" => HoleFormat::Si,
+            "bytes" => HoleFormat::Bytes,
+            "percent" => HoleFormat::Percent,
+            "duration" => HoleFormat::Duration,
+            "raw" => HoleFormat::Raw,
+            t => HoleFormat::Decimals(t.strip_prefix('.')?.parse().ok().filter(|n| *n <= 15)?),
+        })
+    }
+}
+
+impl std::fmt::Display for HoleFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HoleFormat::Default => Ok(()),
+            HoleFormat::Decimals(n) => write!(f, ":.{n}"),
+            HoleFormat::Si => f.write_str(":si"),
+            HoleFormat::Bytes => f.write_str(":bytes"),
+            HoleFormat::Percent => f.write_str(":percent"),
+            HoleFormat::Duration => f.write_str(":duration"),
+            HoleFormat::Raw => f.write_str(":raw"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

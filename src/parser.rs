@@ -539,13 +539,13 @@ impl Builder<'_> {
                     if !text.is_empty() {
                         parts.push(TemplatePart::Text(unescape(&std::mem::take(&mut text))));
                     }
-                    let hole = &raw[i + 1..i + close];
                     let hole_base = base + i + 1;
+                    let (hole, format) = self.hole_format(&raw[i + 1..i + close], hole_base);
                     match SaqlParser::parse(Rule::expr_only, hole) {
                         Ok(mut pairs) => {
                             let e = pairs.next().and_then(|p| p.into_inner().next()).expect("expr_only holds expr");
                             let mut b = Builder { offset: hole_base, diags: self.diags };
-                            parts.push(TemplatePart::Hole(b.expr(e)));
+                            parts.push(TemplatePart::Hole(b.expr(e), format));
                         }
                         Err(_) => self.diags.push(
                             Diagnostic::new(
@@ -588,6 +588,35 @@ impl Builder<'_> {
         }
         self.check_escapes(raw, base);
         Template { span, parts }
+    }
+
+    /// A hole's expression and its `:format`, if it has one (the last `:` outside quotes).
+    fn hole_format<'h>(&mut self, hole: &'h str, base: usize) -> (&'h str, HoleFormat) {
+        let mut quoted = false;
+        let mut colon = None;
+        for (i, c) in hole.char_indices() {
+            match c {
+                '"' => quoted = !quoted,
+                ':' if !quoted => colon = Some(i),
+                _ => {}
+            }
+        }
+        let Some(at) = colon else { return (hole, HoleFormat::Default) };
+        match HoleFormat::parse(&hole[at + 1..]) {
+            Some(format) => (&hole[..at], format),
+            None => {
+                self.diags.push(
+                    Diagnostic::new(
+                        codes::BAD_TEMPLATE,
+                        format!("unknown format `{}` in template hole", hole[at + 1..].trim()),
+                        Span::new(base + at + 1, base + hole.len()),
+                        "not a format",
+                    )
+                    .with_help("use `.2` (decimals), `si`, `bytes`, `percent`, `duration` or `raw`"),
+                );
+                (&hole[..at], HoleFormat::Default)
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! on, so that no invalid mix can reach the engine; and it has an identity ([`RulePlan::state_id`])
 //! that says which state it keeps, taken from its structure rather than from how it prints.
 
-use crate::ast::{format_duration, BinOp, InvariantMode, UnaryOp};
+use crate::ast::{format_duration, BinOp, HoleFormat, InvariantMode, UnaryOp};
 use crate::schema::{EntityKind, Stream, Type};
 use serde::Serialize;
 use std::fmt;
@@ -133,7 +133,7 @@ impl RulePlan {
         out.push(&self.alert.condition);
         for (_, pieces) in self.labels.iter().chain(&self.annotations) {
             out.extend(pieces.iter().filter_map(|piece| match piece {
-                TemplatePiece::Value(e) => Some(e),
+                TemplatePiece::Value(e, _) => Some(e),
                 TemplatePiece::Text(_) => None,
             }));
         }
@@ -351,7 +351,8 @@ pub struct AlertPlan {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplatePiece {
     Text(String),
-    Value(TExpr),
+    /// A value, shown in a format.
+    Value(TExpr, HoleFormat),
 }
 
 /// A typed expression with resolved references.
@@ -668,7 +669,7 @@ impl RulePlan {
                     .iter()
                     .map(|p| match p {
                         TemplatePiece::Text(t) => t.clone(),
-                        TemplatePiece::Value(e) => format!("{{{e}}}"),
+                        TemplatePiece::Value(e, format) => format!("{{{e}{format}}}"),
                     })
                     .collect();
                 writeln!(f, "    {name} = {text:?}")?;

@@ -4,35 +4,90 @@
 
 use std::path::Path;
 
+/// Compiles one golden case and compares its rendered problems with the expected file.
+fn golden(case: &str) {
+    let name = format!("tests/diagnostics/{case}.saql");
+    let bytes = std::fs::read(&name).expect("readable case");
+    let compiled = vigil::compile(&name, &bytes);
+    assert!(!compiled.diagnostics.is_empty(), "{name} is meant to be wrong but checks clean");
+    let rendered = compiled.source().render(&compiled.diagnostics, false);
+    let expected_path = Path::new(&name).with_extension("expected");
+    if std::env::var_os("VIGIL_BLESS").is_some() {
+        std::fs::write(&expected_path, &rendered).expect("writable expected file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+    assert_eq!(expected, rendered, "{} differs (VIGIL_BLESS=1 rewrites it)", expected_path.display());
+}
+
+/// One test per golden case, so that each runs alone (`cargo test --test diagnostics case_05`).
+macro_rules! golden_cases {
+    ($($test:ident => $case:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                golden($case);
+            }
+        )*
+
+        const CASES: &[&str] = &[$($case),*];
+    };
+}
+
+golden_cases! {
+    case_01_unknown_field => "01_unknown_field",
+    case_02_unknown_operation => "02_unknown_operation",
+    case_03_wrong_object => "03_wrong_object",
+    case_04_unknown_name => "04_unknown_name",
+    case_05_type_mismatch => "05_type_mismatch",
+    case_06_history_out_of_range => "06_history_out_of_range",
+    case_07_unbounded_sequence => "07_unbounded_sequence",
+    case_08_missing_with => "08_missing_with",
+    case_09_syntax_missing_brace => "09_syntax_missing_brace",
+    case_10_syntax_bad_clause => "10_syntax_bad_clause",
+    case_11_three_mistakes => "11_three_mistakes",
+    case_12_aggregate_outside_state => "12_aggregate_outside_state",
+    case_13_not_boolean => "13_not_boolean",
+    case_14_unknown_severity => "14_unknown_severity",
+    case_15_window_without_state => "15_window_without_state",
+    case_16_state_without_window => "16_state_without_window",
+    case_17_slide_not_divisor => "17_slide_not_divisor",
+    case_18_invariant_mode => "18_invariant_mode",
+    case_19_invariant_undeclared => "19_invariant_undeclared",
+    case_20_cluster_method => "20_cluster_method",
+    case_21_cluster_without_state => "21_cluster_without_state",
+    case_22_foreign_variable => "22_foreign_variable",
+    case_23_not_a_group_key => "23_not_a_group_key",
+    case_24_entity_conflict => "24_entity_conflict",
+    case_25_bad_regex => "25_bad_regex",
+    case_26_duration_needs_unit => "26_duration_needs_unit",
+    case_27_absence_first => "27_absence_first",
+    case_28_duplicate_rule => "28_duplicate_rule",
+    case_29_bad_escape => "29_bad_escape",
+    case_30_template_hole => "30_template_hole",
+    case_31_unclosed_comment => "31_unclosed_comment",
+    case_32_entity_field_on_event => "32_entity_field_on_event",
+    case_33_absent_event_used => "33_absent_event_used",
+    case_34_uppercase_string => "34_uppercase_string",
+    case_35_too_deep => "35_too_deep",
+    case_36_count_range => "36_count_range",
+    case_37_count_not_first => "37_count_not_first",
+    case_38_huge_history_index => "38_huge_history_index",
+    case_39_window_bomb => "39_window_bomb",
+    case_40_state_too_large => "40_state_too_large",
+    case_41_bad_format => "41_bad_format"
+}
+
 #[test]
-fn golden_diagnostics() {
-    let dir = Path::new("tests/diagnostics");
-    let mut cases: Vec<_> = std::fs::read_dir(dir)
+fn every_golden_file_has_its_test() {
+    let mut files: Vec<String> = std::fs::read_dir("tests/diagnostics")
         .expect("tests/diagnostics exists")
         .map(|e| e.expect("readable entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "saql"))
+        .map(|p| p.file_stem().expect("a name").to_string_lossy().into_owned())
         .collect();
-    cases.sort();
-    assert!(cases.len() >= 25, "only {} golden cases", cases.len());
-    let bless = std::env::var_os("VIGIL_BLESS").is_some();
-    let mut failures = Vec::new();
-    for case in &cases {
-        let name = case.to_str().expect("utf-8 path");
-        let bytes = std::fs::read(case).expect("readable case");
-        let compiled = vigil::compile(name, &bytes);
-        assert!(!compiled.diagnostics.is_empty(), "{name} is meant to be wrong but checks clean");
-        let rendered = compiled.source().render(&compiled.diagnostics, false);
-        let expected_path = case.with_extension("expected");
-        if bless {
-            std::fs::write(&expected_path, &rendered).expect("writable expected file");
-            continue;
-        }
-        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-        if expected != rendered {
-            failures.push(format!("--- {}\n{}\n+++ actual\n{}", expected_path.display(), expected, rendered));
-        }
-    }
-    assert!(failures.is_empty(), "{} golden case(s) differ:\n{}", failures.len(), failures.join("\n"));
+    files.sort();
+    assert_eq!(files, CASES, "add the new case to golden_cases!");
 }
 
 #[test]

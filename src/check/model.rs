@@ -438,10 +438,10 @@ impl RuleChecker<'_> {
                 .iter()
                 .map(|p| match p {
                     TemplatePart::Text(t) => TemplatePiece::Text(t.clone()),
-                    TemplatePart::Hole(e) => {
+                    TemplatePart::Hole(e, format) => {
                         let v = self.expr(e, scope);
                         self.value_type(&v, e.span);
-                        TemplatePiece::Value(v)
+                        TemplatePiece::Value(v, *format)
                     }
                 })
                 .collect();

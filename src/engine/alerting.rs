@@ -4,7 +4,9 @@ use super::eval::{eval, Env};
 use super::keys::Key;
 use super::lifecycle::{Lifecycle, Transition};
 use crate::alert::{alert_id, Alert, Evidence, Fields, Status};
+use crate::ast::HoleFormat;
 use crate::event::Millis;
+use crate::event::Value;
 use crate::plan::{RulePlan, TemplatePiece};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -203,7 +205,7 @@ fn fixed_text(templates: &[(String, Vec<TemplatePiece>)]) -> Option<BTreeMap<Str
         .map(|(name, pieces)| {
             let text = pieces.iter().map(|p| match p {
                 TemplatePiece::Text(t) => Some(t.as_str()),
-                TemplatePiece::Value(_) => None,
+                TemplatePiece::Value(..) => None,
             });
             Some((name.clone(), text.collect::<Option<String>>()?))
         })
@@ -219,10 +221,82 @@ fn render_all(templates: &[(String, Vec<TemplatePiece>)], env: &Env) -> BTreeMap
                 .iter()
                 .map(|p| match p {
                     TemplatePiece::Text(t) => t.clone(),
-                    TemplatePiece::Value(e) => eval(e, env).to_text(),
+                    TemplatePiece::Value(e, format) => shown(&eval(e, env), *format),
                 })
                 .collect();
             (name.clone(), text)
         })
         .collect()
+}
+
+/// A value as a template hole shows it: numbers in the hole's format, anything else as text.
+pub fn shown(v: &Value, format: HoleFormat) -> String {
+    let n = match v {
+        Value::Num(n) if n.is_finite() => *n,
+        Value::Dur(ms) if format == HoleFormat::Duration => *ms as f64,
+        other => return other.to_text(),
+    };
+    match format {
+        HoleFormat::Default => significant(n, 4),
+        HoleFormat::Raw => crate::event::format_number(n),
+        HoleFormat::Decimals(d) => format!("{n:.*}", usize::from(d)),
+        HoleFormat::Percent => format!("{}%", significant(n * 100.0, 4)),
+        HoleFormat::Duration => {
+            let text = crate::ast::human_duration(n.abs() as u64);
+            if n < 0.0 {
+                format!("-{text}")
+            } else {
+                text
+            }
+        }
+        HoleFormat::Si => scaled(n, 1000.0, &["", "k", "M", "G", "T", "P", "E"]),
+        HoleFormat::Bytes => scaled(n, 1024.0, &[" B", " KiB", " MiB", " GiB", " TiB", " PiB", " EiB"]),
+    }
+}
+
+/// `n` with `digits` significant digits at most (whole digits are never dropped), without
+/// trailing zeros: 99.41599999999998 shows as 99.42, 0.000123456 as 0.0001235.
+fn significant(n: f64, digits: i32) -> String {
+    if n == 0.0 || (n.fract() == 0.0 && n.abs() < 1e15) {
+        return crate::event::format_number(n);
+    }
+    let magnitude = n.abs().log10().floor() as i32 + 1;
+    let decimals = (digits - magnitude).clamp(0, 15) as usize;
+    let text = format!("{n:.decimals$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    text.to_string()
+}
+
+/// `n` over the largest power of `base` it reaches, with that power's unit.
+fn scaled(n: f64, base: f64, units: &[&str]) -> String {
+    let mut v = n;
+    let mut unit = 0;
+    while v.abs() >= base && unit + 1 < units.len() {
+        v /= base;
+        unit += 1;
+    }
+    format!("{}{}", significant(v, 3), units[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_show_numbers_for_people() {
+        let n = |x: f64| Value::Num(x);
+        assert_eq!(shown(&n(99.41599999999998), HoleFormat::Default), "99.42");
+        assert_eq!(shown(&n(12.0), HoleFormat::Default), "12");
+        assert_eq!(shown(&n(123456.789), HoleFormat::Default), "123457");
+        assert_eq!(shown(&n(0.000123456), HoleFormat::Default), "0.0001235");
+        assert_eq!(shown(&n(99.41599999999998), HoleFormat::Raw), "99.41599999999998");
+        assert_eq!(shown(&n(2.0 / 3.0), HoleFormat::Decimals(2)), "0.67");
+        assert_eq!(shown(&n(0.9534), HoleFormat::Percent), "95.34%");
+        assert_eq!(shown(&n(1_536_000.0), HoleFormat::Si), "1.54M");
+        assert_eq!(shown(&n(1_610_612_736.0), HoleFormat::Bytes), "1.5 GiB");
+        assert_eq!(shown(&n(5_400_000.0), HoleFormat::Duration), "1.5 h");
+        assert_eq!(shown(&Value::Dur(90_000), HoleFormat::Duration), "1.5 min");
+        assert_eq!(shown(&Value::str("m7"), HoleFormat::Decimals(2)), "m7");
+        assert_eq!(shown(&n(f64::NAN), HoleFormat::Default), "NaN");
+    }
 }
