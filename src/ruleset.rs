@@ -108,8 +108,9 @@ impl RuleSet {
         self.files.iter().find_map(|c| c.rule_spans.iter().find(|(name, _)| name == rule).map(|(_, span)| (c, *span)))
     }
 
-    /// The set with rule `name` set to `text` (one rule, named `name`): in the file that defines
-    /// it, which keeps its other rules, or else in a new file `<dir>/<name>.saql`. Returns the
+    /// The set with rule `name` set to `text` (one rule, named `name`): as the whole file that
+    /// defines it when it defines nothing else, in its place among the other rules of its file,
+    /// or else in a new file `<dir>/<name>.saql`. Returns the
     /// set as it would be, and the file to write with its new content.
     pub fn with_rule(&self, dir: &Path, name: &str, text: &[u8]) -> Result<(RuleSet, PathBuf, Vec<u8>), RuleSetError> {
         if !valid_name(name) {
@@ -119,7 +120,9 @@ impl RuleSet {
         if !(own.rule_names.len() == 1 && own.rule_names[0].0 == name) {
             return Err(RuleSetError::NotOneRule(name.to_string()));
         }
+        // A file of its own is the text; a rule among others has its place in the file replaced.
         let (path, content) = match self.site(name) {
+            Some((file, _)) if file.rule_spans.len() == 1 => (PathBuf::from(&file.name), text.to_vec()),
             Some((file, span)) => (PathBuf::from(&file.name), splice(&file.text, span, text)),
             None => (dir.join(format!("{name}.saql")), text.to_vec()),
         };

@@ -394,3 +394,108 @@ async fn a_read_token_guards_the_reading_endpoints_but_not_the_probes() {
     drop(service);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The shipped `evicted_then_failed` with what it says changed, not what it keeps.
+fn reworded_evicted_then_failed() -> String {
+    std::fs::read_to_string("rules/evicted_then_failed.saql")
+        .expect("rule")
+        .replace(
+            "description \"Task evicted, then failed on another machine within 10 minutes\"",
+            "description \"Reworded\"",
+        )
+        .replace("alert severity warning", "alert severity critical")
+        .replace("labels { team = \"scheduling\" }", "labels { team = \"batch\", tier = \"1\" }")
+        .replace("failed on {m2.machine_id}\"", "then failed on {m2.machine_id}\"")
+}
+
+/// A rules folder with the shipped metric rules in a subfolder, as the repository keeps them.
+fn rules_with_subfolder(dir: &std::path::Path) -> std::path::PathBuf {
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(rules.join("metrics")).expect("rules dir");
+    std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("copy");
+    std::fs::copy("rules/metrics/metric_deviation.saql", rules.join("metrics/metric_deviation.saql")).expect("copy");
+    rules
+}
+
+fn job_event(kind: &str, job: &str, minute: i64, machine: &str) -> String {
+    format!(
+        r#"{{"stream":"task_event","ts":"2026-01-01T00:{minute:02}:00Z","type":"{kind}","job_id":"{job}","task_index":0,"machine_id":"{machine}"}}"#
+    )
+}
+
+#[tokio::test]
+async fn a_put_that_changes_only_what_a_rule_says_keeps_its_state_in_the_file_it_lives_in() {
+    let dir = temp_dir("reword_put");
+    let rules = rules_with_subfolder(&dir);
+    let service = Service::start(&[
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--database-url",
+        &sqlite_url(&dir),
+        "--lateness",
+        "0s",
+    ]);
+    let client = reqwest::Client::new();
+    // A partial match waits for its failure.
+    post_events(&service.url, job_event("EVICT", "kept", 0, "m1")).await;
+    let put = client
+        .put(format!("{}/api/v1/rules/evicted_then_failed", service.url))
+        .body(reworded_evicted_then_failed())
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(put.status(), 200);
+    let body: Json = put.json().await.expect("json");
+    assert!(body["kept_state"].as_array().expect("kept").iter().any(|r| r == "evicted_then_failed"), "{body}");
+    post_events(&service.url, job_event("FAIL", "kept", 3, "m2")).await;
+    let alert = eventually("the match completed after the edit", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().and_then(|a| a.first().cloned())
+    })
+    .await;
+    assert_eq!(alert["severity"], "critical", "the new severity applies to new alerts");
+    assert_eq!(alert["labels"]["team"], "batch");
+    // A rule in a subfolder file is changed in that file, not shadowed by a new one.
+    let deviation = std::fs::read_to_string(rules.join("metrics/metric_deviation.saql"))
+        .expect("rule")
+        .replace("Metric more than 5 standard deviations", "Metric far");
+    let put = client
+        .put(format!("{}/api/v1/rules/metric_deviation", service.url))
+        .body(deviation.clone())
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap_or_default());
+    assert_eq!(std::fs::read_to_string(rules.join("metrics/metric_deviation.saql")).expect("file"), deviation);
+    assert!(!rules.join("metric_deviation.saql").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn a_reload_that_changes_only_what_a_rule_says_keeps_its_state() {
+    let dir = temp_dir("reword_reload");
+    let rules = rules_with_subfolder(&dir);
+    let service = Service::start(&[
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--database-url",
+        &sqlite_url(&dir),
+        "--lateness",
+        "0s",
+    ]);
+    post_events(&service.url, job_event("EVICT", "kept", 0, "m1")).await;
+    std::fs::write(rules.join("evicted_then_failed.saql"), reworded_evicted_then_failed()).expect("write");
+    eventually("the reload", || async {
+        let rule = get_json(&format!("{}/api/v1/rules/evicted_then_failed", service.url)).await;
+        (rule["rule"]["description"] == "Reworded").then_some(())
+    })
+    .await;
+    assert!(service.log().contains("rules reloaded kept=[\"evicted_then_failed\""), "{}", service.log());
+    post_events(&service.url, job_event("FAIL", "kept", 3, "m2")).await;
+    eventually("the match completed after the reload", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).map(|_| ())
+    })
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+}

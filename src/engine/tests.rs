@@ -324,3 +324,53 @@ fn a_windowed_rule_past_its_cap_drops_its_idlest_groups() {
     let evicted = engine.evicted()[&("per_job".to_string(), "cap")];
     assert!(evicted >= 68, "{evicted} evicted");
 }
+
+#[test]
+fn editing_what_a_rule_says_keeps_its_windows_and_active_alerts() {
+    let rule = |description: &str, severity: &str, note: &str, team: &str| {
+        format!(
+            r#"rule spike {{
+                description "{description}"
+                task t use machine m as e #time(1 min)
+                state[3] ss {{ n := count() }} group by m
+                alert ss.n > 2 severity {severity}
+                labels {{ team = "{team}" }}
+                annotations {{ summary = "{note} {{m.machine_id}}" }}
+                return ss.n as seen
+            }}"#
+        )
+    };
+    let usage = |ts: Millis, machine: &str| {
+        let mut e = Event::new(crate::schema::Stream::TaskUsage, ts);
+        e.set("job_id", Value::str("j")).set("task_index", Value::Num(0.0)).set("machine_id", Value::str(machine));
+        e.set("cpu", Value::Num(0.5));
+        e
+    };
+    let first = rule("before", "warning", "busy", "a");
+    let second = rule("after", "critical", "very busy", "b");
+    assert_ne!(plans(&first)[0].to_string(), plans(&second)[0].to_string(), "the plans print differently");
+    assert_eq!(plans(&first)[0].state_id(), plans(&second)[0].state_id(), "but keep the same state");
+    let run = |edit_at: Option<Millis>| {
+        let mut engine = Engine::new(plans(&first), EngineConfig::default());
+        let mut out = Vec::new();
+        for i in 0..40 {
+            let ts = i * 10_000;
+            if edit_at == Some(ts) {
+                assert_eq!(engine.reload(plans(&second)), vec!["spike".to_string()], "the state is kept");
+            }
+            // Busy for the first three minutes, then quiet, on m1; m2 only now and then.
+            if ts < 180_000 {
+                engine.push(usage(ts, "m1"), &mut out);
+            }
+            if i % 9 == 0 {
+                engine.push(usage(ts, "m2"), &mut out);
+            }
+        }
+        engine.advance_to(600_000, &mut out);
+        out.into_iter().map(|a| (a.id, a.status, a.time)).collect::<Vec<_>>()
+    };
+    let unchanged = run(None);
+    assert!(unchanged.iter().any(|a| a.1 == crate::alert::Status::Resolved), "fires and resolves: {unchanged:?}");
+    // Edited while m1's alert fires and its windows are open: the same alert, resolved once.
+    assert_eq!(run(Some(150_000)), unchanged);
+}

@@ -325,7 +325,7 @@ fn spawn_sources(
         engine: w.engine.clone(),
         overload: config.overload,
         shed: w.telemetry.shed.with_label_values(&["http"]),
-        errors: w.telemetry.store_errors.with_label_values(&["ingest_log"]),
+        telemetry: w.telemetry.clone(),
     }
     .spawn(ingest_rx)
     .map_err(|source| ServiceError::IngestLog { dir: config.ingest_log_dir.clone(), source })?;

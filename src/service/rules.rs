@@ -8,7 +8,7 @@
 //! folder. The engine keeps the state of every rule whose state is the same computation.
 
 use super::engine_loop::Input;
-use super::telemetry::Telemetry;
+use super::telemetry::{RulesChanged, Telemetry};
 use crate::ruleset::{self, RuleInfo, RuleSet, RuleSetError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -93,7 +93,7 @@ impl LiveRules {
         match loaded {
             Ok(set) => self.apply(set).await,
             Err(e) => {
-                self.telemetry.rule_reloads.with_label_values(&["rejected"]).inc();
+                self.telemetry.emit(RulesChanged::Rejected(&e));
                 Err(e)
             }
         }
@@ -107,7 +107,7 @@ impl LiveRules {
         if let Ok(mut infos) = self.infos.write() {
             *infos = set.infos();
         }
-        self.telemetry.rule_reloads.with_label_values(&["ok"]).inc();
+        self.telemetry.emit(RulesChanged::Applied);
         Ok(kept)
     }
 
@@ -141,7 +141,8 @@ impl LiveRules {
             match self.reload().await {
                 Ok(kept) => tracing::info!(kept = ?kept, "rules reloaded"),
                 Err(RuleChangeError::Stopping) => return,
-                Err(e) => tracing::error!("rules not reloaded, the running ones stay:\n{e}"),
+                // Reported as it happened.
+                Err(_) => {}
             }
         }
     }

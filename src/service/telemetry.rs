@@ -152,3 +152,98 @@ impl Default for Telemetry {
         Self::new()
     }
 }
+
+/// Something the service reports about itself: each says, in one place, what it logs and what
+/// it counts (as Vector's internal events do), so that call sites name what happened and
+/// metric names stay here.
+pub trait InternalEvent {
+    fn emit(self, telemetry: &Telemetry);
+}
+
+impl Telemetry {
+    pub fn emit(&self, event: impl InternalEvent) {
+        event.emit(self);
+    }
+}
+
+/// A store operation failed; it is retried (alerts go to the spool meanwhile).
+pub struct StoreFailed<'a> {
+    pub operation: &'static str,
+    pub error: &'a dyn std::fmt::Display,
+}
+
+impl InternalEvent for StoreFailed<'_> {
+    fn emit(self, t: &Telemetry) {
+        t.store_errors.with_label_values(&[self.operation]).inc();
+        tracing::warn!(operation = self.operation, error = %self.error, "a store operation failed; it is retried");
+    }
+}
+
+/// The ingest log could not be written: the requests of the group were refused.
+pub struct IngestLogFailed<'a> {
+    pub dir: &'a std::path::Path,
+    pub error: &'a std::io::Error,
+}
+
+impl InternalEvent for IngestLogFailed<'_> {
+    fn emit(self, t: &Telemetry) {
+        t.store_errors.with_label_values(&["ingest_log"]).inc();
+        tracing::error!(dir = %self.dir.display(), error = %self.error, "cannot write the ingest log; requests refused");
+    }
+}
+
+/// A webhook call: delivered, failed (retried later) or dead (after the last attempt).
+pub struct WebhookCalled<'a> {
+    pub delivery: i64,
+    pub attempts: i64,
+    pub seconds: f64,
+    /// Why it failed, if it did, and whether it was the last attempt.
+    pub failure: Option<(&'a str, bool)>,
+}
+
+impl InternalEvent for WebhookCalled<'_> {
+    fn emit(self, t: &Telemetry) {
+        t.webhook_latency.observe(self.seconds);
+        match self.failure {
+            None => t.webhook.with_label_values(&["delivered"]).inc(),
+            Some((error, dead)) => {
+                t.webhook.with_label_values(&[if dead { "dead" } else { "failed" }]).inc();
+                let (delivery, attempts) = (self.delivery, self.attempts);
+                tracing::warn!(delivery, attempts, dead, %error, "webhook delivery failed");
+            }
+        }
+    }
+}
+
+/// An alert stream client left its buffer full too long and was dropped.
+pub struct StreamClientDropped {
+    pub last: i64,
+}
+
+impl InternalEvent for StreamClientDropped {
+    fn emit(self, t: &Telemetry) {
+        t.slow_streams.inc();
+        tracing::info!(
+            last = self.last,
+            "an alert stream client reads too slowly; dropped (it resumes with Last-Event-ID)"
+        );
+    }
+}
+
+/// A new rule set applied (by a reload or through the API), or a reload rejected.
+pub enum RulesChanged<'a> {
+    Applied,
+    Rejected(&'a dyn std::fmt::Display),
+}
+
+impl InternalEvent for RulesChanged<'_> {
+    fn emit(self, t: &Telemetry) {
+        match self {
+            RulesChanged::Applied => t.rule_reloads.with_label_values(&["ok"]).inc(),
+            RulesChanged::Rejected(error) => {
+                t.rule_reloads.with_label_values(&["rejected"]).inc();
+                tracing::error!("rules not reloaded, the running ones stay:\n{error}");
+            }
+        }
+    }
+}

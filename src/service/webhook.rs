@@ -8,7 +8,7 @@
 //! and recording the delivery may cause.
 
 use super::store::Store;
-use super::telemetry::Telemetry;
+use super::telemetry::{Telemetry, WebhookCalled};
 use crate::alert::Alert;
 use crate::event::format_time;
 use serde_json::{json, Value as Json};
@@ -109,19 +109,20 @@ impl Deliverer {
                     Err(e) if e.is_timeout() => Some("receiver timed out".to_string()),
                     Err(e) => Some(format!("cannot reach receiver: {}", error_chain(&e.without_url()))),
                 };
-                self.telemetry.webhook_latency.observe(started.elapsed().as_secs_f64());
+                let seconds = started.elapsed().as_secs_f64();
+                let (delivery, attempts) = (item.seq, item.attempts + 1);
                 match failure {
                     None => {
                         self.store.outbox_delivered(item.seq, now_ms()).await?;
-                        self.telemetry.webhook.with_label_values(&["delivered"]).inc();
+                        self.telemetry.emit(WebhookCalled { delivery, attempts, seconds, failure: None });
                     }
                     Some(error) => {
-                        let dead = item.attempts + 1 >= i64::from(self.settings.max_attempts);
+                        let dead = attempts >= i64::from(self.settings.max_attempts);
                         let base = super::config::millis(self.settings.backoff);
                         let next = now_ms() + backoff_ms(base, item.attempts);
                         self.store.outbox_failed(item.seq, next, &error, dead).await?;
-                        self.telemetry.webhook.with_label_values(&[if dead { "dead" } else { "failed" }]).inc();
-                        tracing::warn!(delivery = item.seq, attempts = item.attempts + 1, dead, %error, "webhook delivery failed");
+                        let failure = Some((error.as_str(), dead));
+                        self.telemetry.emit(WebhookCalled { delivery, attempts, seconds, failure });
                         // The receiver is failing; the others in this batch would most likely
                         // fail too. Wait for the backoff instead of hammering it.
                         return Ok(());

@@ -11,7 +11,7 @@ use super::engine_loop::Output;
 use super::position::{resume_offset, Position, HTTP_SOURCE};
 use super::spool::{Spool, SpoolError};
 use super::store::{DeadLetter, Store, Stored};
-use super::telemetry::Telemetry;
+use super::telemetry::{StoreFailed, Telemetry};
 use crate::alert::{Alert, Status};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -115,8 +115,7 @@ impl Writer {
             }
             Err(e) => {
                 self.health.store_ok.store(false, Ordering::Relaxed);
-                self.telemetry.store_errors.with_label_values(&["insert_alerts"]).inc();
-                tracing::warn!(error = %e, "cannot store alerts");
+                self.telemetry.emit(StoreFailed { operation: "insert_alerts", error: &e });
                 false
             }
         }
@@ -181,8 +180,7 @@ impl Writer {
         let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
         if let Err(e) = self.store.save_checkpoint(bytes, &text, crate::event::now_ms()).await {
             self.health.store_ok.store(false, Ordering::Relaxed);
-            self.telemetry.store_errors.with_label_values(&["save_checkpoint"]).inc();
-            tracing::warn!(error = %e, "cannot store the checkpoint");
+            self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
             return false;
         }
         // Kafka topic names cannot hold a `:`; files and the ingest log are named with one.
@@ -235,8 +233,7 @@ pub async fn write_dead_letters(
             match store.insert_dead_letters(&batch, max_kept).await {
                 Ok(()) => break,
                 Err(e) => {
-                    telemetry.store_errors.with_label_values(&["insert_dead_letter"]).inc();
-                    tracing::warn!(error = %e, "cannot store dead letters; retrying");
+                    telemetry.emit(StoreFailed { operation: "insert_dead_letter", error: &e });
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }

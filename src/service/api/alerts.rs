@@ -212,8 +212,7 @@ impl Feed {
             }
             Ok(Err(_)) => false,
             Err(_) => {
-                self.state.telemetry.slow_streams.inc();
-                tracing::info!(last = self.last, "an alert stream client reads too slowly; dropped");
+                self.state.telemetry.emit(crate::service::telemetry::StreamClientDropped { last: self.last });
                 false
             }
         }

@@ -216,3 +216,6 @@ async fn require_read_token(
         _ => next.run(request).await,
     }
 }
+
+#[cfg(test)]
+mod tests;

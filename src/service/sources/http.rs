@@ -12,6 +12,7 @@ use crate::event::Event;
 use crate::service::config::Overload;
 use crate::service::engine_loop::Input;
 use crate::service::ingest_log::{self, IngestLog};
+use crate::service::telemetry::IngestLogFailed;
 use axum::body::Bytes;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -50,8 +51,7 @@ pub struct HttpSource {
     pub engine: mpsc::Sender<Input>,
     pub overload: Overload,
     pub shed: prometheus::IntCounter,
-    /// Counts failed writes of the log.
-    pub errors: prometheus::IntCounter,
+    pub telemetry: std::sync::Arc<crate::service::telemetry::Telemetry>,
 }
 
 impl HttpSource {
@@ -96,8 +96,7 @@ impl HttpSource {
             let firsts = match written {
                 Ok(firsts) => firsts,
                 Err(e) => {
-                    self.errors.inc();
-                    tracing::error!(error = %e, dir = %self.dir.display(), "cannot write the ingest log; requests refused");
+                    self.telemetry.emit(IngestLogFailed { dir: &self.dir, error: &e });
                     for b in taken {
                         let _ = b.reply.send(Logged::Failed(format!("cannot write the ingest log: {e}")));
                     }

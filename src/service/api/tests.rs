@@ -1,0 +1,194 @@
+//! The handlers in process, through the router (`oneshot`), against SQLite in memory and the
+//! real engine thread, ingest log and alert writer.
+
+use super::*;
+use crate::service::engine_loop::{channels, EngineLoop};
+use crate::service::sources::http::HttpSource;
+use axum::http::{Method, Request as HttpRequest};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+struct App {
+    router: Router,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
+    let dir = std::env::temp_dir().join(format!("vigil-api-{}-{}", std::process::id(), fastrand::u64(..)));
+    std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
+    std::fs::copy("rules/evicted_then_failed.saql", dir.join("rules/evicted_then_failed.saql")).expect("rule");
+    let store = Store::connect("sqlite::memory:").await.expect("SQLite in memory");
+    let telemetry = Arc::new(Telemetry::new());
+    let rules = crate::service::rules::load(&dir.join("rules")).expect("rules").checked().expect("valid");
+    let engine = crate::engine::Engine::new(rules.plans(), Default::default());
+    let (tx, rx, alerts_tx, alerts_rx) = channels();
+    let engine_health = Arc::new(EngineHealth::default());
+    EngineLoop {
+        engine,
+        telemetry: telemetry.clone(),
+        health: engine_health.clone(),
+        checkpoint_every: Duration::from_secs(3600),
+        restored: Vec::new(),
+        max_state_bytes: usize::MAX,
+    }
+    .spawn(rx, alerts_tx);
+    let (published, _) = broadcast::channel(64);
+    let health = Arc::new(Health::default());
+    let spool = crate::service::spool::Spool::open(&dir.join("spool"), 1 << 20).expect("spool");
+    tokio::spawn(crate::service::writer::write_alerts(
+        alerts_rx,
+        crate::service::writer::Writer {
+            consumer: None,
+            store: store.clone(),
+            published: published.clone(),
+            webhook: None,
+            wake: Arc::new(Notify::new()),
+            telemetry: telemetry.clone(),
+            health: health.clone(),
+            spool,
+            ingest_log: None,
+        },
+    ));
+    let (ingest, ingest_rx) = mpsc::channel(8);
+    HttpSource {
+        dir: dir.join("ingest"),
+        fsync: false,
+        replay_from: 0,
+        engine: tx.clone(),
+        overload: crate::service::config::Overload::Backpressure,
+        shed: telemetry.shed.with_label_values(&["http"]),
+        telemetry: telemetry.clone(),
+    }
+    .spawn(ingest_rx)
+    .expect("ingest log");
+    tokio::spawn(crate::service::engine_loop::tick(tx.clone()));
+    let (dead, mut dead_rx) = mpsc::channel(64);
+    tokio::spawn(async move { while dead_rx.recv().await.is_some() {} });
+    let live = LiveRules::new(dir.join("rules"), &rules, tx, telemetry.clone());
+    let state = Arc::new(AppState {
+        store,
+        ingest,
+        intake: Intake { bounds: Default::default(), health: engine_health.clone() },
+        dead,
+        published,
+        telemetry,
+        rules: Arc::new(live),
+        token: token.map(String::from),
+        read_token: read_token.map(String::from),
+        health,
+        engine_health,
+        webhook_wake: Arc::new(Notify::new()),
+        limits: Limits {
+            body_timeout: Duration::from_secs(5),
+            stream_clients: Arc::new(Semaphore::new(4)),
+            catch_up: Arc::new(Semaphore::new(2)),
+            stall_timeout: Duration::from_secs(10),
+        },
+    });
+    App { router: router(state), dir }
+}
+
+async fn call(app: &App, method: Method, uri: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let mut request = HttpRequest::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        request = request.header("authorization", format!("Bearer {t}"));
+    }
+    let request = request.body(Body::from(body.to_string())).expect("request");
+    let response = app.router.clone().oneshot(request).await.expect("answers");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test]
+async fn every_error_is_json_with_what_was_wrong() {
+    let app = app(None, None).await;
+    let (status, body) = call(&app, Method::GET, "/api/v1/alerts?limit=abc", "", None).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("limit")), "{body}");
+    let (status, body) = call(&app, Method::GET, "/api/v1/alerts?status=maybe", "", None).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("`status`: `maybe` is not firing or resolved")));
+    let (status, body) = call(&app, Method::GET, "/nope", "", None).await;
+    assert_eq!(status, 404);
+    assert!(body["error"].is_string());
+    let (status, body) = call(&app, Method::DELETE, "/api/v1/alerts", "", None).await;
+    assert_eq!(status, 405);
+    assert!(body["error"].is_string());
+    let (status, body) = call(&app, Method::GET, "/api/v1/alerts/nope", "", None).await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("no alert `nope`")));
+}
+
+#[tokio::test]
+async fn ingest_answers_once_the_engine_took_the_events_and_the_alert_is_listed() {
+    let app = app(None, None).await;
+    let lines = concat!(
+        r#"{"stream":"task_event","ts":"2026-01-01T00:00:00Z","type":"EVICT","job_id":"j","task_index":0,"machine_id":"m1"}"#,
+        "\n",
+        r#"{"stream":"task_event","ts":"2026-01-01T00:04:00Z","type":"FAIL","job_id":"j","task_index":0,"machine_id":"m2"}"#,
+        "\nnot json\n",
+    );
+    let (status, body) = call(&app, Method::POST, "/api/v1/events", lines, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["accepted"].as_u64(), body["late"].as_u64(), body["rejected_total"].as_u64()),
+        (Some(2), Some(0), Some(1))
+    );
+    assert_eq!(body["rejected"][0]["line"], 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, page) = call(&app, Method::GET, "/api/v1/alerts?rule=evicted_then_failed", "", None).await;
+        if page["alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+            assert_eq!(page["alerts"][0]["key"]["t.job_id"], "j");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the alert was not stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn rules_are_listed_validated_and_changed_through_the_router() {
+    let app = app(Some("w"), Some("r")).await;
+    let (status, _) = call(&app, Method::GET, "/api/v1/rules", "", None).await;
+    assert_eq!(status, 401);
+    let (status, body) = call(&app, Method::GET, "/api/v1/rules", "", Some("r")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["rules"][0]["name"], "evicted_then_failed");
+    let (status, body) =
+        call(&app, Method::POST, "/api/v1/rules/validate", "rule x { task t fial as e }", Some("r")).await;
+    assert_eq!((status, body["valid"].as_bool()), (200, Some(false)));
+    assert_eq!(body["diagnostics"][0]["code"], "E0102");
+    assert_eq!(
+        (body["diagnostics"][0]["line"].as_u64(), body["diagnostics"][0]["column"].as_u64()),
+        (Some(1), Some(17))
+    );
+    let (status, _) =
+        call(&app, Method::PUT, "/api/v1/rules/kills", "rule kills { task t kill as e }", Some("r")).await;
+    assert_eq!(status, 401, "the read token does not write");
+    let (status, body) =
+        call(&app, Method::PUT, "/api/v1/rules/kills", "rule kills { task t kil as e }", Some("w")).await;
+    assert_eq!((status, body["diagnostics"][0]["code"].as_str()), (422, Some("E0102")));
+    let (status, body) =
+        call(&app, Method::PUT, "/api/v1/rules/kills", "rule kills { task t kill as e }", Some("w")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["kept_state"], serde_json::json!(["evicted_then_failed"]));
+    let (status, body) = call(&app, Method::DELETE, "/api/v1/rules/kills", "", Some("w")).await;
+    assert_eq!((status, body["deleted"].as_str()), (200, Some("kills")));
+    let (status, _) = call(&app, Method::DELETE, "/api/v1/rules/kills", "", Some("w")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn readiness_reports_the_store_and_the_engine() {
+    let app = app(None, None).await;
+    let (status, body) = call(&app, Method::GET, "/readyz", "", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ready"], true);
+    assert_eq!(body["engine"]["stalled_seconds"], 0);
+}

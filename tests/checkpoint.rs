@@ -1,0 +1,58 @@
+//! A checkpoint written by an earlier build restores in this one. `tests/data/checkpoint/`
+//! holds the state of the engine after the first 3,000 lines of the bundled sample, over a copy
+//! of the rules shipped when it was written; it was written by the build that made operators
+//! keep their state under the structure of their rules rather than under how a plan prints, so
+//! a later change to the printing (or to anything but what a rule keeps) must leave it usable.
+//! `VIGIL_BLESS=1` writes it again, for a deliberate change to the checkpoint's format.
+
+use vigil::alert::Alert;
+use vigil::engine::{Engine, EngineConfig, Snapshot};
+
+const CUT: usize = 3_000;
+const SNAPSHOT: &str = "tests/data/checkpoint/snapshot-v2.bin";
+
+fn engine() -> Engine {
+    let set = vigil::ruleset::RuleSet::load(&["tests/data/checkpoint/rules".into()]).expect("rules");
+    assert!(set.is_ok(), "{}", set.render(false));
+    Engine::new(set.plans(), EngineConfig::default())
+}
+
+fn events() -> Vec<vigil::event::Event> {
+    let text = std::fs::read_to_string("samples/datacenter.jsonl").expect("sample");
+    text.lines().map(|l| vigil::event::decode(l, None).expect("an event")).collect()
+}
+
+fn view(alerts: &[Alert]) -> Vec<String> {
+    alerts.iter().map(|a| serde_json::to_string(a).expect("json")).collect()
+}
+
+#[test]
+fn a_checkpoint_of_an_earlier_build_restores_and_continues_like_the_uninterrupted_run() {
+    let events = events();
+    let mut whole = engine();
+    let mut before = Vec::new();
+    for e in &events[..CUT] {
+        whole.push(e.clone(), &mut before);
+    }
+    if std::env::var_os("VIGIL_BLESS").is_some() {
+        let bytes = whole.snapshot().and_then(|s| s.to_bytes()).expect("snapshot");
+        std::fs::write(SNAPSHOT, bytes).expect("write the snapshot");
+    }
+    let mut after = Vec::new();
+    for e in &events[CUT..] {
+        whole.push(e.clone(), &mut after);
+    }
+    whole.flush(&mut after);
+
+    let bytes = std::fs::read(SNAPSHOT).expect("the stored snapshot");
+    let mut restored = engine();
+    let rules = restored.restore(Snapshot::from_bytes(&bytes).expect("readable")).expect("restores");
+    assert_eq!(rules.len(), 14, "every rule gets its state back: {rules:?}");
+    let mut continued = Vec::new();
+    for e in &events[CUT..] {
+        restored.push(e.clone(), &mut continued);
+    }
+    restored.flush(&mut continued);
+    assert!(!after.is_empty(), "the rest of the sample raises alerts");
+    assert_eq!(view(&continued), view(&after));
+}
