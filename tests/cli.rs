@@ -200,3 +200,30 @@ fn produce_takes_kafka_options_too() {
     assert_ne!(code, 0, "{stderr}");
     assert!(stderr.contains("no.such.property"), "{stderr}");
 }
+
+#[test]
+fn explain_physical_prints_what_the_engine_builds_from_a_rule_set() {
+    let (code, stdout, stderr) = vigil(&["explain", "--physical", "rules"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("operators\n"), "{stdout}");
+    assert!(stdout.contains("sequence: evicted_then_failed"), "{stdout}");
+    assert!(stdout.contains("shared filters (each evaluated once per event)"), "{stdout}");
+    assert!(stdout.contains("    type FAIL -> #1 (evicted_then_failed); #2 (job_failure_burst)"), "{stdout}");
+    assert!(stdout.contains("#10 (metric_saturation) after f0"), "{stdout}");
+    assert!(stdout.contains("gate\n"), "{stdout}");
+    // Rules that compute the same windowed state share one operator.
+    let dir = std::env::temp_dir().join(format!("vigil-physical-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let shared = "rule a { task t use machine m as e #time(1 min) state ss { c := avg(e.cpu) } group by m alert ss.c > 0.5 }
+                  rule b { task t use machine m as e #time(1 min) state ss { c := avg(e.cpu) } group by m alert ss.c > 0.9 }
+                  rule c { task t use machine m as e where e.cpu > 0.99 }";
+    std::fs::write(dir.join("shared.saql"), shared).expect("write");
+    let (code, stdout, _) = vigil(&["explain", "--physical", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("window (shared state): a, b"), "{stdout}");
+    assert!(stdout.contains("task_usage: every event is built"), "{stdout}");
+    std::fs::write(dir.join("shared.saql"), "rule c { task t use machine m as e where e.cpu > 0.99 }").expect("write");
+    let (_, stdout, _) = vigil(&["explain", "--physical", dir.to_str().expect("utf-8")]);
+    assert!(stdout.contains("task_usage: judged from its numbers (1 filter)"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}

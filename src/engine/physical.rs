@@ -37,7 +37,7 @@ pub struct Layout {
     /// By operator.
     pub served: Vec<Served>,
     /// By `Stream as usize`.
-    pub routes: [StreamRoutes; 4],
+    pub routes: [StreamRoutes; Stream::COUNT],
     pub filters: Vec<SharedFilter>,
     pub gate: Gate,
 }
@@ -47,7 +47,7 @@ pub struct Layout {
 pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>) -> (Vec<Box<dyn Operator>>, Layout) {
     let mut operators: Vec<Box<dyn Operator>> = Vec::new();
     let mut served: Vec<Served> = Vec::new();
-    let mut routes: [StreamRoutes; 4] = Default::default();
+    let mut routes: [StreamRoutes; Stream::COUNT] = Default::default();
     let mut filters: Vec<SharedFilter> = Vec::new();
     let mut filter_ids: HashMap<String, usize> = HashMap::new();
     let mut filter_of = |plan: &Arc<RulePlan>, source: usize| -> Option<usize> {

@@ -81,13 +81,13 @@ impl StreamRoutes {
 pub struct Gate {
     /// By `Stream as usize`: the filters when every route of the stream has one of numbers
     /// (none at all for a stream no rule reads).
-    streams: [Option<Arc<[eval::NumberTest]>>; 4],
+    streams: [Option<Arc<[eval::NumberTest]>>; Stream::COUNT],
     /// By stream: the field positions those filters read, as bits.
-    reads: [u64; 4],
+    reads: [u64; Stream::COUNT],
 }
 
 impl Gate {
-    pub fn new(routes: &[StreamRoutes; 4], filters: &[SharedFilter]) -> Gate {
+    pub fn new(routes: &[StreamRoutes; Stream::COUNT], filters: &[SharedFilter]) -> Gate {
         let gate = |r: &StreamRoutes| -> Option<Arc<[eval::NumberTest]>> {
             if !r.by_type.is_empty() || !r.by_value.is_empty() {
                 return None;
@@ -97,9 +97,12 @@ impl Gate {
             used.dedup();
             used.into_iter().map(|f| filters[f].numbers.clone()).collect::<Option<Vec<_>>>().map(Arc::from)
         };
-        let streams = [0, 1, 2, 3].map(|i| gate(&routes[i]));
-        let reads = [0, 1, 2, 3]
-            .map(|i| streams[i].as_ref().map_or(0, |tests| tests.iter().fold(0, |bits, t| bits | t.reads())));
+        let streams: [_; Stream::COUNT] = std::array::from_fn(|i| gate(&routes[i]));
+        let reads = std::array::from_fn(|i| {
+            streams[i]
+                .as_ref()
+                .map_or(0, |tests: &Arc<[eval::NumberTest]>| tests.iter().fold(0, |bits, t| bits | t.reads()))
+        });
         Gate { streams, reads }
     }
 
