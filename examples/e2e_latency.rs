@@ -13,9 +13,10 @@
 //! Flags after SECONDS go to `vigil serve` (`--kafka-option fetch.wait.max.ms=10`).
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod support;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -46,29 +47,13 @@ async fn main() {
         .await
         .expect("topic");
 
-    let mut child = Command::new("target/release/vigil")
-        .args(["serve", "--http-addr", "127.0.0.1:0", "--lateness", "0s", "--kafka-group", &topic])
-        .args(["--rules", dir.to_str().expect("utf-8"), "--database-url", db, "--kafka-brokers", brokers])
-        .args(["--topic", &format!("task_usage={topic}")])
-        .args(args.iter().skip(5))
-        .env("VIGIL_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts (build it with cargo build --release)");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("vigil: listening on ") {
-                let _ = tx.send(url.to_string());
-            }
-        }
-    });
-    let Ok(url) = rx.recv_timeout(Duration::from_secs(60)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("vigil did not start");
-    };
+    let (mut child, url) = support::start_vigil(
+        Command::new("target/release/vigil")
+            .args(["serve", "--http-addr", "127.0.0.1:0", "--lateness", "0s", "--kafka-group", &topic])
+            .args(["--rules", dir.to_str().expect("utf-8"), "--database-url", db, "--kafka-brokers", brokers])
+            .args(["--topic", &format!("task_usage={topic}")])
+            .args(args.iter().skip(5)),
+    );
 
     // Alert stream: latency = arrival - the event's timestamp.
     // Per alert: (event produced -> on the stream, event produced -> detected by the engine).

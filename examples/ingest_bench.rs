@@ -12,9 +12,10 @@
 //! p99). Flags after SECONDS go to `vigil serve`: `--ingest-fsync false` measures the same
 //! without the flush to disk.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod support;
 
 #[tokio::main]
 async fn main() {
@@ -26,24 +27,12 @@ async fn main() {
     std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
     std::fs::write(dir.join("rules/hot.saql"), "rule hot { task t use machine m as e where e.cpu > 0.999 }\n")
         .expect("rule");
-    let mut child = Command::new(std::env::current_dir().expect("cwd").join("target/release/vigil"))
-        .args(["serve", "--http-addr", "127.0.0.1:0", "--rules", "rules"])
-        .args(args.iter().skip(4))
-        .current_dir(&dir)
-        .env("VIGIL_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vigil starts (build it with cargo build --release)");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("vigil: listening on ") {
-                let _ = tx.send(url.to_string());
-            }
-        }
-    });
-    let url = rx.recv_timeout(Duration::from_secs(60)).expect("vigil listens");
+    let (mut child, url) = support::start_vigil(
+        Command::new(std::env::current_dir().expect("cwd").join("target/release/vigil"))
+            .args(["serve", "--http-addr", "127.0.0.1:0", "--rules", "rules"])
+            .args(args.iter().skip(4))
+            .current_dir(&dir),
+    );
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let mut tasks = Vec::new();

@@ -409,6 +409,10 @@ fn reworded_evicted_then_failed() -> String {
 }
 
 /// A rules folder with the shipped metric rules in a subfolder, as the repository keeps them.
+fn start_on_sqlite(dir: &std::path::Path, rules: &std::path::Path) -> Service {
+    Service::start(&["--rules", rules.to_str().expect("utf-8"), "--database-url", &sqlite_url(dir), "--lateness", "0s"])
+}
+
 fn rules_with_subfolder(dir: &std::path::Path) -> std::path::PathBuf {
     let rules = dir.join("rules");
     std::fs::create_dir_all(rules.join("metrics")).expect("rules dir");
@@ -427,14 +431,7 @@ fn job_event(kind: &str, job: &str, minute: i64, machine: &str) -> String {
 async fn a_put_that_changes_only_what_a_rule_says_keeps_its_state_in_the_file_it_lives_in() {
     let dir = temp_dir("reword_put");
     let rules = rules_with_subfolder(&dir);
-    let service = Service::start(&[
-        "--rules",
-        rules.to_str().expect("utf-8"),
-        "--database-url",
-        &sqlite_url(&dir),
-        "--lateness",
-        "0s",
-    ]);
+    let service = start_on_sqlite(&dir, &rules);
     let client = reqwest::Client::new();
     // A partial match waits for its failure.
     post_events(&service.url, job_event("EVICT", "kept", 0, "m1")).await;
@@ -475,14 +472,7 @@ async fn a_put_that_changes_only_what_a_rule_says_keeps_its_state_in_the_file_it
 async fn a_reload_that_changes_only_what_a_rule_says_keeps_its_state() {
     let dir = temp_dir("reword_reload");
     let rules = rules_with_subfolder(&dir);
-    let service = Service::start(&[
-        "--rules",
-        rules.to_str().expect("utf-8"),
-        "--database-url",
-        &sqlite_url(&dir),
-        "--lateness",
-        "0s",
-    ]);
+    let service = start_on_sqlite(&dir, &rules);
     post_events(&service.url, job_event("EVICT", "kept", 0, "m1")).await;
     std::fs::write(rules.join("evicted_then_failed.saql"), reworded_evicted_then_failed()).expect("write");
     eventually("the reload", || async {
