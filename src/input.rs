@@ -8,6 +8,8 @@
 //! | `google-task-events`, `google-task-usage`, `google-machine-events` | Google 2011 trace CSV, microsecond times | `task_event`, `task_usage`, `machine_event` |
 //! | `alibaba-batch-task` | Alibaba 2017 batch_task CSV | `task_event`: SUBMIT at creation, SCHEDULE and FINISH or FAIL as the status says |
 //! | `alibaba-server-event` | Alibaba 2017 server_event CSV | `machine_event` |
+//! | `azure-cpu` | Azure Public Dataset V1 CPU readings, `t_offset_s,step,vm_id,avg_cpu,max_cpu` | `metric`: host the VM, names `avg_cpu` and `max_cpu` |
+//! | `planetlab` | PlanetLab (CoMon) CPU: one integer per line, every 5 minutes from the date its folder is named after (`20110303/`) | `metric`: host the file name, name `cpu_utilization` |
 //!
 //! `.gz` files are decompressed on the fly.
 
@@ -33,6 +35,8 @@ pub enum Format {
     GoogleMachineEvents,
     AlibabaBatchTask,
     AlibabaServerEvent,
+    AzureCpu,
+    Planetlab,
 }
 
 /// Options for adapters that cannot learn everything from the file.
@@ -145,6 +149,16 @@ fn open_with<T: 'static>(
         Format::GoogleMachineEvents => Box::new(csv_records(reader, false, google_machine_event)),
         Format::AlibabaServerEvent => Box::new(csv_records(reader, false, alibaba_server_event)),
         Format::AlibabaBatchTask => Box::new(alibaba_batch_task(reader)),
+        Format::AzureCpu => Box::new(csv_rows(reader, true, azure_cpu)),
+        Format::Planetlab => {
+            let start = planetlab_start(path).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a PlanetLab file must be in a folder named after its day (`20110303/`)",
+                )
+            })?;
+            Box::new(planetlab(reader, start, file_name(path)))
+        }
     };
     Ok(Input { name, records: wrap(records), progress, size })
 }
@@ -153,6 +167,10 @@ fn file_stem(path: &Path) -> String {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = name.strip_suffix(".gz").unwrap_or(&name);
     name.rsplit_once('.').map_or(name, |(stem, _)| stem).to_string()
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn detect(path: &Path, head: &[u8]) -> Format {
@@ -171,6 +189,14 @@ fn detect(path: &Path, head: &[u8]) -> Format {
         Format::GoogleMachineEvents
     } else if first_line.trim_start_matches('\u{feff}').trim() == "timestamp,value" {
         Format::Nab
+    } else if first_line.starts_with("t_offset_s,step,vm_id") {
+        Format::AzureCpu
+    } else if planetlab_start(path).is_some()
+        && path.extension().is_none()
+        && !first_line.is_empty()
+        && first_line.trim().bytes().all(|b| b.is_ascii_digit())
+    {
+        Format::Planetlab
     } else {
         Format::Jsonl
     }
@@ -273,21 +299,40 @@ fn csv_records<F>(reader: Box<dyn BufRead>, header: bool, row: F) -> impl Iterat
 where
     F: Fn(&csv::StringRecord) -> Result<Event, DecodeError>,
 {
+    csv_rows(reader, header, move |r| row(r).map(|e| vec![e]))
+}
+
+/// CSV rows through `row`, which makes any number of events of one row, with line numbers.
+fn csv_rows<F>(reader: Box<dyn BufRead>, header: bool, row: F) -> impl Iterator<Item = Record>
+where
+    F: Fn(&csv::StringRecord) -> Result<Vec<Event>, DecodeError>,
+{
     let mut rows = csv::ReaderBuilder::new()
         .has_headers(header)
         .flexible(true)
         .trim(csv::Trim::All)
         .from_reader(reader)
         .into_records();
-    std::iter::from_fn(move || {
-        let result = rows.next()?;
-        Some(match result {
-            Ok(r) => Record { line: r.position().map_or(0, |p| p.line()), event: row(&r) },
-            Err(e) => Record {
-                line: e.position().map_or(0, |p| p.line()),
-                event: Err(DecodeError { field: None, reason: format!("bad CSV: {e}") }),
-            },
-        })
+    let mut pending: std::collections::VecDeque<Record> = std::collections::VecDeque::new();
+    std::iter::from_fn(move || loop {
+        if let Some(record) = pending.pop_front() {
+            return Some(record);
+        }
+        match rows.next()? {
+            Ok(r) => {
+                let line = r.position().map_or(0, |p| p.line());
+                match row(&r) {
+                    Ok(events) => pending.extend(events.into_iter().map(|e| Record { line, event: Ok(e) })),
+                    Err(e) => return Some(Record { line, event: Err(e) }),
+                }
+            }
+            Err(e) => {
+                return Some(Record {
+                    line: e.position().map_or(0, |p| p.line()),
+                    event: Err(DecodeError { field: None, reason: format!("bad CSV: {e}") }),
+                })
+            }
+        }
     })
 }
 
@@ -345,6 +390,62 @@ pub fn parse_naive_utc(s: &str) -> Option<Millis> {
     let s = s.trim();
     let (date, clock) = s.split_once([' ', 'T'])?;
     crate::event::parse_time(&format!("{date}T{clock}Z"))
+}
+
+/// An Azure V1 reading: seconds from the trace's start (taken as the Unix epoch, as the trace
+/// gives no date), the VM, and its average and maximum CPU percentage over five minutes.
+fn azure_cpu(row: &csv::StringRecord) -> Result<Vec<Event>, DecodeError> {
+    let ts = seconds(row, 0, "t_offset_s")?;
+    let vm = text(row, 2, "vm_id")?;
+    let mut out = Vec::with_capacity(2);
+    for (i, name) in [(3, "avg_cpu"), (4, "max_cpu")] {
+        let mut e = Event::new(Stream::Metric, ts);
+        e.set("host", vm.clone()).set("name", Value::str(name)).set("value", num(row, i, name)?);
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// The day a PlanetLab file's folder is named after (`20110303`), at midnight UTC.
+fn planetlab_start(path: &Path) -> Option<Millis> {
+    let day = path.parent()?.file_name()?.to_str()?;
+    if day.len() != 8 || !day.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    crate::event::parse_time(&format!("{}-{}-{}T00:00:00Z", &day[..4], &day[4..6], &day[6..]))
+}
+
+/// Line i of a PlanetLab file is the sample at `start + (i - 1) * 5 min`; a blank line is a
+/// sample missing.
+fn planetlab(reader: Box<dyn BufRead>, start: Millis, host: String) -> impl Iterator<Item = Record> {
+    let host = Value::str(&host);
+    reader.split(b'\n').enumerate().filter_map(move |(i, line)| {
+        let line_no = i as u64 + 1;
+        let event = match line {
+            Err(e) => Err(DecodeError { field: None, reason: format!("cannot read: {e}") }),
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let text = text.trim();
+                if text.is_empty() {
+                    return None;
+                }
+                match text.parse::<f64>() {
+                    Ok(v) if v.is_finite() => {
+                        let mut e = Event::new(Stream::Metric, start + i as Millis * 300_000);
+                        e.set("host", host.clone())
+                            .set("name", Value::str("cpu_utilization"))
+                            .set("value", Value::Num(v));
+                        Ok(e)
+                    }
+                    _ => Err(DecodeError {
+                        field: Some("cpu_utilization".into()),
+                        reason: format!("`{text}` is not a number"),
+                    }),
+                }
+            }
+        };
+        Some(Record { line: line_no, event })
+    })
 }
 
 const GOOGLE_TASK_TYPES: [&str; 9] =
@@ -484,10 +585,33 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vigil-input-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("folder");
         std::fs::write(&path, content).expect("write");
         let records = open(&path, format, &InputOptions::default()).expect("opens").records.collect();
         std::fs::remove_dir_all(&dir).ok();
         records
+    }
+
+    #[test]
+    fn azure_readings_are_two_series_per_vm() {
+        let csv = "t_offset_s,step,vm_id,avg_cpu,max_cpu\n0,1,1023683,9.6,43.0\n300,2,1023683,oops,50\n";
+        let r = read("azure.csv", csv, Format::Auto);
+        assert_eq!(r.len(), 3, "{r:?}");
+        let e = r[1].event.as_ref().expect("event");
+        assert_eq!((e.ts, e.value(0), e.value(1)), (0, Value::str("1023683"), Value::str("max_cpu")));
+        assert_eq!(e.value(2), Value::Num(43.0));
+        let bad = r[2].event.as_ref().expect_err("a bad number");
+        assert_eq!((r[2].line, bad.field.as_deref()), (3, Some("avg_cpu")));
+    }
+
+    #[test]
+    fn planetlab_samples_are_five_minutes_apart_from_the_folders_day() {
+        let r = read("20110303/146-179_surfsnel host", "24\n34\n\n7\n", Format::Auto);
+        let events: Vec<&Event> = r.iter().map(|r| r.event.as_ref().expect("event")).collect();
+        let day = crate::event::parse_time("2011-03-03T00:00:00Z").expect("day");
+        assert_eq!(events.iter().map(|e| e.ts - day).collect::<Vec<_>>(), [0, 300_000, 900_000]);
+        assert_eq!(events[0].value(0), Value::str("146-179_surfsnel host"));
+        assert_eq!(events[2].value(2), Value::Num(7.0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod bench;
 pub mod check;
 pub mod diagnostic;
 pub mod engine;
+pub mod eval;
 pub mod event;
 pub mod input;
 pub mod parser;

@@ -141,6 +141,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Score rules on labelled series (NAB's three profiles, per file, per family and in all),
+    /// or (`--budget`) count their alerts per series per day on unlabelled input.
+    Eval {
+        /// Rule file or folder.
+        #[arg(long, default_value = "rules/metrics")]
+        rules: PathBuf,
+        /// Input files or folders: NAB CSV files for scoring; any format for `--budget`.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// NAB's anomaly windows [default: `labels/combined_windows.json` in or above an input folder]
+        #[arg(long)]
+        labels: Option<PathBuf>,
+        /// Published scores to print beside ours [default: `scoreboard.md` beside the labels folder, if any]
+        #[arg(long)]
+        scoreboard: Option<PathBuf>,
+        /// Count alerts per series per day over the inputs replayed together, instead of scoring.
+        #[arg(long)]
+        budget: bool,
+        /// Input format for `--budget`; `auto` decides from each file's name and first line.
+        #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
+        format: vigil::input::Format,
+        /// How late an event may arrive and still count.
+        #[arg(long, default_value = "0s", value_parser = duration)]
+        lateness: u64,
+        /// Files scored at once.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
     Test {
         /// Test files or folders.
@@ -186,6 +214,16 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &InputOptions { host, metric_name }, &options, out.as_deref())
         }
         Command::Test { paths } => rule_tests(&paths),
+        Command::Eval { rules, inputs, labels, scoreboard, budget, format, lateness, threads } => {
+            let options = ReplayOptions {
+                lateness_ms: lateness as i64,
+                speed: vigil::replay::Speed::Max,
+                strict: false,
+                bounds: vigil::event::TimeBounds { max_future_ms: None, max_jump_ms: None },
+            };
+            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            evaluate(&rules, &inputs, labels, scoreboard, budget.then_some(format), &options, threads)
+        }
         Command::Bench {
             workload,
             events,
@@ -341,6 +379,53 @@ fn replay(
     bar.finish();
     eprint!("{}", summary.report());
     Ok(summary.stopped_at.is_none())
+}
+
+fn evaluate(
+    rules: &Path,
+    inputs: &[PathBuf],
+    labels: Option<PathBuf>,
+    scoreboard: Option<PathBuf>,
+    budget: Option<vigil::input::Format>,
+    options: &ReplayOptions,
+    threads: usize,
+) -> Result<bool> {
+    let Some(plans) = load_plans(&[rules.to_path_buf()])? else { return Ok(false) };
+    if plans.is_empty() {
+        bail!("no rules in {}", rules.display());
+    }
+    let started = std::time::Instant::now();
+    if let Some(format) = budget {
+        let files = vigil::eval::files_under(inputs)?;
+        let b = vigil::eval::run_budget(&plans, &files, format, options)?;
+        print!("{}", vigil::eval::report::budget(&b));
+        eprintln!("{} files in {:.1} s", files.len(), started.elapsed().as_secs_f64());
+        return Ok(true);
+    }
+    let labels = match labels {
+        Some(l) => l,
+        None => inputs
+            .iter()
+            .flat_map(|i| i.ancestors().map(|a| a.join("labels/combined_windows.json")).collect::<Vec<_>>())
+            .find(|p| p.is_file())
+            .context("no labels found: give --labels (NAB's labels/combined_windows.json)")?,
+    };
+    let scoreboard = scoreboard.or_else(|| {
+        let beside = labels.parent()?.parent()?.join("scoreboard.md");
+        beside.is_file().then_some(beside)
+    });
+    let anchors = scoreboard.as_deref().map(vigil::eval::report::Anchors::read).transpose()?;
+    let windows = vigil::eval::read_labels(&labels)?;
+    let files = vigil::eval::labelled_files(inputs, &windows)?;
+    if files.is_empty() {
+        bail!("none of the inputs is a file {} labels", labels.display());
+    }
+    let n = files.len();
+    let run = vigil::eval::run_labelled(&plans, files, options, threads)?;
+    let label = format!("Vigil ({})", rules.display());
+    print!("{}", vigil::eval::report::labelled(&run, anchors.as_ref(), &label));
+    eprintln!("{n} files in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(true)
 }
 
 /// A progress bar on standard error, drawn only when it is a terminal.

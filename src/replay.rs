@@ -98,11 +98,54 @@ pub fn replay(
     out: &mut dyn Write,
     progress: &mut dyn Progress,
 ) -> std::io::Result<Summary> {
+    let mut text = Vec::new();
+    let summary = replay_into(
+        engine,
+        inputs,
+        pool,
+        options,
+        &mut |alerts| {
+            // Serialized into one buffer and written at once: serde_json writes in small
+            // pieces, each of which would otherwise be a dynamic call.
+            text.clear();
+            for a in alerts.drain(..) {
+                serde_json::to_writer(&mut text, &a)?;
+                text.push(b'\n');
+            }
+            out.write_all(&text)
+        },
+        progress,
+    )?;
+    out.flush()?;
+    Ok(summary)
+}
+
+/// [`replay`] with the alerts handed to `sink` as they come (it takes them out of the list).
+pub fn replay_into(
+    engine: &mut Engine,
+    inputs: Vec<Input<Decoded>>,
+    pool: &std::cell::RefCell<crate::event::EventPool>,
+    options: &ReplayOptions,
+    sink: &mut dyn FnMut(&mut Vec<Alert>) -> std::io::Result<()>,
+    progress: &mut dyn Progress,
+) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
     let mut merger = Merger::new(inputs);
     let mut alerts: Vec<Alert> = Vec::new();
     let started = Instant::now();
     let mut first_ts: Option<Millis> = None;
+    let mut deliver = |alerts: &mut Vec<Alert>, summary: &mut Summary| {
+        if alerts.is_empty() {
+            return Ok(());
+        }
+        for a in alerts.iter() {
+            match a.status {
+                crate::alert::Status::Firing => summary.alerts += 1,
+                crate::alert::Status::Resolved => summary.resolved += 1,
+            }
+        }
+        sink(alerts)
+    };
     while let Some((input, record)) = merger.next() {
         let checked = record
             .event
@@ -126,35 +169,16 @@ pub fn replay(
         }
         engine.take(decoded, &mut alerts);
         engine.recycle_into(&mut pool.borrow_mut());
-        write_alerts(&mut alerts, out, &mut summary)?;
+        deliver(&mut alerts, &mut summary)?;
         if summary.events % 4096 == 0 {
             progress.advance(summary.events, summary.alerts, merger.bytes());
         }
     }
     engine.flush(&mut alerts);
-    write_alerts(&mut alerts, out, &mut summary)?;
+    deliver(&mut alerts, &mut summary)?;
     progress.advance(summary.events, summary.alerts, merger.bytes());
-    out.flush()?;
     summary.stats = engine.stats().clone();
     Ok(summary)
-}
-
-fn write_alerts(alerts: &mut Vec<Alert>, out: &mut dyn Write, summary: &mut Summary) -> std::io::Result<()> {
-    if alerts.is_empty() {
-        return Ok(());
-    }
-    // Serialized into one buffer and written at once: serde_json writes in small pieces, each
-    // of which would otherwise be a dynamic call.
-    let mut text = Vec::with_capacity(1024 * alerts.len());
-    for a in alerts.drain(..) {
-        match a.status {
-            crate::alert::Status::Firing => summary.alerts += 1,
-            crate::alert::Status::Resolved => summary.resolved += 1,
-        }
-        serde_json::to_writer(&mut text, &a)?;
-        text.push(b'\n');
-    }
-    out.write_all(&text)
 }
 
 /// Sleeps so that event time advances `factor` times faster than wall-clock time.
