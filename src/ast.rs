@@ -54,6 +54,7 @@ pub struct RuleDecl {
     pub state: Option<StateClause>,
     pub invariant: Option<InvariantClause>,
     pub cluster: Option<ClusterClause>,
+    pub score: Option<ScoreClause>,
     pub alert: Option<AlertClause>,
     pub labels: Vec<TemplateField>,
     pub annotations: Vec<TemplateField>,
@@ -99,7 +100,7 @@ pub struct SeqStep {
     pub kind: StepKind,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StepKind {
     /// The event occurs once.
     Once,
@@ -107,6 +108,21 @@ pub enum StepKind {
     Count { min: u64 },
     /// The event does not occur for this long after the previous step.
     Absent(Duration),
+    /// The same, for as long as an expression of durations says (`max(10 min, 3 * interval(e1))`).
+    AbsentFor(Expr),
+}
+
+impl StepKind {
+    pub fn is_absence(&self) -> bool {
+        matches!(self, StepKind::Absent(_) | StepKind::AbsentFor(_))
+    }
+}
+
+/// `score { z := robust_z(ss.v), ... }`
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreClause {
+    pub span: Span,
+    pub fields: Vec<StateField>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +195,7 @@ pub struct AlertClause {
     pub severity: Option<Ident>,
     pub for_: Option<Duration>,
     pub keep_firing_for: Option<Duration>,
+    pub refractory: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

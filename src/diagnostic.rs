@@ -44,6 +44,7 @@ pub mod codes {
     pub const DURATION_RANGE: &str = "E0310";
     pub const MODEL_MIX: &str = "E0311";
     pub const COST: &str = "E0312";
+    pub const SCORE: &str = "E0313";
 }
 
 #[derive(Debug, Clone, PartialEq)]

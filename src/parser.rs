@@ -244,6 +244,7 @@ impl Builder<'_> {
             state: None,
             invariant: None,
             cluster: None,
+            score: None,
             alert: None,
             labels: Vec::new(),
             annotations: Vec::new(),
@@ -277,6 +278,18 @@ impl Builder<'_> {
                 Rule::cluster_clause => {
                     let c = self.cluster_clause(clause);
                     set_once(&mut r.cluster, Some(c), "cluster", cspan, &mut r.repeated);
+                }
+                Rule::score_clause => {
+                    let fields = clause
+                        .into_inner()
+                        .map(|field| {
+                            let mut it = field.into_inner();
+                            let name = self.ident(it.next().expect("score name"));
+                            let value = self.expr(it.next().expect("score value"));
+                            StateField { name, value }
+                        })
+                        .collect();
+                    set_once(&mut r.score, Some(ScoreClause { span: cspan, fields }), "score", cspan, &mut r.repeated);
                 }
                 Rule::alert_clause => {
                     let a = self.alert_clause(clause);
@@ -382,7 +395,14 @@ impl Builder<'_> {
         let event = self.ident(inner.next().expect("step event"));
         let kind = match rule {
             Rule::plain_step => StepKind::Once,
-            Rule::absent_step => StepKind::Absent(self.duration(inner.next().expect("absence duration"))),
+            Rule::absent_step => {
+                let bound = self.expr(inner.next().expect("absence bound"));
+                match bound.kind {
+                    // A plain duration, as before bounds could be expressions.
+                    ExprKind::Duration(millis) => StepKind::Absent(Duration { millis, span: bound.span }),
+                    _ => StepKind::AbsentFor(bound),
+                }
+            }
             Rule::count_step => StepKind::Count { min: self.integer(inner.next().expect("count")) },
             other => unreachable!("{other:?} as step"),
         };
@@ -469,7 +489,8 @@ impl Builder<'_> {
             Some(Rule::expr) => Some(self.expr(inner.next().expect("peeked"))),
             _ => None,
         };
-        let mut a = AlertClause { span, condition, severity: None, for_: None, keep_firing_for: None };
+        let mut a =
+            AlertClause { span, condition, severity: None, for_: None, keep_firing_for: None, refractory: None };
         for opt in inner {
             let ospan = self.span(&opt);
             let rule = opt.as_rule();
@@ -478,6 +499,7 @@ impl Builder<'_> {
                 Rule::severity_opt => ("severity", a.severity.replace(self.ident(value)).is_some()),
                 Rule::for_opt => ("for", a.for_.replace(self.duration(value)).is_some()),
                 Rule::keep_firing_opt => ("keep_firing_for", a.keep_firing_for.replace(self.duration(value)).is_some()),
+                Rule::refractory_opt => ("refractory", a.refractory.replace(self.duration(value)).is_some()),
                 other => unreachable!("{other:?} as alert option"),
             };
             if repeated {

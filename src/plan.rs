@@ -10,6 +10,9 @@ use crate::schema::{EntityKind, Stream, Type};
 use serde::Serialize;
 use std::fmt;
 
+mod score;
+pub use score::{ScorePlan, ScoreSlot, ScoreStep, ScorerSpec};
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RulePlan {
     pub name: String,
@@ -35,6 +38,8 @@ pub enum ModelPlan {
     Invariant(WindowedPlan, InvariantPlan),
     /// Windowed state judged against its peers' in the same window.
     Outlier(WindowedPlan, ClusterPlan),
+    /// Windowed state judged by streaming anomaly scorers over each group's own past.
+    Scored(WindowedPlan, ScorePlan),
 }
 
 /// The window over a rule's single pattern and the state kept per group.
@@ -50,7 +55,7 @@ impl ModelPlan {
         match self {
             ModelPlan::SingleEvent => Model::SingleEvent,
             ModelPlan::Sequence(_) => Model::Sequence,
-            ModelPlan::TimeSeries(_) => Model::TimeSeries,
+            ModelPlan::TimeSeries(_) | ModelPlan::Scored(..) => Model::TimeSeries,
             ModelPlan::Invariant(..) => Model::Invariant,
             ModelPlan::Outlier(..) => Model::Outlier,
         }
@@ -58,8 +63,18 @@ impl ModelPlan {
 
     pub fn windowed(&self) -> Option<&WindowedPlan> {
         match self {
-            ModelPlan::TimeSeries(w) | ModelPlan::Invariant(w, _) | ModelPlan::Outlier(w, _) => Some(w),
+            ModelPlan::TimeSeries(w)
+            | ModelPlan::Invariant(w, _)
+            | ModelPlan::Outlier(w, _)
+            | ModelPlan::Scored(w, _) => Some(w),
             ModelPlan::SingleEvent | ModelPlan::Sequence(_) => None,
+        }
+    }
+
+    pub fn scores(&self) -> Option<&ScorePlan> {
+        match self {
+            ModelPlan::Scored(_, s) => Some(s),
+            _ => None,
         }
     }
 
@@ -115,8 +130,11 @@ impl RulePlan {
         out.extend(self.sources.iter().filter_map(|s| s.filter.as_ref()));
         match &self.model {
             ModelPlan::SingleEvent => {}
-            ModelPlan::Sequence(seq) => out.extend(seq.conditions.iter().chain(&seq.group_by)),
-            ModelPlan::TimeSeries(w) | ModelPlan::Invariant(w, _) | ModelPlan::Outlier(w, _) => {
+            ModelPlan::Sequence(seq) => out.extend(seq.conditions.iter().chain(&seq.group_by).chain(&seq.bounds)),
+            ModelPlan::TimeSeries(w)
+            | ModelPlan::Invariant(w, _)
+            | ModelPlan::Outlier(w, _)
+            | ModelPlan::Scored(w, _) => {
                 out.extend(w.state.fields.iter().filter_map(|f| f.arg.as_ref()));
                 out.extend(w.state.group_by.iter().filter_map(|k| match k {
                     GroupKey::Value(e) => Some(e),
@@ -129,6 +147,9 @@ impl RulePlan {
         }
         if let Some(c) = self.model.cluster() {
             out.extend(c.dims.iter().chain(&c.per));
+        }
+        if let Some(s) = self.model.scores() {
+            out.extend(s.slots.iter().map(|slot| slot.input()));
         }
         out.push(&self.alert.condition);
         for (_, pieces) in self.labels.iter().chain(&self.annotations) {
@@ -208,6 +229,10 @@ pub struct SequencePlan {
     pub joins: Vec<(String, EntityKind, Vec<usize>)>,
     pub group_by: Vec<TExpr>,
     pub conditions: Vec<TExpr>,
+    /// Absence bounds that are expressions (`StepKind::AbsentFor`). Left out of the structure
+    /// when empty, so that the state identity of rules without them is what it was before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bounds: Vec<TExpr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -226,6 +251,15 @@ pub enum StepKind {
     Count { min: u64 },
     /// The event does not occur for this many milliseconds after the previous step.
     Absent(u64),
+    /// The same, for as long as the sequence's bound of this index says when the step before
+    /// binds (it may read the partition's usual interval).
+    AbsentFor(usize),
+}
+
+impl StepKind {
+    pub fn is_absence(&self) -> bool {
+        matches!(self, StepKind::Absent(_) | StepKind::AbsentFor(_))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -346,6 +380,8 @@ pub struct AlertPlan {
     pub severity: &'static str,
     pub for_ms: u64,
     pub keep_firing_for_ms: u64,
+    /// After an alert fires for a key, no new alert for that key until this long after.
+    pub refractory_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -413,6 +449,19 @@ pub enum TExprKind {
     /// `labels["env"]`.
     Lookup(Box<TExpr>, Box<TExpr>),
     Cardinality(Box<TExpr>),
+    // Variants are added at the end: a plan's structure, variant numbers included, is the
+    // identity of the state its rule keeps (`StateId`).
+    /// A slot of the rule's `score` block: its index, and its name or how it was computed.
+    Score {
+        slot: usize,
+        name: String,
+    },
+    /// The usual time between events of the first step in the match's partition (a sequence's
+    /// absence bound): the `quantile` of its recent gaps.
+    Interval {
+        source: usize,
+        quantile: f64,
+    },
 }
 
 /// Functions outside state blocks.
@@ -483,7 +532,9 @@ fn write_texpr(f: &mut fmt::Formatter<'_>, e: &TExpr, parent: u8) -> fmt::Result
         TExprKind::Entity { var, .. } => f.write_str(var),
         TExprKind::StateField { state, ago, field, .. } => write!(f, "{state}[{ago}].{field}"),
         TExprKind::StateRange { state, from, to, field, .. } => write!(f, "{state}[{from}..{to}].{field}"),
-        TExprKind::Baseline(name) => f.write_str(name),
+        TExprKind::Baseline(name) | TExprKind::Score { name, .. } => f.write_str(name),
+        TExprKind::Interval { quantile, .. } if *quantile == 0.5 => f.write_str("interval()"),
+        TExprKind::Interval { quantile, .. } => write!(f, "interval(q = {quantile})"),
         TExprKind::ClusterField(field) => write!(f, "cluster.{field}"),
         TExprKind::Call(func, args) => {
             write!(f, "{}(", func.name())?;
@@ -575,6 +626,10 @@ impl RulePlan {
                     StepKind::Once => writeln!(f, "    then {var}")?,
                     StepKind::Count { min } => writeln!(f, "    then {var} at least {min} times")?,
                     StepKind::Absent(ms) => writeln!(f, "    then no {var} for {}", format_duration(ms))?,
+                    StepKind::AbsentFor(i) => {
+                        let bound = seq.bounds.get(i).map(|b| b.to_string()).unwrap_or_default();
+                        writeln!(f, "    then no {var} for {bound}")?
+                    }
                 }
             }
             if let Some(ms) = seq.within_ms {
@@ -634,6 +689,19 @@ impl RulePlan {
                 writeln!(f, "    update {name} = {e}")?;
             }
         }
+        if let Some(scores) = self.model.scores() {
+            writeln!(f, "  score, at each window with events")?;
+            for (i, slot) in scores.slots.iter().enumerate() {
+                let name = slot.name.clone().unwrap_or_else(|| format!("${i}"));
+                match &slot.step {
+                    ScoreStep::Expr(e) => writeln!(f, "    {name} := {e} : {}", e.ty)?,
+                    ScoreStep::Scorer(spec, input) => {
+                        let params: Vec<String> = spec.params().iter().map(|(n, v)| format!(", {n}={v}")).collect();
+                        writeln!(f, "    {name} := {}({input}{}) : number", spec.name(), params.join(""))?
+                    }
+                }
+            }
+        }
         if let Some(c) = self.model.cluster() {
             let method = match c.method {
                 ClusterMethod::Dbscan { eps, min_pts } => format!("DBSCAN(eps={eps}, minpts={min_pts})"),
@@ -659,6 +727,9 @@ impl RulePlan {
             format_duration(a.for_ms),
             format_duration(a.keep_firing_for_ms)
         )?;
+        if a.refractory_ms > 0 {
+            writeln!(f, "    refractory {}", format_duration(a.refractory_ms))?;
+        }
         for (title, fields) in [("labels", &self.labels), ("annotations", &self.annotations)] {
             if fields.is_empty() {
                 continue;

@@ -172,6 +172,9 @@ impl RuleChecker<'_> {
     }
 
     pub(super) fn call(&mut self, e: &Expr, name: &Ident, args: &[CallArg], scope: &Scope) -> TExpr {
+        if let Some(special) = self.special_call(e, name, args, scope) {
+            return special;
+        }
         if let Some(named) = args.iter().find_map(|a| a.name.as_ref()) {
             self.error(Diagnostic::new(
                 codes::ARGUMENTS,

@@ -11,6 +11,7 @@ mod bind;
 mod expr;
 mod model;
 mod scope;
+mod score;
 mod state;
 
 /// Most windows a state may keep, and most a baseline may train on.
@@ -92,6 +93,26 @@ struct Scope<'s> {
     state: bool,
     baselines: bool,
     cluster: bool,
+    /// Whether the rule's score names are visible.
+    scores: bool,
+    special: Special,
+}
+
+impl<'s> Scope<'s> {
+    /// A scope of `vars` that sees no state, baseline, cluster or score.
+    fn new(place: &'static str, vars: Vars<'s>) -> Self {
+        Scope { place, vars, state: false, baselines: false, cluster: false, scores: false, special: Special::None }
+    }
+}
+
+/// Calls that only some places take.
+#[derive(Clone, Copy, PartialEq)]
+enum Special {
+    None,
+    /// Scorer calls: in a `score` block.
+    Scorers,
+    /// `interval(e)` of the given source: in an absence's bound.
+    Interval(usize),
 }
 
 struct RuleChecker<'a> {
@@ -105,6 +126,9 @@ struct RuleChecker<'a> {
     state: Option<StateInfo>,
     baselines: HashMap<String, Type>,
     has_cluster: bool,
+    /// The `score` block's slots so far, and the slot of each name it gives.
+    score_slots: Vec<ScoreSlot>,
+    score_names: HashMap<String, usize>,
 }
 
 impl<'a> RuleChecker<'a> {
@@ -119,6 +143,8 @@ impl<'a> RuleChecker<'a> {
             state: None,
             baselines: HashMap::new(),
             has_cluster: false,
+            score_slots: Vec::new(),
+            score_names: HashMap::new(),
         }
     }
 
@@ -163,6 +189,8 @@ impl<'a> RuleChecker<'a> {
                     state: false,
                     baselines: false,
                     cluster: false,
+                    scores: false,
+                    special: Special::None,
                 };
                 p.filter.as_ref().map(|f| self.condition(f, &scope))
             })
@@ -181,11 +209,10 @@ impl<'a> RuleChecker<'a> {
         }
         let invariant = self.invariant();
         let cluster = self.cluster();
+        let scores = self.score_clause();
 
         let positive: Vec<usize> = match &sequence {
-            Some(seq) => {
-                seq.steps.iter().filter(|s| !matches!(s.kind, plan::StepKind::Absent(_))).map(|s| s.source).collect()
-            }
+            Some(seq) => seq.steps.iter().filter(|s| !s.kind.is_absence()).map(|s| s.source).collect(),
             None => (0..self.sources.len()).collect(),
         };
         let scope = self.output_scope(&positive);
@@ -197,18 +224,7 @@ impl<'a> RuleChecker<'a> {
         if self.sources.len() > 1 && sequence.is_none() {
             return None;
         }
-        // The combinations `mixing_checks` and the clauses' own checks let through; any other
-        // has been reported.
-        let model = match (sequence, window, state, invariant, cluster) {
-            (None, None, None, None, None) => ModelPlan::SingleEvent,
-            (Some(seq), None, None, None, None) => ModelPlan::Sequence(seq),
-            (None, Some(window), Some(state), None, None) => ModelPlan::TimeSeries(WindowedPlan { window, state }),
-            (None, Some(window), Some(state), Some(inv), None) => {
-                ModelPlan::Invariant(WindowedPlan { window, state }, inv)
-            }
-            (None, Some(window), Some(state), None, Some(c)) => ModelPlan::Outlier(WindowedPlan { window, state }, c),
-            _ => return None,
-        };
+        let model = assemble(sequence, window, state, invariant, cluster, scores)?;
         Some(RulePlan {
             name: r.name.name.clone(),
             description: r.description.as_ref().map(|(d, _)| d.clone()),
@@ -220,6 +236,29 @@ impl<'a> RuleChecker<'a> {
             returns,
         })
     }
+}
+
+/// The model of a rule from its checked clauses: the combinations `mixing_checks` and the
+/// clauses' own checks let through; any other has been reported.
+fn assemble(
+    sequence: Option<SequencePlan>,
+    window: Option<WindowPlan>,
+    state: Option<StatePlan>,
+    invariant: Option<InvariantPlan>,
+    cluster: Option<ClusterPlan>,
+    scores: Option<ScorePlan>,
+) -> Option<ModelPlan> {
+    Some(match (sequence, window, state, invariant, cluster, scores) {
+        (None, None, None, None, None, None) => ModelPlan::SingleEvent,
+        (Some(seq), None, None, None, None, None) => ModelPlan::Sequence(seq),
+        (None, Some(window), Some(state), None, None, None) => ModelPlan::TimeSeries(WindowedPlan { window, state }),
+        (None, Some(window), Some(state), Some(inv), None, None) => {
+            ModelPlan::Invariant(WindowedPlan { window, state }, inv)
+        }
+        (None, Some(window), Some(state), None, Some(c), None) => ModelPlan::Outlier(WindowedPlan { window, state }, c),
+        (None, Some(window), Some(state), None, None, Some(s)) => ModelPlan::Scored(WindowedPlan { window, state }, s),
+        _ => return None,
+    })
 }
 
 /// A name given a second time: the diagnostic points at the repeat and back at the first.

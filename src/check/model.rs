@@ -133,7 +133,7 @@ impl RuleChecker<'_> {
             }
             return None;
         };
-        let steps = self.sequence_steps(w);
+        let (steps, bounds) = self.sequence_steps(w);
         self.sequence_bounds(w, &steps);
         let all: Vec<usize> = (0..self.sources.len()).collect();
         let scope = Scope {
@@ -142,6 +142,8 @@ impl RuleChecker<'_> {
             state: false,
             baselines: false,
             cluster: false,
+            scores: false,
+            special: Special::None,
         };
         let group_by = w.group_by.iter().map(|e| self.scalar(e, &scope)).collect();
         let conditions = w.conditions.iter().map(|c| self.condition(c, &scope)).collect();
@@ -156,14 +158,16 @@ impl RuleChecker<'_> {
             })
             .collect();
         joins.sort_by_key(|(_, _, s)| s[0]);
-        Some(SequencePlan { steps, within_ms: w.within.map(|d| d.millis), joins, group_by, conditions })
+        Some(SequencePlan { steps, within_ms: w.within.map(|d| d.millis), joins, group_by, conditions, bounds })
     }
 
     /// The steps of `with`, each checked: a known event, once, an absence not first, a count
-    /// only first; and every pattern sequenced.
-    fn sequence_steps(&mut self, w: &WithClause) -> Vec<StepPlan> {
+    /// only first; and every pattern sequenced. With them, the absence bounds that are
+    /// expressions.
+    fn sequence_steps(&mut self, w: &WithClause) -> (Vec<StepPlan>, Vec<TExpr>) {
         let r = self.rule;
         let mut steps = Vec::new();
+        let mut bounds = Vec::new();
         let mut used: HashMap<&str, Span> = HashMap::new();
         for (i, step) in w.steps.iter().enumerate() {
             let Some(info) = self.events.get(&step.event.name) else {
@@ -186,13 +190,13 @@ impl RuleChecker<'_> {
                         .with_help("to match the same kind of event twice, write two patterns with different names"),
                 );
             }
-            match step.kind {
-                ast::StepKind::Absent(d) if i == 0 => {
-                    let start = w
-                        .steps
-                        .iter()
-                        .find(|s| !matches!(s.kind, ast::StepKind::Absent(_)))
-                        .map_or("e0", |s| s.event.name.as_str());
+            match &step.kind {
+                kind if i == 0 && kind.is_absence() => {
+                    let start = w.steps.iter().find(|s| !s.kind.is_absence()).map_or("e0", |s| s.event.name.as_str());
+                    let bound = match kind {
+                        ast::StepKind::Absent(d) => format_duration(d.millis),
+                        _ => "10 min".to_string(),
+                    };
                     self.error(
                         Diagnostic::new(
                             codes::SEQUENCE_SHAPE,
@@ -202,9 +206,8 @@ impl RuleChecker<'_> {
                         )
                         .with_note("an absence is measured from the step before it")
                         .with_help(format!(
-                            "put the event that starts the wait first: `with {start} -> not {} for {}`",
+                            "put the event that starts the wait first: `with {start} -> not {} for {bound}`",
                             step.event.name,
-                            format_duration(d.millis)
                         )),
                     )
                 }
@@ -215,6 +218,7 @@ impl RuleChecker<'_> {
                     "zero length",
                 )),
                 ast::StepKind::Count { min } => {
+                    let min = *min;
                     if min == 0 || min > MAX_COUNT {
                         self.error(
                             Diagnostic::new(
@@ -240,15 +244,37 @@ impl RuleChecker<'_> {
                 }
                 _ => {}
             }
-            let kind = match step.kind {
+            let kind = match &step.kind {
                 ast::StepKind::Once => plan::StepKind::Once,
-                ast::StepKind::Count { min } => plan::StepKind::Count { min },
+                ast::StepKind::Count { min } => plan::StepKind::Count { min: *min },
                 ast::StepKind::Absent(d) => plan::StepKind::Absent(d.millis),
+                ast::StepKind::AbsentFor(e) => {
+                    bounds.push(self.absence_bound(w, e));
+                    plan::StepKind::AbsentFor(bounds.len() - 1)
+                }
             };
             steps.push(StepPlan { source, kind });
         }
         self.unsequenced(&used);
-        steps
+        (steps, bounds)
+    }
+
+    /// An absence's bound that is an expression: a duration, which may read the usual interval
+    /// between the first step's events.
+    fn absence_bound(&mut self, w: &WithClause, e: &Expr) -> TExpr {
+        let first = w.steps.first().and_then(|s| self.events.get(&s.event.name)).map_or(0, |i| i.source);
+        let scope = Scope {
+            place: "an absence's bound",
+            vars: Vars::Sources(&[]),
+            state: false,
+            baselines: false,
+            cluster: false,
+            scores: false,
+            special: Special::Interval(first),
+        };
+        let bound = self.expr(e, &scope);
+        self.require(bound.ty, &[Type::Duration], e.span, "an absence lasts a duration");
+        bound
     }
 
     /// Reports patterns bound but not in the sequence.
@@ -271,7 +297,7 @@ impl RuleChecker<'_> {
 
     /// Reports a sequence without the bound it needs, or too short to be one.
     fn sequence_bounds(&mut self, w: &WithClause, steps: &[StepPlan]) {
-        let positive = steps.iter().filter(|s| !matches!(s.kind, plan::StepKind::Absent(_))).count();
+        let positive = steps.iter().filter(|s| !s.kind.is_absence()).count();
         let counted = steps.iter().any(|s| matches!(s.kind, plan::StepKind::Count { .. }));
         if (positive > 1 || counted) && w.within.is_none() {
             self.error(
@@ -378,6 +404,7 @@ impl RuleChecker<'_> {
                 .with_secondary(inv.span, "invariant"),
             );
         }
+        self.score_mixing();
     }
 
     pub(super) fn alert(&mut self, scope: &Scope) -> AlertPlan {
@@ -387,6 +414,7 @@ impl RuleChecker<'_> {
                 severity: "warning",
                 for_ms: 0,
                 keep_firing_for_ms: 0,
+                refractory_ms: 0,
             };
         };
         let condition = match &a.condition {
@@ -416,6 +444,7 @@ impl RuleChecker<'_> {
             severity,
             for_ms: a.for_.map_or(0, |d| d.millis),
             keep_firing_for_ms: a.keep_firing_for.map_or(0, |d| d.millis),
+            refractory_ms: a.refractory.map_or(0, |d| d.millis),
         }
     }
 

@@ -13,9 +13,19 @@ impl RuleChecker<'_> {
                 state: true,
                 baselines: self.rule.invariant.is_some(),
                 cluster: self.has_cluster,
+                scores: self.rule.score.is_some(),
+                special: Special::None,
             }
         } else {
-            Scope { place: "the alert", vars: Vars::Sources(positive), state: false, baselines: false, cluster: false }
+            Scope {
+                place: "the alert",
+                vars: Vars::Sources(positive),
+                state: false,
+                baselines: false,
+                cluster: false,
+                scores: false,
+                special: Special::None,
+            }
         }
     }
 
@@ -61,12 +71,20 @@ impl RuleChecker<'_> {
                 return typed(*ty, TExprKind::Baseline(n.to_string()));
             }
         }
+        if scope.scores {
+            if let Some(&slot) = self.score_names.get(n) {
+                return typed(Type::Number, TExprKind::Score { slot, name: n.to_string() });
+            }
+        }
         let mut candidates: Vec<&str> = self.events.keys().chain(self.entities.keys()).map(String::as_str).collect();
         if scope.state {
             candidates.extend(self.state.iter().map(|s| s.name.as_str()));
         }
         if scope.baselines {
             candidates.extend(self.baselines.keys().map(String::as_str));
+        }
+        if scope.scores {
+            candidates.extend(self.score_names.keys().map(String::as_str));
         }
         candidates.sort();
         let mut d =
@@ -89,7 +107,7 @@ impl RuleChecker<'_> {
                 }
                 let absent = self.rule.with.as_ref().is_some_and(|w| {
                     w.steps.iter().any(|st| {
-                        matches!(st.kind, ast::StepKind::Absent(_))
+                        st.kind.is_absence()
                             && self.events.get(&st.event.name).is_some_and(|i| sources.contains(&i.source))
                     })
                 });

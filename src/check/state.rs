@@ -37,6 +37,8 @@ impl RuleChecker<'_> {
             state: false,
             baselines: false,
             cluster: false,
+            scores: false,
+            special: Special::None,
         };
         let mut fields = Vec::new();
         let mut types = HashMap::new();
@@ -213,8 +215,7 @@ impl RuleChecker<'_> {
         let mut init = Vec::new();
         let mut update = Vec::new();
         for st in &inv.statements {
-            let scope =
-                Scope { place: "the invariant", vars: Vars::GroupKeys, state: true, baselines: true, cluster: false };
+            let scope = Scope { state: true, baselines: true, ..Scope::new("the invariant", Vars::GroupKeys) };
             let value = self.expr(&st.value, &scope);
             if st.is_init {
                 if self.baselines.contains_key(&st.target.name) {
@@ -297,6 +298,8 @@ impl RuleChecker<'_> {
                         state: true,
                         baselines: false,
                         cluster: false,
+                        scores: false,
+                        special: Special::None,
                     };
                     let checked: Vec<TExpr> = d
                         .iter()
@@ -313,6 +316,8 @@ impl RuleChecker<'_> {
                         state: false,
                         baselines: false,
                         cluster: false,
+                        scores: false,
+                        special: Special::None,
                     };
                     per = p.iter().map(|e| self.scalar(e, &key_scope)).collect();
                 }

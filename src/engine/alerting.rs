@@ -25,6 +25,10 @@ pub struct Alerting {
     value_names: Vec<Arc<str>>,
     lifecycle: Lifecycle<Key>,
     firing: super::keys::KeyMap<Alert>,
+    /// Keys in their refractory period, and until when: no new alert starts for them.
+    quiet: super::keys::KeyMap<Millis>,
+    /// How many keys `quiet` held after it was last pruned of the ones whose time is up.
+    quiet_pruned: usize,
     /// What every alert of the rule shares: its name, severity, and the labels and annotations
     /// that have no template holes (`None` when they have some, and are rendered per alert).
     rule: Arc<str>,
@@ -53,6 +57,8 @@ impl Alerting {
             value_names,
             lifecycle,
             firing: Default::default(),
+            quiet: Default::default(),
+            quiet_pruned: 0,
             rule,
             severity,
             labels,
@@ -73,6 +79,21 @@ impl Alerting {
         self.firing = firing.into_iter().filter_map(|(k, text)| Some((k, serde_json::from_str(&text).ok()?))).collect();
     }
 
+    /// The keys in their refractory period, for a checkpoint (kept apart from
+    /// [`Alerting::snapshot`], whose form checkpoints of earlier builds have).
+    pub fn quiet_snapshot(&self) -> Vec<(Key, Millis)> {
+        self.quiet.iter().map(|(k, t)| (k.clone(), *t)).collect()
+    }
+
+    pub fn restore_quiet(&mut self, quiet: Vec<(Key, Millis)>) {
+        self.quiet = quiet.into_iter().collect();
+    }
+
+    /// Whether a new alert for `key` would start within the refractory period of its last one.
+    fn quieted(&self, key: &Key, t: Millis) -> bool {
+        !self.quiet.is_empty() && !self.lifecycle.is_active(key) && self.quiet.get(key).is_some_and(|until| t < *until)
+    }
+
     pub fn plan(&self) -> &Arc<RulePlan> {
         &self.plan
     }
@@ -85,7 +106,7 @@ impl Alerting {
     /// About what the lifecycle and the firing alerts take (an alert with its evidence is a
     /// few hundred bytes to a few kilobytes).
     pub fn state_bytes(&self) -> usize {
-        self.lifecycle.active() * 160 + self.firing.len() * 2048
+        self.lifecycle.active() * 160 + self.firing.len() * 2048 + self.quiet.len() * 96
     }
 
     pub fn is_active(&self, key: &Key) -> bool {
@@ -102,6 +123,7 @@ impl Alerting {
         evidence: impl FnOnce() -> Vec<Evidence>,
         out: &mut Vec<Alert>,
     ) {
+        let holds = holds && !self.quieted(key, t);
         let transition = self.lifecycle.observe(key, t, holds);
         self.transition(key, transition, env, evidence, out);
     }
@@ -115,6 +137,9 @@ impl Alerting {
         evidence: impl FnOnce() -> Vec<Evidence>,
         out: &mut Vec<Alert>,
     ) {
+        if self.quieted(key, t) {
+            return;
+        }
         let transition = self.lifecycle.matched(key, t);
         self.transition(key, transition, env, evidence, out);
     }
@@ -129,6 +154,14 @@ impl Alerting {
     ) {
         match transition {
             Some(tr) if tr.status == Status::Firing => {
+                let refractory = self.plan.alert.refractory_ms as Millis;
+                if refractory > 0 {
+                    if self.quiet.len() > 2 * self.quiet_pruned + 64 {
+                        self.quiet.retain(|_, until| *until > tr.at);
+                        self.quiet_pruned = self.quiet.len();
+                    }
+                    self.quiet.insert(key.clone(), tr.at.saturating_add(refractory));
+                }
                 let alert = self.build(key, &tr, env, evidence());
                 self.firing.insert(key.clone(), alert.clone());
                 out.push(alert);

@@ -36,12 +36,16 @@ pub struct Env<'a> {
     pub baselines: Option<&'a BTreeMap<String, Value>>,
     pub cluster: Option<&'a ClusterResult>,
     pub regexes: &'a RegexCache,
+    /// The values of a `score` block's slots computed so far.
+    pub scores: Option<&'a [Value]>,
+    /// A sequence partition's usual interval between events: its gaps' given quantile, in ms.
+    pub intervals: Option<&'a dyn Fn(f64) -> Option<i64>>,
 }
 
 impl<'a> Env<'a> {
     /// An environment of events only: filters, sequence conditions, event-rule alerts.
     pub fn events(sources: &'a [SourcePlan], events: &'a [Option<&'a Event>], regexes: &'a RegexCache) -> Self {
-        Env { sources, events, state: None, baselines: None, cluster: None, regexes }
+        Env { sources, events, state: None, baselines: None, cluster: None, regexes, scores: None, intervals: None }
     }
 }
 
@@ -223,6 +227,10 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
             Value::List(Arc::new(out))
         }
         TExprKind::Baseline(name) => env.baselines.and_then(|b| b.get(name)).cloned().unwrap_or(Value::Null),
+        TExprKind::Score { slot, .. } => env.scores.and_then(|s| s.get(*slot)).cloned().unwrap_or(Value::Null),
+        TExprKind::Interval { quantile, .. } => {
+            env.intervals.and_then(|f| f(*quantile)).map_or(Value::Null, Value::Dur)
+        }
         TExprKind::ClusterField(field) => match env.cluster {
             None => Value::Null,
             Some(c) => match *field {

@@ -48,12 +48,5 @@ impl Baseline {
 }
 
 fn env_with<'a>(env: &Env<'a>, baselines: &'a BTreeMap<String, Value>) -> Env<'a> {
-    Env {
-        sources: env.sources,
-        events: env.events,
-        state: env.state,
-        baselines: Some(baselines),
-        cluster: env.cluster,
-        regexes: env.regexes,
-    }
+    Env { baselines: Some(baselines), ..*env }
 }

@@ -34,6 +34,7 @@ mod outlier;
 pub mod physical;
 mod reorder;
 pub mod routing;
+pub mod scorer;
 mod sequence;
 pub mod snapshot;
 mod state;

@@ -69,7 +69,10 @@ pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>)
                 Box::new(sequence::SequenceOperator::new(plan.clone(), seq, regexes.clone(), limits)),
                 OperatorKind::Sequence,
             ),
-            ModelPlan::TimeSeries(w) | ModelPlan::Invariant(w, _) | ModelPlan::Outlier(w, _) => {
+            ModelPlan::TimeSeries(w)
+            | ModelPlan::Invariant(w, _)
+            | ModelPlan::Outlier(w, _)
+            | ModelPlan::Scored(w, _) => {
                 let state = window::shared_state(plan, w);
                 match shared.get(&state) {
                     Some(&i) => windows[i].add(plan.clone()),

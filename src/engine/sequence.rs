@@ -35,6 +35,44 @@ type SequenceState = (
     BlindSpot,
 );
 
+/// What follows it, when the rule learns intervals or has a refractory period: each partition's
+/// recent intervals, and the keys in their refractory period. Checkpoints of builds before these
+/// end at the state above.
+type SequenceExtension = (Vec<(Key, Cadence)>, Vec<(Key, Millis)>);
+
+/// How often a partition's first-step events come: the last one's time and the gaps before it.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Cadence {
+    last: Millis,
+    gaps: VecDeque<Millis>,
+}
+
+/// Gaps a cadence remembers.
+const CADENCE_GAPS: usize = 32;
+/// A partition with no first-step event for this long forgets its cadence.
+const CADENCE_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
+
+impl Cadence {
+    fn note(&mut self, ts: Millis) {
+        // Events at one time (a host's metrics sampled together) make no gap.
+        if ts > self.last && self.last != 0 {
+            if self.gaps.len() == CADENCE_GAPS {
+                self.gaps.pop_front();
+            }
+            self.gaps.push_back(ts - self.last);
+        }
+        self.last = self.last.max(ts);
+    }
+
+    /// The `q` quantile of the recent gaps (the nearest rank), if there is one.
+    fn quantile(&self, q: f64) -> Option<Millis> {
+        let mut gaps: Vec<Millis> = self.gaps.iter().copied().collect();
+        gaps.sort_unstable();
+        let i = ((gaps.len() as f64 - 1.0) * q).round() as usize;
+        gaps.get(i).copied()
+    }
+}
+
 /// One entity variable of the rule.
 struct EntityVar {
     kind: EntityKind,
@@ -84,6 +122,8 @@ pub struct SequenceOperator {
     /// Conditions an event must meet to count as the absent event (by step).
     absent_conditions: Vec<Vec<TExpr>>,
     within: Option<Millis>,
+    /// Absence bounds that are expressions, by `StepKind::AbsentFor` index.
+    bounds: Vec<TExpr>,
     partitions: KeyMap<Partition>,
     /// Partition of each live partial match, by id (ids grow, so the first is the oldest).
     locate: BTreeMap<u64, Key>,
@@ -98,6 +138,11 @@ pub struct SequenceOperator {
     evicted_memory: u64,
     /// The self-alert for waiting absences the limits dropped.
     blind: BlindSpot,
+    /// Each partition's cadence, when an absence's bound reads `interval`.
+    cadence: KeyMap<Cadence>,
+    learns_cadence: bool,
+    /// When cadences not updated for a week are next forgotten.
+    next_cadence_sweep: Millis,
 }
 
 impl SequenceOperator {
@@ -184,6 +229,10 @@ impl SequenceOperator {
             evicted_idle: 0,
             evicted_memory: 0,
             blind: BlindSpot::default(),
+            cadence: KeyMap::default(),
+            learns_cadence: seq.steps.iter().any(|s| matches!(s.kind, StepKind::AbsentFor(_))),
+            next_cadence_sweep: Millis::MIN,
+            bounds: seq.bounds.clone(),
         }
     }
 
@@ -256,13 +305,19 @@ impl SequenceOperator {
         pm.step += 1;
     }
 
-    /// After a step: schedule the match's next timer, or report it complete (`Some(time)`).
-    fn settle(&self, pm: &mut PartialMatch) -> Option<Millis> {
+    /// After a step: schedule the match's next timer, or report it complete (`Some(time)`). An
+    /// absence whose bound cannot be known yet (no interval learned) is not waited for: the
+    /// match gets no timer and goes when it is judged ([`SequenceOperator::track`]).
+    fn settle(&self, pm: &mut PartialMatch, key: &Key) -> Option<Millis> {
         let steps = self.steps();
         match steps.get(pm.step).map(|s| s.kind) {
             None => Some(pm.last),
             Some(StepKind::Absent(ms)) => {
                 pm.due = Some(pm.last + ms as Millis);
+                None
+            }
+            Some(StepKind::AbsentFor(i)) => {
+                pm.due = self.bound(i, pm, key).map(|ms| pm.last.saturating_add(ms));
                 None
             }
             Some(_) => {
@@ -277,7 +332,24 @@ impl SequenceOperator {
         }
     }
 
+    /// An absence bound of the `i`th expression for `pm` in partition `key`, in milliseconds.
+    fn bound(&self, i: usize, pm: &PartialMatch, key: &Key) -> Option<Millis> {
+        let bound = self.bounds.get(i)?;
+        let cadence = self.cadence.get(key);
+        let intervals = |q: f64| cadence.and_then(|c| c.quantile(q));
+        let events: Vec<Option<&Event>> = pm.events.iter().map(|e| e.as_deref()).collect();
+        let env = Env { intervals: Some(&intervals), ..Env::events(&self.plan.sources, &events, &self.regexes) };
+        match super::eval::eval(bound, &env) {
+            Value::Dur(ms) if ms > 0 => Some(ms),
+            _ => None,
+        }
+    }
+
     fn track(&mut self, key: &Key, pm: PartialMatch) {
+        // An absence that cannot be timed is not waited for.
+        if pm.due.is_none() && self.steps().get(pm.step).is_some_and(|s| s.kind.is_absence()) {
+            return;
+        }
         while self.locate.len() >= self.limits.max_keys {
             self.evict_oldest("cap");
         }
@@ -349,7 +421,7 @@ impl Operator for SequenceOperator {
                     continue;
                 }
                 match kind {
-                    StepKind::Absent(_) => {
+                    StepKind::Absent(_) | StepKind::AbsentFor(_) => {
                         if !self.fits(&pm, source, event, &self.absent_conditions[step]) {
                             kept.push(pm);
                         } else {
@@ -369,11 +441,16 @@ impl Operator for SequenceOperator {
                             // Not the last step, so the match goes on (it completes at the
                             // last step, above, or when an absence's deadline passes).
                             self.bind(&mut pm, source, event);
-                            self.settle(&mut pm);
+                            self.settle(&mut pm, &key);
                             if let Some(due) = pm.due {
                                 self.timers.push(Reverse((due, pm.id)));
+                                kept.push(pm);
+                            } else if !self.steps()[pm.step].kind.is_absence() {
+                                kept.push(pm);
+                            } else {
+                                // An absence that cannot be timed yet is not waited for.
+                                self.locate.remove(&pm.id);
                             }
-                            kept.push(pm);
                         } else {
                             kept.push(pm);
                         }
@@ -386,6 +463,9 @@ impl Operator for SequenceOperator {
                     self.partitions.remove(&key);
                 }
             }
+        }
+        if step == 0 && self.learns_cadence {
+            self.cadence.entry(key.clone()).or_default().note(event.ts);
         }
         if step == 0 {
             let mut completed = Vec::new();
@@ -411,6 +491,10 @@ impl Operator for SequenceOperator {
         }
         self.blind.report(&self.plan.name, watermark, out);
         self.blind.expire(watermark, out);
+        if self.learns_cadence && watermark >= self.next_cadence_sweep {
+            self.cadence.retain(|_, c| watermark - c.last < CADENCE_MEMORY_MS);
+            self.next_cadence_sweep = watermark.saturating_add(3_600_000);
+        }
         if self.next_sweep.is_some_and(|t| t <= watermark) {
             let within = self.within.unwrap_or(0);
             self.partitions.retain(|_, p| {
@@ -437,7 +521,7 @@ impl Operator for SequenceOperator {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        postcard::to_stdvec(&(
+        let bytes = postcard::to_stdvec(&(
             &self.partitions,
             &self.locate,
             &self.timers,
@@ -445,12 +529,22 @@ impl Operator for SequenceOperator {
             self.next_sweep,
             self.alerting.snapshot(),
             &self.blind,
-        ))
+        ))?;
+        let quiet = self.alerting.quiet_snapshot();
+        if !self.learns_cadence && quiet.is_empty() {
+            return Ok(bytes);
+        }
+        let cadence: Vec<(&Key, &Cadence)> = self.cadence.iter().collect();
+        postcard::to_extend(&(cadence, quiet), bytes)
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
-        let (partitions, locate, timers, next_id, next_sweep, alerting, blind): SequenceState =
-            postcard::from_bytes(state)?;
+        let ((partitions, locate, timers, next_id, next_sweep, alerting, blind), rest): (SequenceState, &[u8]) =
+            postcard::take_from_bytes(state)?;
+        let (cadence, quiet): SequenceExtension =
+            if rest.is_empty() { Default::default() } else { postcard::from_bytes(rest)? };
+        self.cadence = cadence.into_iter().collect();
+        self.alerting.restore_quiet(quiet);
         self.blind = blind;
         self.partitions = partitions;
         self.locate = locate;
@@ -477,7 +571,8 @@ impl Operator for SequenceOperator {
         let event = super::operator::event_bytes(self.plan.sources[0].stream);
         let per_match = std::mem::size_of::<PartialMatch>() + sources * (8 + event) + 64;
         let counted: usize = self.partitions.values().map(|p| p.counter.len()).sum();
-        self.locate.len() * (per_match + 48)
+        self.cadence.len() * (std::mem::size_of::<(Key, Cadence)>() + CADENCE_GAPS * 8 + 64)
+            + self.locate.len() * (per_match + 48)
             + self.partitions.len() * (std::mem::size_of::<(Key, Partition)>() + 64)
             + counted * (event + 8)
             + self.alerting.state_bytes()
@@ -511,11 +606,11 @@ impl SequenceOperator {
         let Some(pos) = part.matches.iter().position(|m| m.id == id && m.due == Some(due)) else { return };
         let mut pm = part.matches.swap_remove(pos);
         self.locate.remove(&id);
-        if let StepKind::Absent(_) = self.steps()[pm.step].kind {
+        if self.steps()[pm.step].kind.is_absence() {
             // The wait is over with no fitting event: the absence holds.
             pm.last = due;
             pm.step += 1;
-            match self.settle(&mut pm) {
+            match self.settle(&mut pm, &key) {
                 Some(at) => self.complete(&key, &pm, None, at, out),
                 None => self.track(&key, pm),
             }
@@ -541,7 +636,7 @@ impl SequenceOperator {
         if let Some(part) = self.partitions.get_mut(&key) {
             if let Some(pos) = part.matches.iter().position(|m| m.id == id) {
                 let pm = part.matches.swap_remove(pos);
-                if steps.get(pm.step).is_some_and(|s| matches!(s.kind, StepKind::Absent(_))) {
+                if steps.get(pm.step).is_some_and(|s| s.kind.is_absence()) {
                     self.blind.dropped(reason);
                 }
             }
@@ -590,7 +685,7 @@ impl SequenceOperator {
                 pm.start = counted[0].ts;
                 pm.counted = counted;
                 self.bind(&mut pm, source, event);
-                match self.settle(&mut pm) {
+                match self.settle(&mut pm, key) {
                     Some(at) => completed.push((pm, at)),
                     None => self.track(key, pm),
                 }
@@ -598,7 +693,7 @@ impl SequenceOperator {
             _ => {
                 let mut pm = fresh;
                 self.bind(&mut pm, source, event);
-                match self.settle(&mut pm) {
+                match self.settle(&mut pm, key) {
                     Some(at) => completed.push((pm, at)),
                     None => self.track(key, pm),
                 }
@@ -617,8 +712,7 @@ fn place_conditions(
     names: &[String],
     binds: &[Vec<usize>],
 ) -> (Vec<Vec<TExpr>>, Vec<Vec<TExpr>>) {
-    let absent_sources: Vec<usize> =
-        seq.steps.iter().filter(|s| matches!(s.kind, StepKind::Absent(_))).map(|s| s.source).collect();
+    let absent_sources: Vec<usize> = seq.steps.iter().filter(|s| s.kind.is_absence()).map(|s| s.source).collect();
     let mut bind_conditions = vec![Vec::new(); seq.steps.len()];
     let mut absent_conditions = vec![Vec::new(); seq.steps.len()];
     for cond in &seq.conditions {

@@ -107,6 +107,8 @@ fn compiled_window_conditions_hold_exactly_when_the_evaluator_says_so() {
                         baselines: None,
                         cluster: None,
                         regexes: &regexes,
+                        scores: None,
+                        intervals: None,
                     };
                     let expected = eval::holds(condition, &env);
                     assert_eq!(test.holds_on_window(&history), expected, "{}: {history:?}", plan.name);

@@ -15,10 +15,11 @@ use super::keys::{Key, KeyMap};
 use super::open_windows::{OpenWindows, Slot};
 use super::operator::Operator;
 use super::outlier;
+use super::scorer::Scores;
 use super::state::Acc;
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{format_time, Event, Millis, Value};
-use crate::plan::{GroupKey, RulePlan, SourcePlan, StatePlan, TExprKind, WindowPlan, WindowedPlan};
+use crate::plan::{GroupKey, RulePlan, ScorePlan, SourcePlan, StatePlan, TExprKind, WindowPlan, WindowedPlan};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -78,10 +79,17 @@ impl WindowOperatorBuilder {
         let WindowedPlan { window, state } = self.windowed;
         let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
         let key_names = key_names(&state);
+        // A group's scorers have learned its past: they are kept through a week of quiet (a
+        // series that reports daily stays known), or the idle timeout, whichever is shorter.
+        let scored = (SCORED_MEMORY_MS as u64).div_ceil(window.slide_ms) as usize;
         let remember = self
             .plans
             .iter()
-            .map(|p| p.model.invariant().map_or(0, |i| i.training_windows as usize))
+            .map(|p| match (p.model.invariant(), p.model.scores()) {
+                (Some(i), _) => i.training_windows as usize,
+                (None, Some(_)) => scored,
+                (None, None) => 0,
+            })
             .max()
             .unwrap_or(0)
             .max(history);
@@ -90,6 +98,7 @@ impl WindowOperatorBuilder {
             .into_iter()
             .map(|plan| Dependent {
                 alerting: Alerting::new(plan.clone(), key_names.clone()),
+                scores: plan.model.scores().cloned(),
                 test: plan.model.invariant().is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
                 plan,
             })
@@ -121,6 +130,7 @@ impl WindowOperatorBuilder {
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
+            has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
             key_positions: super::operator::entity_key_positions(&first.sources[0])
                 .into_iter()
@@ -161,6 +171,13 @@ fn key_names(state: &StatePlan) -> Vec<String> {
 
 /// What a window operator's snapshot holds.
 type WindowState = (KeyMap<Group>, Option<Millis>, Vec<super::alerting::AlertingState>);
+/// What follows it, when any rule has scores or a refractory period: each group's scores, and
+/// each rule's keys in their refractory period. Checkpoints of builds before these end at the
+/// state above.
+type WindowExtension = (Vec<(Key, Box<[Option<Scores>]>)>, Vec<Vec<(Key, Millis)>>);
+
+/// How long a scored group is remembered without events.
+const SCORED_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
 
 struct Dependent {
     plan: Arc<RulePlan>,
@@ -168,6 +185,7 @@ struct Dependent {
     /// The alert condition compiled, when it only compares the closed window's numbers with
     /// literals (and the rule has no invariant, whose baselines it would read).
     test: Option<NumberTest>,
+    scores: Option<ScorePlan>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -184,6 +202,41 @@ struct Group {
     active: bool,
     /// Per dependent rule with an invariant (none allocated without one).
     baselines: Box<[Baseline]>,
+    /// Per dependent rule, its scores if it has a `score` block (none allocated without one).
+    /// Checkpointed apart ([`WindowExtension`]).
+    #[serde(skip)]
+    scores: Box<[Option<Scores>]>,
+}
+
+impl Dependent {
+    /// A scored rule judges a group: its scorers learn from the window if it had events (a
+    /// quiet window is not judged), and the alert reads the scores.
+    #[allow(clippy::too_many_arguments)]
+    fn judge_scored(
+        &mut self,
+        key: &Key,
+        end: Millis,
+        active: bool,
+        scores: &mut Scores,
+        env: &Env,
+        windows: impl FnOnce() -> Vec<Evidence>,
+        out: &mut Vec<Alert>,
+    ) {
+        let Some(plan) = &self.scores else { return };
+        if active {
+            scores.update(plan, env);
+        } else {
+            scores.clear();
+        }
+        let judged = Env { scores: Some(&scores.values), ..*env };
+        let fires = holds(&self.plan.alert.condition, &judged);
+        let evidence = || {
+            let mut out = windows();
+            out.push(Evidence::Json(scores.evidence(plan)));
+            out
+        };
+        self.alerting.observe(key, end, fires, &judged, evidence, out);
+    }
 }
 
 pub struct WindowOperator {
@@ -200,6 +253,7 @@ pub struct WindowOperator {
     remember: usize,
     groups: KeyMap<Group>,
     has_invariant: bool,
+    has_scores: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
     rebuild: Option<Vec<usize>>,
     /// End of the next window to close.
@@ -300,7 +354,7 @@ impl WindowOperator {
         // Group by group, each judged by every rule that shares the state.
         for (key, group) in groups.iter_mut() {
             let from = out.len();
-            let Group { history, last_event, baselines, active, .. } = group;
+            let Group { history, last_event, baselines, active, scores, .. } = group;
             let events = [Some(stand_in(last_event, rebuild, key, &mut scratch))];
             let active = *active;
             for (d, dependent) in dependents.iter_mut().enumerate() {
@@ -312,8 +366,21 @@ impl WindowOperator {
                 }
                 let plan = &dependent.plan;
                 let cluster = clusters[d].get(key);
-                let env =
-                    Env { sources: source, events: &events, state: Some(history), baselines: None, cluster, regexes };
+                let env = Env {
+                    sources: source,
+                    events: &events,
+                    state: Some(history),
+                    baselines: None,
+                    cluster,
+                    regexes,
+                    scores: None,
+                    intervals: None,
+                };
+                if let Some(Some(group_scores)) = scores.get_mut(d) {
+                    let windows = || evidence(names, history, end, size, slide, None, cluster);
+                    dependent.judge_scored(key, end, active, group_scores, &env, windows, out);
+                    continue;
+                }
                 let alerting = &mut dependent.alerting;
                 match plan.model.invariant() {
                     // No alert while a group trains; windows without events teach nothing.
@@ -343,18 +410,7 @@ impl WindowOperator {
                 runs.push((key, from, out.len()));
             }
         }
-        // A stable order makes the alerts of one close come out the same on every run: by
-        // key, and a group's own in the order of the rules.
-        if runs.len() > 1 {
-            runs.sort_by(|a, b| compare_keys(a.0, b.0));
-            let mut rank = vec![0; out.len() - first];
-            for (n, &(_, from, to)) in runs.iter().enumerate() {
-                rank[from - first..to - first].fill(n);
-            }
-            let mut alerts: Vec<(usize, Alert)> = rank.into_iter().zip(out.drain(first..)).collect();
-            alerts.sort_by_key(|(n, _)| *n);
-            out.extend(alerts.into_iter().map(|(_, alert)| alert));
-        }
+        in_key_order(out, first, runs);
         // Without `ss[1]` anywhere, nothing reads a window after its close: keep no history.
         if self.history <= 1 {
             for g in self.groups.values_mut() {
@@ -404,6 +460,8 @@ impl WindowOperator {
                 baselines: None,
                 cluster: None,
                 regexes: &self.regexes,
+                scores: None,
+                intervals: None,
             };
             let point: Option<Vec<f64>> = c.dims.iter().map(|e| eval(e, &env).as_f64()).collect();
             let Some(point) = point else { continue };
@@ -465,6 +523,23 @@ fn stand_in<'e>(
         }
     }
     scratch
+}
+
+/// Puts the alerts of one close, from `first` on, in the order of their groups' keys (`runs`:
+/// each group's key and the range of its alerts), a group's own in the order of the rules: a
+/// stable order makes the alerts of one close come out the same on every run.
+fn in_key_order(out: &mut Vec<Alert>, first: usize, mut runs: Vec<(&Key, usize, usize)>) {
+    if runs.len() <= 1 {
+        return;
+    }
+    runs.sort_by(|a, b| compare_keys(a.0, b.0));
+    let mut rank = vec![0; out.len() - first];
+    for (n, &(_, from, to)) in runs.iter().enumerate() {
+        rank[from - first..to - first].fill(n);
+    }
+    let mut alerts: Vec<(usize, Alert)> = rank.into_iter().zip(out.drain(first..)).collect();
+    alerts.sort_by_key(|(n, _)| *n);
+    out.extend(alerts.into_iter().map(|(_, alert)| alert));
 }
 
 fn compare_keys(a: &Key, b: &Key) -> std::cmp::Ordering {
@@ -557,6 +632,11 @@ impl Operator for WindowOperator {
                 }
                 let baselines = self.dependents.len();
                 let has_invariant = self.has_invariant;
+                let scores: Box<[Option<Scores>]> = if self.has_scores {
+                    self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect()
+                } else {
+                    Box::default()
+                };
                 let open_windows = (self.size / self.slide).max(1) as usize;
                 let fields = self.empty.len();
                 // Quiet closes count from the newest group, so that every group has been
@@ -572,6 +652,7 @@ impl Operator for WindowOperator {
                     active: false,
                     // Only rules with an invariant keep a baseline per group.
                     baselines: if has_invariant { vec![Baseline::default(); baselines].into() } else { Box::default() },
+                    scores,
                 });
                 add(group, &self.empty, self.slide);
             }
@@ -621,15 +702,41 @@ impl Operator for WindowOperator {
 
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
         let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
-        postcard::to_stdvec(&(&self.groups, self.next_close, alerting))
+        let mut bytes = postcard::to_stdvec(&(&self.groups, self.next_close, alerting))?;
+        let quiet: Vec<Vec<(Key, Millis)>> = self.dependents.iter().map(|d| d.alerting.quiet_snapshot()).collect();
+        if self.has_scores || quiet.iter().any(|q| !q.is_empty()) {
+            let scores: Vec<(&Key, &Box<[Option<Scores>]>)> =
+                self.groups.iter().filter(|(_, g)| !g.scores.is_empty()).map(|(k, g)| (k, &g.scores)).collect();
+            bytes = postcard::to_extend(&(scores, quiet), bytes)?;
+        }
+        Ok(bytes)
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
-        let (groups, next_close, alerting): WindowState = postcard::from_bytes(state)?;
+        let ((groups, next_close, alerting), rest): (WindowState, &[u8]) = postcard::take_from_bytes(state)?;
         self.groups = groups;
         self.next_close = next_close;
         for (d, a) in self.dependents.iter_mut().zip(alerting) {
             d.alerting.restore(a);
+        }
+        let (scores, quiet): WindowExtension =
+            if rest.is_empty() { Default::default() } else { postcard::from_bytes(rest)? };
+        for (key, s) in scores {
+            if let Some(g) = self.groups.get_mut(&key) {
+                g.scores = s;
+            }
+        }
+        // A group restored without scores (a checkpoint from before the rule had them) starts
+        // learning afresh.
+        if self.has_scores {
+            let fresh: Box<[Option<Scores>]> =
+                self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect();
+            for g in self.groups.values_mut().filter(|g| g.scores.len() != fresh.len()) {
+                g.scores = fresh.clone();
+            }
+        }
+        for (d, q) in self.dependents.iter_mut().zip(quiet) {
+            d.alerting.restore_quiet(q);
         }
         Ok(())
     }
@@ -656,7 +763,10 @@ impl Operator for WindowOperator {
             + self.history * (fields * value + 40)
             + if self.rebuild.is_none() { super::operator::event_bytes(self.source[0].stream) } else { 0 }
             + 32;
-        self.groups.len() * per_group + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
+        // Scores take the same in every group of a rule; the first group's stand for all.
+        let scores = self.groups.values().next().map_or(0, |g| g.scores.iter().flatten().map(Scores::bytes).sum());
+        self.groups.len() * (per_group + scores)
+            + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
     }
 
     fn shrink(&mut self, _now: Millis, _out: &mut Vec<Alert>) -> bool {

@@ -36,7 +36,7 @@ pub(super) fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>)
     }
     // Alert options are listed one by one as keywords and once as a group; keep the group.
     if expected.contains(ALERT_OPTIONS) {
-        for kw in ["`for`", "`severity`", "`keep_firing_for`"] {
+        for kw in ["`for`", "`severity`", "`keep_firing_for`", "`refractory`"] {
             expected.remove(kw);
         }
     }
@@ -64,7 +64,7 @@ pub(super) fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>)
     (d, at)
 }
 
-const ALERT_OPTIONS: &str = "an alert option (severity, for, keep_firing_for)";
+const ALERT_OPTIONS: &str = "an alert option (severity, for, keep_firing_for, refractory)";
 const CLAUSE_KEYWORDS: &[&str] = &[
     "rule",
     "description",
@@ -80,6 +80,8 @@ const CLAUSE_KEYWORDS: &[&str] = &[
     "where",
     "severity",
     "keep_firing_for",
+    "refractory",
+    "score",
 ];
 
 /// How to name what stands at `at`, and its length in bytes.
@@ -136,6 +138,7 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
         | Rule::state_clause
         | Rule::invariant_clause
         | Rule::cluster_clause
+        | Rule::score_clause
         | Rule::alert_clause
         | Rule::labels_clause
         | Rule::annotations_clause
@@ -150,7 +153,7 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
         Rule::inv_mode => "`offline` or `online`",
         Rule::cluster_arg => "a cluster argument `name = value`",
         Rule::template_field => "a field `name = \"text\"`",
-        Rule::severity_opt | Rule::for_opt | Rule::keep_firing_opt => ALERT_OPTIONS,
+        Rule::severity_opt | Rule::for_opt | Rule::keep_firing_opt | Rule::refractory_opt => ALERT_OPTIONS,
         Rule::or_op
         | Rule::and_op
         | Rule::cmp_op
@@ -197,6 +200,7 @@ fn describe_literal(token: &str) -> Option<String> {
         "description",
         "with",
         "state",
+        "score",
         "invariant",
         "cluster",
         "alert",

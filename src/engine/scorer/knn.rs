@@ -1,0 +1,127 @@
+//! `knn`: conformal k-nearest-neighbour anomaly detection over lag vectors (the idea of KNN-CAD,
+//! Burnaev and Ishimtsev 2016), kept online.
+//!
+//! The last `dim` values form the current vector. Its non-conformity is its mean Euclidean
+//! distance to its `k` nearest neighbours among the `window` vectors before it that share no
+//! value with it. The non-conformities of the last `calibration` vectors, each computed the same
+//! way when it was current, calibrate it: the conformal p-value is the share of them at least
+//! as large (counting the new one), and the score is one minus it. On exchangeable data the
+//! p-values are uniform, so a threshold on the score is a false-alarm rate.
+
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Knn {
+    dim: usize,
+    k: usize,
+    window: usize,
+    calibration: usize,
+    /// The last `window + 2 * dim - 1` values, oldest first.
+    values: Vec<f64>,
+    /// The non-conformities of the last vectors, oldest first.
+    scores: VecDeque<f64>,
+    /// The last vector's non-conformity and p-value.
+    pub alpha: f64,
+    pub p_value: f64,
+}
+
+/// Non-conformities needed before a p-value is given: fewer make it coarse.
+const MIN_CALIBRATION: usize = 20;
+
+impl Knn {
+    pub fn new(dim: usize, k: usize, window: usize, calibration: usize) -> Self {
+        let dim = dim.max(1);
+        let window = window.max(k.max(1) + 1);
+        Knn {
+            dim,
+            k: k.max(1),
+            window,
+            calibration: calibration.max(MIN_CALIBRATION),
+            values: Vec::with_capacity(window + 2 * dim),
+            scores: VecDeque::with_capacity(calibration),
+            alpha: f64::NAN,
+            p_value: f64::NAN,
+        }
+    }
+
+    pub fn update(&mut self, x: f64) -> Option<f64> {
+        let keep = self.window + 2 * self.dim - 1;
+        if self.values.len() == keep {
+            self.values.remove(0);
+        }
+        self.values.push(x);
+        let n = self.values.len();
+        // Reference vectors start at 0..=n - 2 dim, so that none overlaps the current one.
+        let references = (n + 1).checked_sub(2 * self.dim)?;
+        if references < self.k {
+            return None;
+        }
+        let current = &self.values[n - self.dim..];
+        let mut nearest = [f64::INFINITY; 64];
+        let k = self.k.min(nearest.len());
+        for start in 0..references {
+            let reference = &self.values[start..start + self.dim];
+            let d: f64 = reference.iter().zip(current).map(|(a, b)| (a - b) * (a - b)).sum();
+            if d < nearest[k - 1] {
+                // Insertion into the k smallest, kept sorted.
+                let mut i = k - 1;
+                while i > 0 && nearest[i - 1] > d {
+                    nearest[i] = nearest[i - 1];
+                    i -= 1;
+                }
+                nearest[i] = d;
+            }
+        }
+        let alpha = nearest[..k].iter().map(|d| d.sqrt()).sum::<f64>() / k as f64;
+        self.alpha = alpha;
+        let out = (self.scores.len() >= MIN_CALIBRATION).then(|| {
+            let larger = self.scores.iter().filter(|s| **s >= alpha).count();
+            self.p_value = (larger + 1) as f64 / (self.scores.len() + 1) as f64;
+            1.0 - self.p_value
+        });
+        if self.scores.len() == self.calibration {
+            self.scores.pop_front();
+        }
+        self.scores.push_back(alpha);
+        out
+    }
+
+    pub fn bytes(&self) -> usize {
+        (self.window + 2 * self.dim + self.calibration) * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_conformity_and_p_value_by_hand() {
+        // dim 1, k 1: the distance to the nearest earlier value (not the current one).
+        let mut knn = Knn::new(1, 1, 10, 20);
+        for x in 0..30 {
+            // 0, 1, 0, 1, ...: from the third on, each value has an equal one before it.
+            let _ = knn.update((x % 2) as f64);
+            if x >= 2 {
+                assert_eq!(knn.alpha, 0.0);
+            }
+        }
+        // The last twenty (zeros) calibrate; 5 is 4 from the nearest (1): larger than all, so
+        // p = 1 / 21.
+        let score = knn.update(5.0).expect("a score");
+        assert_eq!(knn.alpha, 4.0);
+        assert!((knn.p_value - 1.0 / 21.0).abs() < 1e-12);
+        assert!((score - 20.0 / 21.0).abs() < 1e-12);
+        // A repeated value conforms: alpha 0 and p = 21 / 21.
+        assert_eq!(knn.update(1.0), Some(0.0));
+    }
+
+    #[test]
+    fn a_flat_series_conforms_and_a_step_out_of_it_does_not() {
+        let mut knn = Knn::new(3, 2, 50, 50);
+        for _ in 0..100 {
+            assert!(knn.update(7.0).unwrap_or(0.0) == 0.0);
+        }
+        assert!(knn.update(8.0).expect("a score") > 0.95);
+    }
+}

@@ -1,0 +1,168 @@
+//! Streaming anomaly scorers: per-group state that a rule's `score` block feeds one value per
+//! window in which the group had events, and that answers with a score.
+//!
+//! Every scorer reads only the values before the one it judges (no look-ahead), keeps a bounded
+//! state, and skips what is not a finite number: a NaN, an infinity or a missing value gives no
+//! score and leaves the state as it was, so one bad sample cannot poison a series.
+
+mod change;
+mod knn;
+mod likelihood;
+mod novelty;
+mod robust;
+mod shift;
+
+pub use likelihood::normal_cdf;
+
+use super::eval::{eval, Env};
+use crate::event::Value;
+use crate::plan::{ScorePlan, ScoreStep, ScorerSpec};
+use serde_json::{json, Value as Json};
+
+/// One scorer's state.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Scorer {
+    RobustZ(robust::RobustZ),
+    Knn(knn::Knn),
+    Shift(shift::Shift),
+    Likelihood(likelihood::Likelihood),
+    Novelty(novelty::Novelty),
+    Unchanged(change::Unchanged),
+    ChangeRate(change::ChangeRate),
+}
+
+impl Scorer {
+    pub fn new(spec: &ScorerSpec) -> Scorer {
+        let n = |v: u32| v as usize;
+        match *spec {
+            ScorerSpec::RobustZ { window, warmup } => Scorer::RobustZ(robust::RobustZ::new(n(window), n(warmup))),
+            ScorerSpec::Knn { dim, k, window, calibration } => {
+                Scorer::Knn(knn::Knn::new(n(dim), n(k), n(window), n(calibration)))
+            }
+            ScorerSpec::Shift { window, bins, warmup } => {
+                Scorer::Shift(shift::Shift::new(n(window), n(bins), n(warmup)))
+            }
+            ScorerSpec::Likelihood { short, long, warmup } => {
+                Scorer::Likelihood(likelihood::Likelihood::new(n(short), n(long), n(warmup)))
+            }
+            ScorerSpec::Novelty { window, warmup } => Scorer::Novelty(novelty::Novelty::new(n(window), n(warmup))),
+            ScorerSpec::Unchanged => Scorer::Unchanged(change::Unchanged::default()),
+            ScorerSpec::ChangeRate { window } => Scorer::ChangeRate(change::ChangeRate::new(n(window))),
+        }
+    }
+
+    /// The score of `x`, if the scorer has learned enough to give one; a value that is not a
+    /// finite number gives none and changes nothing.
+    pub fn update(&mut self, x: f64) -> Option<f64> {
+        if !x.is_finite() {
+            return None;
+        }
+        match self {
+            Scorer::RobustZ(s) => s.update(x),
+            Scorer::Knn(s) => s.update(x),
+            Scorer::Shift(s) => s.update(x),
+            Scorer::Likelihood(s) => s.update(x),
+            Scorer::Novelty(s) => s.update(x),
+            Scorer::Unchanged(s) => s.update(x),
+            Scorer::ChangeRate(s) => s.update(x),
+        }
+    }
+
+    /// What the last value was compared with, for an alert's evidence.
+    pub fn baseline(&self) -> Json {
+        let num = |x: f64| Value::Num(x).to_json();
+        match self {
+            Scorer::RobustZ(s) => json!({ "median": num(s.median), "scale": num(s.scale) }),
+            Scorer::Knn(s) => json!({ "nonconformity": num(s.alpha), "p_value": num(s.p_value) }),
+            Scorer::Shift(s) => json!({ "divergence": num(s.statistic) }),
+            Scorer::Likelihood(s) => json!({
+                "recent_mean": num(s.recent_mean), "mean": num(s.mean), "deviation": num(s.deviation)
+            }),
+            Scorer::Novelty(s) => json!({ "low": num(s.low), "high": num(s.high) }),
+            Scorer::Unchanged(_) | Scorer::ChangeRate(_) => Json::Null,
+        }
+    }
+
+    /// An estimate of the state's size in bytes.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Scorer::RobustZ(s) => s.bytes(),
+            Scorer::Knn(s) => s.bytes(),
+            Scorer::Shift(s) => s.bytes(),
+            Scorer::Likelihood(s) => s.bytes(),
+            Scorer::Novelty(s) => s.bytes(),
+            Scorer::Unchanged(_) => 24,
+            Scorer::ChangeRate(s) => s.bytes(),
+        }
+    }
+}
+
+/// One group's scores for one rule: the scorers of its slots (`None` for expression slots), and
+/// every slot's value at the last window.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Scores {
+    scorers: Vec<Option<Scorer>>,
+    pub values: Vec<Value>,
+}
+
+impl Scores {
+    pub fn new(plan: &ScorePlan) -> Scores {
+        Scores {
+            scorers: plan
+                .slots
+                .iter()
+                .map(|slot| match &slot.step {
+                    ScoreStep::Scorer(spec, _) => Some(Scorer::new(spec)),
+                    ScoreStep::Expr(_) => None,
+                })
+                .collect(),
+            values: vec![Value::Null; plan.slots.len()],
+        }
+    }
+
+    /// The window that just closed had events: every slot in order, each seeing the ones before.
+    pub fn update(&mut self, plan: &ScorePlan, env: &Env) {
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let value = {
+                let env = Env { scores: Some(&self.values[..i]), ..*env };
+                eval(slot.input(), &env)
+            };
+            self.values[i] = match (&slot.step, &mut self.scorers[i]) {
+                (ScoreStep::Scorer(..), Some(scorer)) => {
+                    value.as_f64().and_then(|x| scorer.update(x)).map_or(Value::Null, Value::Num)
+                }
+                _ => value,
+            };
+        }
+    }
+
+    /// The window that just closed had no events: nothing is judged.
+    pub fn clear(&mut self) {
+        self.values.fill(Value::Null);
+    }
+
+    /// The scores and what each scorer compared with, for an alert's evidence.
+    pub fn evidence(&self, plan: &ScorePlan) -> Json {
+        let mut scores = serde_json::Map::new();
+        let mut baselines = serde_json::Map::new();
+        for (i, (slot, value)) in plan.slots.iter().zip(&self.values).enumerate() {
+            let name = slot.name.clone().unwrap_or_else(|| format!("${i}"));
+            if slot.name.is_some() {
+                scores.insert(name.clone(), value.to_json());
+            }
+            if let (ScoreStep::Scorer(spec, input), Some(scorer)) = (&slot.step, &self.scorers[i]) {
+                let baseline = scorer.baseline();
+                let mut entry = json!({ "scorer": format!("{}({input})", spec.name()), "score": value.to_json() });
+                if let (Json::Object(e), Json::Object(b)) = (&mut entry, baseline) {
+                    e.extend(b);
+                }
+                baselines.insert(name, entry);
+            }
+        }
+        json!({ "scores": scores, "scorers": baselines })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>() + self.values.len() * 24 + 48
+    }
+}

@@ -1,0 +1,186 @@
+//! `robust_z`: how far a value is from the median of the series' recent values, in robust
+//! standard deviations (1.4826 median absolute deviations).
+
+use std::collections::VecDeque;
+
+/// The recent values in arrival order and sorted, so that the median is read in place and the
+/// median absolute deviation costs a walk over half of them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RobustZ {
+    window: usize,
+    warmup: usize,
+    ring: VecDeque<f64>,
+    sorted: Vec<f64>,
+    /// The median and scale the last value was judged against.
+    pub median: f64,
+    pub scale: f64,
+}
+
+/// The scale's unit: 1.4826 MAD estimates a normal distribution's standard deviation.
+const MAD_TO_SIGMA: f64 = 1.4826;
+/// The same for the mean absolute deviation, the fallback when more than half the values are
+/// equal (MAD 0): sqrt(pi / 2).
+const MEAN_AD_TO_SIGMA: f64 = 1.2533;
+
+impl RobustZ {
+    pub fn new(window: usize, warmup: usize) -> Self {
+        RobustZ {
+            window: window.max(2),
+            warmup: warmup.clamp(2, window.max(2)),
+            ring: VecDeque::with_capacity(window),
+            sorted: Vec::with_capacity(window),
+            median: f64::NAN,
+            scale: f64::NAN,
+        }
+    }
+
+    /// The value's robust z-score against the values before it, once `warmup` have been seen.
+    pub fn update(&mut self, x: f64) -> Option<f64> {
+        let out = (self.ring.len() >= self.warmup).then(|| {
+            self.median = median(&self.sorted);
+            self.scale = scale(&self.sorted, self.median);
+            (x - self.median) / self.scale
+        });
+        self.ring.push_back(x);
+        let at = self.sorted.partition_point(|v| *v < x);
+        self.sorted.insert(at, x);
+        if self.ring.len() > self.window {
+            if let Some(old) = self.ring.pop_front() {
+                let at = self.sorted.partition_point(|v| *v < old);
+                self.sorted.remove(at);
+            }
+        }
+        out
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.window * 16
+    }
+}
+
+/// The median of sorted values (the mean of the middle two for an even count).
+pub fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// A robust standard deviation of sorted values around `median`: 1.4826 MAD; when more than
+/// half are equal, the mean absolute deviation; when all are, the smallest step a number of
+/// that size can take, so that any change is far.
+pub fn scale(sorted: &[f64], median: f64) -> f64 {
+    let mad = median_deviation(sorted, median);
+    if mad > 0.0 {
+        return MAD_TO_SIGMA * mad;
+    }
+    let mean_ad = sorted.iter().map(|v| (v - median).abs()).sum::<f64>() / sorted.len().max(1) as f64;
+    if mean_ad > 0.0 {
+        return MEAN_AD_TO_SIGMA * mean_ad;
+    }
+    f64::EPSILON * median.abs().max(1.0)
+}
+
+/// The median of `|v - median|` over sorted values: the deviations below the median grow
+/// leftwards and those above it rightwards, so they are merged outwards from the middle.
+fn median_deviation(sorted: &[f64], median: f64) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let split = sorted.partition_point(|v| *v < median);
+    let (mut left, mut right) = (split, split);
+    let mut take = || {
+        let below = left.checked_sub(1).map(|i| median - sorted[i]);
+        let above = sorted.get(right).map(|v| v - median);
+        match (below, above) {
+            (Some(b), Some(a)) if b <= a => {
+                left -= 1;
+                b
+            }
+            (Some(b), None) => {
+                left -= 1;
+                b
+            }
+            (_, Some(a)) => {
+                right += 1;
+                a
+            }
+            (None, None) => f64::NAN,
+        }
+    };
+    // The deviations in increasing order up to the middle one or two.
+    let mut previous = f64::NAN;
+    for _ in 0..n / 2 {
+        previous = take();
+    }
+    let middle = take();
+    if n % 2 == 1 {
+        middle
+    } else {
+        (previous + middle) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_absolute_deviation_by_hand() {
+        // 1 2 3 4 100: median 3, deviations 2 1 0 1 97 -> sorted 0 1 1 2 97, MAD 1.
+        let sorted = [1.0, 2.0, 3.0, 4.0, 100.0];
+        assert_eq!(median(&sorted), 3.0);
+        assert_eq!(median_deviation(&sorted, 3.0), 1.0);
+        // 1 2 3 4: median 2.5, deviations 1.5 .5 .5 1.5, MAD 1.
+        assert_eq!(median_deviation(&[1.0, 2.0, 3.0, 4.0], 2.5), 1.0);
+        // Every naive computation agrees on random data.
+        let mut state = 7u64;
+        for n in 1..60 {
+            let mut v: Vec<f64> = (0..n)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((state >> 33) % 50) as f64
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            let m = median(&v);
+            let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+            dev.sort_by(f64::total_cmp);
+            assert_eq!(median_deviation(&v, m), median(&dev), "n = {n}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_is_judged_against_the_values_before_it() {
+        let mut z = RobustZ::new(5, 5);
+        for x in [1.0, 2.0, 3.0, 4.0, 100.0] {
+            assert_eq!(z.update(x), None, "warming up");
+        }
+        // Median 3, MAD 1: (9 - 3) / 1.4826.
+        let got = z.update(9.0).expect("a score");
+        assert!((got - 6.0 / 1.4826).abs() < 1e-12, "{got}");
+        assert_eq!((z.median, z.scale), (3.0, 1.4826));
+        // The window slid: 2 3 4 100 9 -> median 4, deviations 2 1 0 96 5 -> MAD 2.
+        let got = z.update(0.0).expect("a score");
+        assert!((got + 4.0 / (2.0 * 1.4826)).abs() < 1e-12, "{got}");
+    }
+
+    #[test]
+    fn when_most_values_are_equal_the_mean_deviation_is_the_scale() {
+        let mut z = RobustZ::new(10, 4);
+        for x in [0.0, 0.0, 0.0, 4.0] {
+            z.update(x);
+        }
+        // Median 0, MAD 0, mean absolute deviation 1.
+        assert_eq!(z.update(2.0), Some(2.0 / 1.2533));
+        let mut flat = RobustZ::new(10, 3);
+        for _ in 0..3 {
+            flat.update(5.0);
+        }
+        assert_eq!(flat.update(5.0), Some(0.0));
+        assert!(flat.update(5.5).expect("a score") > 1e12, "a flat series that moves is far from itself");
+    }
+}
