@@ -94,7 +94,7 @@ streams! {
     /// A task's resource use over a measurement interval.
     TaskUsage "task_usage" {
         "job_id": Str, "task_index": Number, "machine_id": Str, "cpu": Number, "mem": Number,
-        "max_cpu": Number, "max_mem": Number, "disk_io": Number, "cpi": Number,
+        "max_cpu": Number, "max_mem": Number, "disk_io": Number, "cpi": Number, "cluster": Str,
     }
     /// A machine lifecycle step (ADD, REMOVE, UPDATE) or incident (SOFTERROR, HARDERROR).
     MachineEvent "machine_event" { "machine_id": Str, "type": Str, "cpus": Number, "memory": Number, "detail": Str }

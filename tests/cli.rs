@@ -157,7 +157,7 @@ fn bench_writes_the_events_it_would_run_and_runs_them_back_the_same() {
 fn vigil_test_runs_the_rule_tests() {
     let (code, stdout, _) = vigil(&["test", "rules/tests/host_silent.toml"]);
     assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.trim_end().ends_with("4 passed, 0 failed"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("6 passed, 0 failed"), "{stdout}");
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn explain_physical_prints_what_the_engine_builds_from_a_rule_set() {
     assert!(stdout.contains("sequence: evicted_then_failed"), "{stdout}");
     assert!(stdout.contains("shared filters (each evaluated once per event)"), "{stdout}");
     assert!(stdout.contains("    type FAIL -> #1 (evicted_then_failed); #2 (job_failure_burst)"), "{stdout}");
-    assert!(stdout.contains("#10 (metric_saturation) after f0"), "{stdout}");
+    assert!(stdout.contains("#11 (metric_saturation) after f1"), "{stdout}");
     assert!(stdout.contains("gate\n"), "{stdout}");
     // Rules that compute the same windowed state share one operator.
     let dir = std::env::temp_dir().join(format!("vigil-physical-{}", std::process::id()));

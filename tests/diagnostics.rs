@@ -75,7 +75,11 @@ golden_cases! {
     case_38_huge_history_index => "38_huge_history_index",
     case_39_window_bomb => "39_window_bomb",
     case_40_state_too_large => "40_state_too_large",
-    case_41_bad_format => "41_bad_format"
+    case_41_bad_format => "41_bad_format",
+    case_42_score_without_state => "42_score_without_state",
+    case_43_scorer_outside_score => "43_scorer_outside_score",
+    case_44_scorer_parameter => "44_scorer_parameter",
+    case_45_interval_outside_absence => "45_interval_outside_absence"
 }
 
 #[test]

@@ -135,6 +135,11 @@ impl RuleChecker<'_> {
     }
 
     pub(super) fn index(&mut self, e: &Expr, base: &Expr, idx: &Expr, scope: &Scope) -> TExpr {
+        // A group key written as a lookup (`e.labels["cluster"]`) has one value per group.
+        if let (Vars::GroupKeys, true) = (scope.vars, self.is_value_key(e)) {
+            let pattern = Scope::new(scope.place, Vars::Sources(&[0]));
+            return self.index(e, base, idx, &pattern);
+        }
         if scope.state && self.is_state(base) {
             let ExprKind::Name(n) = &base.kind else { unreachable!() };
             let example =
@@ -399,7 +404,7 @@ impl RuleChecker<'_> {
 fn signature(name: &str) -> &'static str {
     match name {
         "lower" | "upper" => "it takes one string",
-        "min" | "max" => "it takes two numbers, or a range of windows such as `ss[1..3].cpu`",
+        "min" | "max" => "it takes two numbers, two durations, or a range of windows such as `ss[1..3].cpu`",
         _ => "it takes one number",
     }
 }
@@ -425,8 +430,13 @@ fn resolve_call(n: &str, tys: &[Type]) -> Option<(Func, Type)> {
         "lower" | "upper" if tys.len() == 1 && compatible(tys[0], Type::Str) => {
             Some((if n == "lower" { Func::Lower } else { Func::Upper }, Type::Str))
         }
-        "min" | "max" if tys.len() == 2 && compatible(tys[0], Type::Number) && compatible(tys[1], Type::Number) => {
-            Some((if n == "min" { Func::Min2 } else { Func::Max2 }, Type::Number))
+        "min" | "max"
+            if tys.len() == 2
+                && (tys.iter().all(|t| compatible(*t, Type::Number))
+                    || tys.iter().all(|t| compatible(*t, Type::Duration))) =>
+        {
+            let ty = if tys.contains(&Type::Duration) { Type::Duration } else { Type::Number };
+            Some((if n == "min" { Func::Min2 } else { Func::Max2 }, ty))
         }
         "avg" | "sum" | "min" | "max" | "stddev" | "count" if tys.len() == 1 && compatible(tys[0], Type::List) => {
             let f = match n {

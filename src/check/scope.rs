@@ -23,7 +23,8 @@ impl RuleChecker<'_> {
                 state: false,
                 baselines: false,
                 cluster: false,
-                scores: false,
+                // A score block without a state is an error of its own; its names are known.
+                scores: self.rule.score.is_some(),
                 special: Special::None,
             }
         }

@@ -8,7 +8,7 @@ type Params = &'static [(&'static str, u32, u32, u32)];
 
 /// The scorers, with their parameters (`docs/language.md`, "Scores"). Windows are capped so that
 /// one series' scorers stay within a few tens of kilobytes.
-const SCORERS: [(&str, Params); 7] = [
+const SCORERS: [(&str, Params); 8] = [
     ("robust_z", &[("window", 288, 3, 4096), ("warmup", 32, 2, 4096)]),
     ("knn", &[("dim", 6, 1, 64), ("k", 3, 1, 64), ("window", 256, 2, 4096), ("calibration", 256, 20, 4096)]),
     ("shift", &[("window", 48, 4, 1024), ("bins", 6, 2, 64), ("warmup", 288, 4, 4096)]),
@@ -16,6 +16,7 @@ const SCORERS: [(&str, Params); 7] = [
     ("novelty", &[("window", 2016, 32, 10_000_000), ("warmup", 288, 2, 1_000_000)]),
     ("unchanged", &[]),
     ("change_rate", &[("window", 72, 2, 4096)]),
+    ("streak", &[]),
 ];
 
 impl RuleChecker<'_> {
@@ -32,6 +33,15 @@ impl RuleChecker<'_> {
             scores: true,
             special: Special::Scorers,
         };
+        if self.rule.state.is_none() {
+            // Reported by `score_mixing`; the names are still known, so nothing cascades.
+            for field in &clause.fields {
+                self.score_slots
+                    .push(ScoreSlot { name: Some(field.name.name.clone()), step: ScoreStep::Expr(error_expr()) });
+                self.score_names.insert(field.name.name.clone(), self.score_slots.len() - 1);
+            }
+            return None;
+        }
         let mut seen: HashMap<&str, Span> = HashMap::new();
         for field in &clause.fields {
             if let Some(first) = seen.insert(&field.name.name, field.name.span) {
@@ -157,7 +167,11 @@ impl RuleChecker<'_> {
         if input.ty == Type::Error {
             return Some(error_expr());
         }
-        self.require(input.ty, &[Type::Number], e.span, "scorers read numbers");
+        if *scorer == "streak" {
+            self.require(input.ty, &[Type::Bool], e.span, "`streak` counts how long a condition has held");
+        } else {
+            self.require(input.ty, &[Type::Number], e.span, "scorers read numbers");
+        }
         let spec = scorer_spec(scorer, &values);
         let slot = self.score_slots.len();
         let shown = format!("{}({input})", spec.name());
@@ -247,6 +261,7 @@ fn scorer_spec(name: &str, v: &[u32]) -> ScorerSpec {
         "likelihood" => ScorerSpec::Likelihood { short: v[0], long: v[1], warmup: v[2] },
         "novelty" => ScorerSpec::Novelty { window: v[0], warmup: v[1] },
         "unchanged" => ScorerSpec::Unchanged,
+        "streak" => ScorerSpec::Streak,
         _ => ScorerSpec::ChangeRate { window: v[0] },
     }
 }

@@ -1,8 +1,8 @@
 //! The self-alert of a rule that its state limits made partly blind.
 //!
 //! An absence rule (`e1 -> not e2 for 10 min`, "host silent") keeps one waiting match per key.
-//! When the key cap or the memory budget drops such a match, that key's silence will never be
-//! reported: a flood of new keys (an attacker's, or a misconfigured producer's) can hide a real
+//! When the key cap or the memory budget drops such a match, or the cadence an absence's bound
+//! learned for a key (`interval`), that key's silence will not be reported: a flood of new keys (an attacker's, or a misconfigured producer's) can hide a real
 //! host going quiet. Vigil then raises an alert of its own, `vigil_state_evicted`, keyed by the
 //! rule, so that the operator knows; it resolves an hour (event time) after the last such drop.
 
@@ -72,7 +72,7 @@ impl BlindSpot {
         let annotations = BTreeMap::from([(
             "summary".to_string(),
             format!(
-                "rule {rule} dropped waiting absence matches to stay within {why}: a key that goes quiet now may not be reported"
+                "rule {rule} dropped waiting absence matches or learned cadences to stay within {why}: a key that goes quiet now may not be reported"
             ),
         )]);
         Alert {

@@ -303,13 +303,14 @@ fn call(func: Func, args: &[TExpr], env: &Env) -> Value {
             Some(Value::Str(s)) => Value::str(&s.to_uppercase()),
             _ => Value::Null,
         },
-        Func::Min2 => match (num(0), num(1)) {
-            (Some(a), Some(b)) => Value::Num(a.min(b)),
-            _ => Value::Null,
-        },
-        Func::Max2 => match (num(0), num(1)) {
-            (Some(a), Some(b)) => Value::Num(a.max(b)),
-            _ => Value::Null,
+        Func::Min2 | Func::Max2 => match (&vals[..], func == Func::Min2) {
+            ([Value::Dur(a), Value::Dur(b)], true) => Value::Dur(*a.min(b)),
+            ([Value::Dur(a), Value::Dur(b)], false) => Value::Dur(*a.max(b)),
+            _ => match (num(0), num(1)) {
+                (Some(a), Some(b)) if func == Func::Min2 => Value::Num(a.min(b)),
+                (Some(a), Some(b)) => Value::Num(a.max(b)),
+                _ => Value::Null,
+            },
         },
         Func::ListCount => list().map_or(Value::Null, |l| Value::Num(l.len() as f64)),
         Func::ListSum => list().map_or(Value::Null, |l| Value::Num(l.iter().sum())),

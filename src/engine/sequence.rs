@@ -465,6 +465,9 @@ impl Operator for SequenceOperator {
             }
         }
         if step == 0 && self.learns_cadence {
+            if self.cadence.len() >= self.limits.max_keys && !self.cadence.contains_key(&key) {
+                self.forget_cadences("cap");
+            }
             self.cadence.entry(key.clone()).or_default().note(event.ts);
         }
         if step == 0 {
@@ -579,12 +582,14 @@ impl Operator for SequenceOperator {
     }
 
     fn shrink(&mut self, now: Millis, out: &mut Vec<Alert>) -> bool {
-        let n = (self.locate.len() / 16).max(1);
-        if self.locate.is_empty() {
+        if !self.locate.is_empty() {
+            for _ in 0..(self.locate.len() / 16).max(1) {
+                self.evict_oldest("memory");
+            }
+        } else if !self.cadence.is_empty() {
+            self.forget_cadences("memory");
+        } else {
             return false;
-        }
-        for _ in 0..n {
-            self.evict_oldest("memory");
         }
         self.blind.report(&self.plan.name, now, out);
         true
@@ -626,6 +631,27 @@ impl SequenceOperator {
 
     /// Drops the partial match that started first, to stay under the cap (or the state
     /// budget). A match waiting on an absence goes blind: noted for the self-alert.
+    /// Forgets the cadences of the sixteenth of partitions heard from longest ago: until they
+    /// show a gap again, their absences are not waited for, so the rule is partly blind.
+    fn forget_cadences(&mut self, reason: &'static str) {
+        let n = (self.cadence.len() / 16).max(1);
+        let mut lasts: Vec<Millis> = self.cadence.values().map(|c| c.last).collect();
+        let cutoff = *lasts.select_nth_unstable(n - 1).1;
+        let mut left = n;
+        self.cadence.retain(|_, c| {
+            let forget = left > 0 && c.last <= cutoff;
+            left -= usize::from(forget);
+            !forget
+        });
+        match reason {
+            "memory" => self.evicted_memory += n as u64,
+            _ => self.evicted_cap += n as u64,
+        }
+        for _ in 0..n {
+            self.blind.dropped(reason);
+        }
+    }
+
     fn evict_oldest(&mut self, reason: &'static str) {
         let Some((id, key)) = self.locate.pop_first() else { return };
         match reason {

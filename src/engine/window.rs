@@ -232,7 +232,7 @@ impl Dependent {
         let fires = holds(&self.plan.alert.condition, &judged);
         let evidence = || {
             let mut out = windows();
-            out.push(Evidence::Json(scores.evidence(plan)));
+            out.push(Evidence::Json(scores.evidence(plan, &self.plan.alert.condition, &judged)));
             out
         };
         self.alerting.observe(key, end, fires, &judged, evidence, out);

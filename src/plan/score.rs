@@ -43,6 +43,7 @@ pub enum ScorerSpec {
     Novelty { window: u32, warmup: u32 },
     Unchanged,
     ChangeRate { window: u32 },
+    Streak,
 }
 
 impl ScorerSpec {
@@ -55,6 +56,7 @@ impl ScorerSpec {
             ScorerSpec::Novelty { .. } => "novelty",
             ScorerSpec::Unchanged => "unchanged",
             ScorerSpec::ChangeRate { .. } => "change_rate",
+            ScorerSpec::Streak => "streak",
         }
     }
 
@@ -70,7 +72,7 @@ impl ScorerSpec {
                 vec![("short", short), ("long", long), ("warmup", warmup)]
             }
             ScorerSpec::Novelty { window, warmup } => vec![("window", window), ("warmup", warmup)],
-            ScorerSpec::Unchanged => vec![],
+            ScorerSpec::Unchanged | ScorerSpec::Streak => vec![],
             ScorerSpec::ChangeRate { window } => vec![("window", window)],
         }
     }

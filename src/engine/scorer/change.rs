@@ -18,6 +18,19 @@ impl Unchanged {
     }
 }
 
+/// Updates in a row at which a condition held (0 when it does not hold now).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Streak {
+    run: u64,
+}
+
+impl Streak {
+    pub fn update(&mut self, holds: bool) -> Option<f64> {
+        self.run = if holds { self.run + 1 } else { 0 };
+        Some(self.run as f64)
+    }
+}
+
 /// The share of the last `window` updates at which the value differed from the one before.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChangeRate {
@@ -61,6 +74,9 @@ mod tests {
         let mut u = Unchanged::default();
         let runs: Vec<f64> = [1.0, 1.0, 2.0, 2.0, 2.0, 1.0].iter().filter_map(|x| u.update(*x)).collect();
         assert_eq!(runs, [1.0, 2.0, 1.0, 2.0, 3.0, 1.0]);
+        let mut s = Streak::default();
+        let streaks: Vec<f64> = [true, true, false, true].iter().filter_map(|h| s.update(*h)).collect();
+        assert_eq!(streaks, [1.0, 2.0, 0.0, 1.0]);
         let mut r = ChangeRate::new(4);
         let rates: Vec<Option<f64>> = [1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0].iter().map(|x| r.update(*x)).collect();
         // Changes: -, yes, no, yes, no, no, no, no; from two seen on, over the last four.

@@ -15,7 +15,6 @@ pub struct Likelihood {
     long: usize,
     warmup: usize,
     recent: VecDeque<f64>,
-    sum: f64,
     seen: u64,
     /// The long-term mean and variance of the short-term mean.
     pub mean: f64,
@@ -36,7 +35,6 @@ impl Likelihood {
             long: long.max(2),
             warmup: warmup.max(2),
             recent: VecDeque::with_capacity(short),
-            sum: 0.0,
             seen: 0,
             mean: 0.0,
             variance: 0.0,
@@ -47,26 +45,28 @@ impl Likelihood {
 
     pub fn update(&mut self, score: f64) -> Option<f64> {
         self.recent.push_back(score);
-        self.sum += score;
         if self.recent.len() > self.short {
-            self.sum -= self.recent.pop_front().unwrap_or(0.0);
+            self.recent.pop_front();
         }
-        // Recomputed now and then, so that rounding in the running sum cannot build up.
-        if self.seen % 1024 == 0 {
-            self.sum = self.recent.iter().sum();
+        // Summed afresh (`short` is small), so no running sum can overflow or drift for good.
+        let avg = self.recent.iter().sum::<f64>() / self.recent.len() as f64;
+        if !avg.is_finite() {
+            // Scores so large that their mean overflows are not judged, and not learned from.
+            return None;
         }
-        let avg = self.sum / self.recent.len() as f64;
         let out = (self.seen >= self.warmup as u64).then(|| {
             self.recent_mean = avg;
             self.deviation = self.variance.sqrt().max(MIN_DEVIATION);
             normal_cdf((avg - self.mean) / self.deviation)
         });
-        self.seen += 1;
-        let a = 1.0 / (self.seen.min(self.long as u64)) as f64;
+        let seen = self.seen + 1;
+        let a = 1.0 / (seen.min(self.long as u64)) as f64;
         let delta = avg - self.mean;
-        self.mean += a * delta;
-        self.variance = (1.0 - a) * (self.variance + a * delta * delta);
-        out
+        let (mean, variance) = (self.mean + a * delta, (1.0 - a) * (self.variance + a * delta * delta));
+        if mean.is_finite() && variance.is_finite() {
+            (self.seen, self.mean, self.variance) = (seen, mean, variance);
+        }
+        out.filter(|p| !p.is_nan())
     }
 
     pub fn bytes(&self) -> usize {

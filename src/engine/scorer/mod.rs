@@ -15,8 +15,9 @@ mod shift;
 pub use likelihood::normal_cdf;
 
 use super::eval::{eval, Env};
+use crate::ast::BinOp;
 use crate::event::Value;
-use crate::plan::{ScorePlan, ScoreStep, ScorerSpec};
+use crate::plan::{ScorePlan, ScoreStep, ScorerSpec, TExpr, TExprKind};
 use serde_json::{json, Value as Json};
 
 /// One scorer's state.
@@ -29,6 +30,7 @@ pub enum Scorer {
     Novelty(novelty::Novelty),
     Unchanged(change::Unchanged),
     ChangeRate(change::ChangeRate),
+    Streak(change::Streak),
 }
 
 impl Scorer {
@@ -48,6 +50,7 @@ impl Scorer {
             ScorerSpec::Novelty { window, warmup } => Scorer::Novelty(novelty::Novelty::new(n(window), n(warmup))),
             ScorerSpec::Unchanged => Scorer::Unchanged(change::Unchanged::default()),
             ScorerSpec::ChangeRate { window } => Scorer::ChangeRate(change::ChangeRate::new(n(window))),
+            ScorerSpec::Streak => Scorer::Streak(change::Streak::default()),
         }
     }
 
@@ -65,6 +68,7 @@ impl Scorer {
             Scorer::Novelty(s) => s.update(x),
             Scorer::Unchanged(s) => s.update(x),
             Scorer::ChangeRate(s) => s.update(x),
+            Scorer::Streak(s) => s.update(x != 0.0),
         }
     }
 
@@ -79,7 +83,7 @@ impl Scorer {
                 "recent_mean": num(s.recent_mean), "mean": num(s.mean), "deviation": num(s.deviation)
             }),
             Scorer::Novelty(s) => json!({ "low": num(s.low), "high": num(s.high) }),
-            Scorer::Unchanged(_) | Scorer::ChangeRate(_) => Json::Null,
+            Scorer::Unchanged(_) | Scorer::ChangeRate(_) | Scorer::Streak(_) => Json::Null,
         }
     }
 
@@ -91,7 +95,7 @@ impl Scorer {
             Scorer::Shift(s) => s.bytes(),
             Scorer::Likelihood(s) => s.bytes(),
             Scorer::Novelty(s) => s.bytes(),
-            Scorer::Unchanged(_) => 24,
+            Scorer::Unchanged(_) | Scorer::Streak(_) => 24,
             Scorer::ChangeRate(s) => s.bytes(),
         }
     }
@@ -129,7 +133,12 @@ impl Scores {
             };
             self.values[i] = match (&slot.step, &mut self.scorers[i]) {
                 (ScoreStep::Scorer(..), Some(scorer)) => {
-                    value.as_f64().and_then(|x| scorer.update(x)).map_or(Value::Null, Value::Num)
+                    // A condition feeds a scorer as 1 or 0 (`streak`).
+                    let x = match value {
+                        Value::Bool(b) => Some(f64::from(u8::from(b))),
+                        v => v.as_f64(),
+                    };
+                    x.and_then(|x| scorer.update(x)).map_or(Value::Null, Value::Num)
                 }
                 _ => value,
             };
@@ -141,12 +150,22 @@ impl Scores {
         self.values.fill(Value::Null);
     }
 
-    /// The scores and what each scorer compared with, for an alert's evidence.
-    pub fn evidence(&self, plan: &ScorePlan) -> Json {
+    /// The scores, what each scorer compared with, and each test of the alert condition that
+    /// reads a score with the two sides it compared, for an alert's evidence.
+    pub fn evidence(&self, plan: &ScorePlan, condition: &TExpr, env: &Env) -> Json {
         let mut scores = serde_json::Map::new();
         let mut baselines = serde_json::Map::new();
+        // A scorer named directly (`z := robust_z(..)`) is listed under that name.
+        let named = |i: usize| {
+            plan.slots.iter().find_map(|s| match (&s.name, &s.step) {
+                (Some(n), ScoreStep::Expr(TExpr { kind: TExprKind::Score { slot, .. }, .. })) if *slot == i => {
+                    Some(n.clone())
+                }
+                _ => None,
+            })
+        };
         for (i, (slot, value)) in plan.slots.iter().zip(&self.values).enumerate() {
-            let name = slot.name.clone().unwrap_or_else(|| format!("${i}"));
+            let name = slot.name.clone().or_else(|| named(i)).unwrap_or_else(|| format!("${i}"));
             if slot.name.is_some() {
                 scores.insert(name.clone(), value.to_json());
             }
@@ -159,10 +178,49 @@ impl Scores {
                 baselines.insert(name, entry);
             }
         }
-        json!({ "scores": scores, "scorers": baselines })
+        let mut tests = Vec::new();
+        thresholds(condition, env, &mut tests);
+        json!({ "scores": scores, "scorers": baselines, "thresholds": tests })
     }
 
     pub fn bytes(&self) -> usize {
         self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>() + self.values.len() * 24 + 48
     }
 }
+
+/// The comparisons in `e` that read a score: `abs(z) > 6` as its text, the score side's value,
+/// the threshold side's value and whether it held, so an alert says which test fired it.
+fn thresholds(e: &TExpr, env: &Env, out: &mut Vec<Json>) {
+    match &e.kind {
+        TExprKind::Binary(BinOp::And | BinOp::Or, a, b) => {
+            thresholds(a, env, out);
+            thresholds(b, env, out);
+        }
+        TExprKind::Unary(_, a) => thresholds(a, env, out),
+        TExprKind::Binary(BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne, a, b)
+            if reads_score(a) || reads_score(b) =>
+        {
+            let (score, threshold) = if reads_score(a) { (a, b) } else { (b, a) };
+            out.push(json!({
+                "test": e.to_string(),
+                "value": eval(score, env).to_json(),
+                "threshold": eval(threshold, env).to_json(),
+                "holds": eval(e, env) == Value::Bool(true),
+            }));
+        }
+        _ => {}
+    }
+}
+
+fn reads_score(e: &TExpr) -> bool {
+    match &e.kind {
+        TExprKind::Score { .. } => true,
+        TExprKind::Call(_, args) => args.iter().any(reads_score),
+        TExprKind::Unary(_, a) => reads_score(a),
+        TExprKind::Binary(_, a, b) => reads_score(a) || reads_score(b),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;
