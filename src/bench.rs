@@ -210,6 +210,12 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
 
 fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<BenchReport, BenchError> {
     let (text, name) = match &options.rules_path {
+        // A folder's rule files run together, as `--rules` takes them elsewhere.
+        Some(p) if p.is_dir() => {
+            let files = crate::read_rule_files(p)?;
+            let text: Vec<String> = files.iter().map(|(_, b)| String::from_utf8_lossy(b).into_owned()).collect();
+            (text.join("\n"), p.display().to_string())
+        }
         Some(p) => (std::fs::read_to_string(p)?, p.display().to_string()),
         None => (rules_for(options), format!("{:?}", options.workload).to_lowercase()),
     };

@@ -126,7 +126,7 @@ enum Command {
         /// Read events from this JSON-lines file instead of generating them.
         #[arg(long)]
         input: Option<PathBuf>,
-        /// Use these rules instead of the workload's.
+        /// Use these rules (a file or a folder) instead of the workload's.
         #[arg(long)]
         rules: Option<PathBuf>,
         /// Write the workload's generated events to this file and stop, without running them:

@@ -25,6 +25,11 @@ pub struct Knn {
     pub p_value: f64,
 }
 
+thread_local! {
+    /// Squared distances to the reference vectors: one buffer per thread, not per series.
+    static SCRATCH: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Non-conformities needed before a p-value is given: fewer make it coarse.
 const MIN_CALIBRATION: usize = 20;
 
@@ -59,19 +64,27 @@ impl Knn {
         let current = &self.values[n - self.dim..];
         let mut nearest = [f64::INFINITY; 64];
         let k = self.k.min(nearest.len());
-        for start in 0..references {
-            let reference = &self.values[start..start + self.dim];
-            let d: f64 = reference.iter().zip(current).map(|(a, b)| (a - b) * (a - b)).sum();
-            if d < nearest[k - 1] {
-                // Insertion into the k smallest, kept sorted.
-                let mut i = k - 1;
-                while i > 0 && nearest[i - 1] > d {
-                    nearest[i] = nearest[i - 1];
-                    i -= 1;
+        SCRATCH.with_borrow_mut(|d| {
+            // Lag by lag over all references at once: contiguous loops the compiler vectorises.
+            d.clear();
+            d.resize(references, 0.0);
+            for (lag, c) in current.iter().enumerate() {
+                for (d, v) in d.iter_mut().zip(&self.values[lag..lag + references]) {
+                    *d += (v - c) * (v - c);
                 }
-                nearest[i] = d;
             }
-        }
+            for &d in d.iter() {
+                if d < nearest[k - 1] {
+                    // Insertion into the k smallest, kept sorted.
+                    let mut i = k - 1;
+                    while i > 0 && nearest[i - 1] > d {
+                        nearest[i] = nearest[i - 1];
+                        i -= 1;
+                    }
+                    nearest[i] = d;
+                }
+            }
+        });
         let alpha = nearest[..k].iter().map(|d| d.sqrt()).sum::<f64>() / k as f64;
         self.alpha = alpha;
         let out = (self.scores.len() >= MIN_CALIBRATION).then(|| {

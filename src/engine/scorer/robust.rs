@@ -41,15 +41,16 @@ impl RobustZ {
             self.scale = scale(&self.sorted, self.median);
             (x - self.median) / self.scale
         });
-        self.ring.push_back(x);
-        let at = self.sorted.partition_point(|v| *v < x);
-        self.sorted.insert(at, x);
-        if self.ring.len() > self.window {
+        // The oldest leaves before the new one comes, so neither buffer outgrows the window.
+        if self.ring.len() == self.window {
             if let Some(old) = self.ring.pop_front() {
                 let at = self.sorted.partition_point(|v| *v < old);
                 self.sorted.remove(at);
             }
         }
+        self.ring.push_back(x);
+        let at = self.sorted.partition_point(|v| *v < x);
+        self.sorted.insert(at, x);
         out
     }
 
@@ -83,44 +84,44 @@ pub fn scale(sorted: &[f64], median: f64) -> f64 {
     f64::EPSILON * median.abs().max(1.0)
 }
 
-/// The median of `|v - median|` over sorted values: the deviations below the median grow
-/// leftwards and those above it rightwards, so they are merged outwards from the middle.
+/// The median of `|v - median|` over sorted values. The deviations below the median grow
+/// leftwards and those above it rightwards: two sorted sequences, whose middle one or two
+/// values are found by bisection, in logarithmic time.
 fn median_deviation(sorted: &[f64], median: f64) -> f64 {
     let n = sorted.len();
     if n == 0 {
         return f64::NAN;
     }
     let split = sorted.partition_point(|v| *v < median);
-    let (mut left, mut right) = (split, split);
-    let mut take = || {
-        let below = left.checked_sub(1).map(|i| median - sorted[i]);
-        let above = sorted.get(right).map(|v| v - median);
-        match (below, above) {
-            (Some(b), Some(a)) if b <= a => {
-                left -= 1;
-                b
-            }
-            (Some(b), None) => {
-                left -= 1;
-                b
-            }
-            (_, Some(a)) => {
-                right += 1;
-                a
-            }
-            (None, None) => f64::NAN,
-        }
-    };
-    // The deviations in increasing order up to the middle one or two.
-    let mut previous = f64::NAN;
-    for _ in 0..n / 2 {
-        previous = take();
-    }
-    let middle = take();
+    let below = |i: usize| median - sorted[split - 1 - i];
+    let above = |j: usize| sorted[split + j] - median;
+    let kth = |k: usize| kth_of_two(split, n - split, below, above, k);
     if n % 2 == 1 {
-        middle
+        kth(n / 2)
     } else {
-        (previous + middle) / 2.0
+        (kth(n / 2 - 1) + kth(n / 2)) / 2.0
+    }
+}
+
+/// The `k`-th smallest (from 0) of two increasing sequences of lengths `na` and `nb` together.
+fn kth_of_two(na: usize, nb: usize, a: impl Fn(usize) -> f64, b: impl Fn(usize) -> f64, k: usize) -> f64 {
+    // How many of the k + 1 smallest come from `a`: the first count at which a's next value is
+    // no smaller than the last one taken from `b`.
+    let (mut lo, mut hi) = ((k + 1).saturating_sub(nb), (k + 1).min(na));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if a(mid) < b(k - mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let from_a = lo.checked_sub(1).map(&a);
+    let from_b = (lo <= k).then(|| b(k - lo));
+    match (from_a, from_b) {
+        (Some(x), Some(y)) => x.max(y),
+        (Some(x), None) | (None, Some(x)) => x,
+        (None, None) => f64::NAN,
     }
 }
 
@@ -182,5 +183,18 @@ mod tests {
         }
         assert_eq!(flat.update(5.0), Some(0.0));
         assert!(flat.update(5.5).expect("a score") > 1e12, "a flat series that moves is far from itself");
+    }
+
+    #[test]
+    fn the_bisected_median_deviation_is_the_sorted_one() {
+        use proptest::prelude::*;
+        proptest!(|(mut values in proptest::collection::vec(-50i32..50, 1..60), shift in -3i32..3)| {
+            values.sort_unstable();
+            let sorted: Vec<f64> = values.iter().map(|v| f64::from(*v)).collect();
+            let m = median(&sorted) + f64::from(shift) / 2.0;
+            let mut deviations: Vec<f64> = sorted.iter().map(|v| (v - m).abs()).collect();
+            deviations.sort_by(f64::total_cmp);
+            prop_assert_eq!(median_deviation(&sorted, m), median(&deviations));
+        });
     }
 }
