@@ -5,6 +5,9 @@
 //! - handing the engine only the time of the events its gate refuses yields exactly the alerts
 //!   and counts of pushing every event, detection times included.
 
+#[path = "support/restore.rs"]
+mod restore;
+
 use proptest::prelude::*;
 use vigil::event::{Event, Value};
 use vigil::schema::Stream;
@@ -118,21 +121,8 @@ proptest! {
         events.sort_by(|a, b| a.tie_order(b));
         let whole = run(&events, &plans);
         let cut = cut.index(events.len() + 1);
-        let mut first = engine(&plans);
-        let mut alerts = Vec::new();
-        for e in &events[..cut] {
-            first.push(e.clone(), &mut alerts);
-        }
-        // Through bytes, as a checkpoint in the store would go.
-        let bytes = first.snapshot().expect("snapshot").to_bytes().expect("serialise");
-        drop(first);
-        let mut second = engine(&plans);
-        let restored = second.restore(vigil::engine::Snapshot::from_bytes(&bytes).expect("deserialise")).expect("restore");
-        prop_assert_eq!(restored.len(), plans.len());
-        for e in &events[cut..] {
-            second.push(e.clone(), &mut alerts);
-        }
-        second.flush(&mut alerts);
+        let (alerts, restored) = restore::run_with_restore(|| engine(&plans), &events, cut);
+        prop_assert_eq!(restored, plans.len());
         prop_assert_eq!(comparable(&alerts), whole);
     }
 }

@@ -4,6 +4,9 @@
 //! - a refractory period holds back new episodes of a key, and only for its length;
 //! - a scored alert's evidence says which test fired it, with the score, threshold and baseline.
 
+#[path = "support/restore.rs"]
+mod restore;
+
 use proptest::prelude::*;
 use serde_json::Value as Json;
 use vigil::alert::{Alert, Status};
@@ -107,20 +110,8 @@ proptest! {
         let events = generated(raw);
         let whole = comparable(&run(&events, &plans));
         let cut = cut.index(events.len() + 1);
-        let mut first = engine(&plans);
-        let mut alerts = Vec::new();
-        for e in &events[..cut] {
-            first.push(e.clone(), &mut alerts);
-        }
-        let bytes = first.snapshot().expect("snapshot").to_bytes().expect("serialise");
-        drop(first);
-        let mut second = engine(&plans);
-        let restored = second.restore(vigil::engine::Snapshot::from_bytes(&bytes).expect("deserialise")).expect("restore");
-        prop_assert_eq!(restored.len(), plans.len());
-        for e in &events[cut..] {
-            second.push(e.clone(), &mut alerts);
-        }
-        second.flush(&mut alerts);
+        let (alerts, restored) = restore::run_with_restore(|| engine(&plans), &events, cut);
+        prop_assert_eq!(restored, plans.len());
         prop_assert_eq!(comparable(&alerts), whole);
     }
 }
