@@ -4,6 +4,8 @@
 # Needs: a Rust toolchain, python3, and PostgreSQL at 127.0.0.1:5432 with trust auth (started with
 # pg_ctlcluster if it is installed but down). Installs the Tansu Kafka broker with cargo when it
 # is missing (about 13 minutes, once), starts it on a free port for the run, and stops it after.
+# Installs Debian's Chromium (apt-get) and playwright-core (npm ci) for the browser tests when
+# they are missing; needs Node.js 18 or later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -53,6 +55,22 @@ else
   skip_pg_fault=(--skip a_postgres_outage)
 fi
 
+# Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing Chromium for the browser tests (apt-get)"
+  sudo_=""
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo_="sudo"
+  $sudo_ apt-get update -q && $sudo_ apt-get install -y -q chromium chromium-driver
+fi
+if ! command -v node >/dev/null 2>&1; then
+  echo "Node.js 18 or later is needed for the browser tests (npm, and node --test)" >&2
+  exit 1
+fi
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  echo "installing playwright-core for the browser tests (npm ci)"
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 # Kafka: Tansu, an Apache Kafka-compatible broker, from crates.io.
 if ! command -v tansu >/dev/null 2>&1; then
   echo "installing the Tansu Kafka broker (cargo install, once)"
@@ -97,6 +115,9 @@ cat target/tmp/fault-tally.md 2>/dev/null || true
 # comparison's scripts need Flink, which the tests do not install: they are only parsed.
 cargo test --locked --benches
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py
+# The web console in a real browser, against the binary built above; screenshots are written
+# to target/browser-artifacts.
+VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs
 # The binary users run: the shipped rules check clean and pass their behaviour tests.
 cargo run --locked --quiet -- check rules
 cargo run --locked --quiet -- test rules

@@ -23,7 +23,13 @@ pub struct ClusterResult {
     pub mean: f64,
     pub mad: f64,
     pub size: usize,
+    /// The peer group's values (first dimension), sorted; at most [`MAX_PEERS`], evenly picked
+    /// from the sorted values when there are more. Shared by the group's points.
+    pub peers: Arc<[f64]>,
 }
+
+/// Peer values an outlier's evidence carries.
+pub const MAX_PEERS: usize = 200;
 
 /// What an expression can see.
 #[derive(Clone, Copy)]

@@ -1,9 +1,22 @@
 //! Outlier detection over the groups of one window: DBSCAN, median absolute deviation and
 //! z-score, each within a peer group.
 
-use super::eval::{mean, sample_stddev, ClusterResult};
+use super::eval::{mean, sample_stddev, ClusterResult, MAX_PEERS};
 use super::state::percentile;
 use crate::plan::{ClusterMethod, Distance};
+use std::sync::Arc;
+
+/// The peer group's values sorted, or [`MAX_PEERS`] of them evenly spaced in rank (the least
+/// and the greatest always among them).
+fn peer_sample(values: &[f64]) -> Arc<[f64]> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.len() <= MAX_PEERS {
+        return sorted.into();
+    }
+    let last = sorted.len() - 1;
+    (0..MAX_PEERS).map(|i| sorted[i * last / (MAX_PEERS - 1)]).collect()
+}
 
 /// Judges every point of one peer group. `points[i]` has the same number of dimensions for all
 /// `i`; the summary (median, mean, MAD) is of the first dimension.
@@ -16,8 +29,16 @@ pub fn judge(points: &[Vec<f64>], method: ClusterMethod, distance: Distance) -> 
     let deviations: Vec<f64> = first.iter().map(|x| (x - median).abs()).collect();
     let mad = percentile(&deviations, 50.0);
     let avg = mean(&first);
-    let summary =
-        |outlier: bool, score: f64| ClusterResult { outlier, score, median, mean: avg, mad, size: points.len() };
+    let peers = peer_sample(&first);
+    let summary = |outlier: bool, score: f64| ClusterResult {
+        outlier,
+        score,
+        median,
+        mean: avg,
+        mad,
+        size: points.len(),
+        peers: peers.clone(),
+    };
     match method {
         ClusterMethod::Dbscan { eps, min_pts } => {
             let noise = dbscan_noise(points, eps, min_pts as usize, distance);
@@ -146,5 +167,26 @@ mod tests {
         let one_off =
             judge(&pts(&[1.0, 1.0, 1.0, 1.0, 5.0]), ClusterMethod::Mad { threshold: 3.5 }, Distance::Euclidean);
         assert!(one_off[4].outlier);
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::*;
+
+    #[test]
+    fn the_peers_an_outlier_shows_are_all_of_a_small_group_and_a_rank_sample_of_a_large_one() {
+        assert_eq!(&*peer_sample(&[3.0, 1.0, 2.0]), &[1.0, 2.0, 3.0]);
+        let many: Vec<f64> = (0..1000).rev().map(f64::from).collect();
+        let sample = peer_sample(&many);
+        assert_eq!(sample.len(), MAX_PEERS);
+        assert_eq!((sample[0], sample[MAX_PEERS - 1]), (0.0, 999.0));
+        assert!(sample.windows(2).all(|w| w[0] < w[1]));
+        let judged = judge(
+            &[vec![1.0], vec![1.1], vec![0.9], vec![9.0]],
+            ClusterMethod::Mad { threshold: 3.5 },
+            Distance::Euclidean,
+        );
+        assert!(judged.iter().all(|r| *r.peers == [0.9, 1.0, 1.1, 9.0]));
     }
 }

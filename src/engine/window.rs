@@ -580,7 +580,7 @@ fn evidence(
     if let Some(c) = cluster {
         out.push(Evidence::Json(serde_json::json!({ "cluster": {
             "outlier": c.outlier, "score": Value::Num(c.score).to_json(), "median": c.median,
-            "mean": c.mean, "mad": c.mad, "size": c.size,
+            "mean": c.mean, "mad": c.mad, "size": c.size, "peers": &*c.peers,
         }})));
     }
     out

@@ -18,6 +18,7 @@
 //! [`super::server`] for those refused before they reach a handler).
 
 pub mod alerts;
+mod console;
 pub mod ingest;
 pub mod ops;
 pub mod rules;
@@ -163,6 +164,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read_token));
     Router::new()
         .merge(reading)
+        .route("/", get(console::index))
+        .route("/console/{name}", get(console::asset))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ops::readyz))

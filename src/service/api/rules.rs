@@ -29,8 +29,16 @@ pub(super) async fn get_rule(
 ) -> ApiResult<Json<serde_json::Value>> {
     let info = state.rules.infos().into_iter().find(|i| i.name == name);
     let Some(info) = info else { return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no rule `{name}`"))) };
-    let source = std::fs::read_to_string(&info.file).unwrap_or_default();
-    Ok(Json(json!({ "rule": info, "source": source })))
+    let file = std::fs::read_to_string(&info.file).unwrap_or_default();
+    // The rule's plan, as `vigil explain` prints it, from the file it lives in.
+    let (name, text) = (info.name.clone(), file.clone());
+    let explain = tokio::task::spawn_blocking(move || {
+        let c = crate::compile("rule.saql", text.as_bytes());
+        c.plans.iter().find(|p| p.name == name).map(|p| p.to_string())
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    Ok(Json(json!({ "rule": info, "source": file, "explain": explain })))
 }
 
 #[derive(Deserialize)]

@@ -192,3 +192,40 @@ async fn readiness_reports_the_store_and_the_engine() {
     assert_eq!(body["ready"], true);
     assert_eq!(body["engine"]["stalled_seconds"], 0);
 }
+
+#[tokio::test]
+async fn the_console_is_served_with_its_assets_and_a_strict_policy_even_when_tokens_are_set() {
+    let app = app(Some("w"), Some("r")).await;
+    let get = |uri: &'static str| {
+        let router = app.router.clone();
+        async move {
+            let request = HttpRequest::builder().uri(uri).body(Body::empty()).expect("request");
+            let response = router.oneshot(request).await.expect("answers");
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let bytes = response.into_body().collect().await.expect("body").to_bytes();
+            (status, headers, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let (status, headers, body) = get("/").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    assert!(headers["content-security-policy"].to_str().expect("ascii").contains("script-src 'self'"));
+    assert!(body.contains("/console/app.js") && body.contains("/console/uPlot.iife.min.js"), "{body}");
+    for (asset, kind) in [
+        ("/console/app.js", "text/javascript"),
+        ("/console/app.css", "text/css"),
+        ("/console/uPlot.iife.min.js", "text/javascript"),
+        ("/console/uPlot.min.css", "text/css"),
+    ] {
+        let (status, headers, body) = get(asset).await;
+        assert_eq!(status, 200, "{asset}");
+        assert!(headers["content-type"].to_str().expect("ascii").starts_with(kind), "{asset}");
+        assert!(body.len() > 1000, "{asset} is {} bytes", body.len());
+    }
+    let (status, _, body) = get("/console/secrets.txt").await;
+    assert_eq!(status, 404, "{body}");
+    // The data behind the page still needs the token.
+    let (status, _, _) = get("/api/v1/alerts").await;
+    assert_eq!(status, 401);
+}

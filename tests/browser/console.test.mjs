@@ -1,0 +1,212 @@
+// The web console in a real browser: Debian's Chromium, headless, driven by playwright-core,
+// against a real `vigil serve` on SQLite that replayed the bundled sample. Screenshots go to
+// target/browser-artifacts (VIGIL_BROWSER_ARTIFACTS). Run by scripts/test.sh:
+//   node --test tests/browser/console.test.mjs   (VIGIL_BIN, CHROMIUM to override the paths)
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, cpSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const VIGIL = process.env.VIGIL_BIN || path.join(ROOT, 'target/debug/vigil');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ARTIFACTS = process.env.VIGIL_BROWSER_ARTIFACTS || path.join(ROOT, 'target/browser-artifacts');
+const SAMPLE_ALERTS = 18;
+
+/// Starts `vigil serve` on a copy of the shipped rules, replaying the sample; resolves with its URL.
+async function serve(extra = []) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-console-'));
+  cpSync(path.join(ROOT, 'rules'), path.join(dir, 'rules'), { recursive: true });
+  const args = ['serve', '--replay', path.join(ROOT, 'samples/datacenter.jsonl'), '--rules', path.join(dir, 'rules'),
+    '--database-url', `sqlite://${dir}/vigil.db`, '--spool-dir', `${dir}/spool`, '--ingest-log-dir', `${dir}/ingest`,
+    '--http-addr', '127.0.0.1:0', ...extra];
+  const child = spawn(VIGIL, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('vigil serve did not start:\n' + output)), 60000);
+    const read = (d) => {
+      output += d;
+      const m = output.match(/listening on (http:\/\/[0-9.]+:[0-9]+)\n/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    };
+    child.stdout.on('data', read);
+    child.stderr.on('data', read);
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`vigil serve exited with ${code}:\n${output}`)); });
+  });
+  return {
+    url,
+    stop() { child.kill('SIGTERM'); rmSync(dir, { recursive: true, force: true }); },
+  };
+}
+
+let browser, service, page;
+const errors = [];
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  service = await serve();
+  page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); if (process.env.VIGIL_BROWSER_DEBUG) console.log('page:', m.text()); });
+});
+
+after(async () => {
+  await browser?.close();
+  service?.stop();
+});
+
+const rows = (p = page) => p.locator('#alerts tbody tr[data-id]');
+const shot = (name, p = page) => p.screenshot({ path: path.join(ARTIFACTS, name + '.png') });
+
+/// Polls `check` from here until it is true: the page's own policy forbids the string
+/// evaluation that playwright's waitForFunction uses, and the tests keep that policy on.
+async function until(what, check, timeout = 15000) {
+  const end = Date.now() + timeout;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function untilRows(p, n) {
+  let seen = 0;
+  await until(`${n} alert rows`, async () => (seen = await rows(p).count()) >= n).catch((e) => {
+    throw new Error(`${e.message} (${seen} shown)`);
+  });
+}
+
+test('the page lists the alerts of the replayed sample', async () => {
+  await page.goto(service.url + '/');
+  await untilRows(page, SAMPLE_ALERTS);
+  assert.equal(await rows().count(), SAMPLE_ALERTS);
+  assert.match(await page.textContent('#counts'), new RegExp(`${SAMPLE_ALERTS}\\s*resolved`));
+  // Filters narrow the table in place.
+  await page.selectOption('#f-rule', 'straggler_task');
+  assert.equal(await rows().count(), 5);
+  await page.selectOption('#f-rule', '');
+  await shot('alerts');
+});
+
+test('an event posted to the API that fires a rule shows within 2 s, without reload', async () => {
+  const before = new Set(await page.locator('#alerts tbody tr[data-rule="evicted_then_failed"]').evaluateAll((r) => r.map((x) => x.dataset.id)));
+  // An eviction and a failure on another machine (evicted_then_failed), then a sample that
+  // moves event time past the allowed lateness (5 s), so that the engine takes both now.
+  const now = Date.now();
+  const lines = [
+    { stream: 'task_event', ts: now - 10000, type: 'EVICT', job_id: 'console', task_index: 0, machine_id: 'mA' },
+    { stream: 'task_event', ts: now - 9000, type: 'FAIL', job_id: 'console', task_index: 0, machine_id: 'mB' },
+    { stream: 'metric', ts: now, host: 'console', name: 'cpu', value: 1 },
+  ].map((e) => JSON.stringify(e)).join('\n');
+  const navigations = [];
+  page.on('framenavigated', () => navigations.push(page.url()));
+  const started = Date.now();
+  const response = await fetch(service.url + '/api/v1/events', { method: 'POST', body: lines });
+  assert.equal(response.status, 200, await response.text());
+  const fresh = async () => (await page.locator('#alerts tbody tr[data-rule="evicted_then_failed"]')
+    .evaluateAll((r) => r.map((x) => x.dataset.id))).filter((id) => !before.has(id));
+  await until('the new alert on the page', async () => (await fresh()).length > 0, 2000);
+  const took = Date.now() - started;
+  assert.ok(took <= 2000, `shown after ${took} ms`);
+  assert.deepEqual(navigations, [], 'the page did not reload');
+  const [id] = await fresh();
+  assert.match(await page.textContent(`#alerts tbody tr[data-id="${id}"]`), /t\.job_id=console/);
+  await shot('alert-live');
+});
+
+test('the alert detail draws its plot, opened from the keyboard', async () => {
+  const row = page.locator('#alerts tbody tr[data-rule="machine_cpu_spike"]').first();
+  await row.focus();
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#detail:not([hidden]) .uplot canvas', { timeout: 5000 });
+  const box = await page.locator('#detail .uplot canvas').first().boundingBox();
+  assert.ok(box && box.width > 200 && box.height > 100, JSON.stringify(box));
+  assert.match(await page.textContent('#detail'), /Transitions/);
+  await shot('alert-detail');
+  await page.keyboard.press('Escape');
+  assert.equal(await page.isHidden('#detail'), true);
+  // An outlier is drawn among its peers.
+  await page.locator('#alerts tbody tr[data-rule="machine_load_outlier"]').first().click();
+  await page.waitForSelector('#detail .plot[aria-label^="peers"] canvas', { timeout: 5000 });
+  await shot('alert-outlier');
+  await page.keyboard.press('Escape');
+});
+
+test('a rule with a mistake shows the diagnostic at its line, and the fixed rule saves', async () => {
+  await page.click('nav button[data-view="rules"]');
+  await page.click('#rules tbody tr[data-rule="job_failure_burst"]');
+  await page.waitForSelector('#diagnostics li.ok');
+  const source = await page.inputValue('#source');
+  const lines = source.split('\n');
+  const at = lines.findIndex((l) => l.includes('task t fail as e'));
+  assert.ok(at >= 0, source);
+  const wrong = lines.map((l, i) => (i === at ? l.replace('fail', 'fial') : l)).join('\n');
+  await page.fill('#source', wrong);
+  const line = String(at + 1);
+  await page.waitForSelector(`#diagnostics li[data-line="${line}"]`, { timeout: 5000 });
+  assert.match(await page.textContent(`#diagnostics li[data-line="${line}"]`), new RegExp(`^${line}:\\d+ E0102 `));
+  assert.equal(await page.getAttribute(`#gutter span[data-line="${line}"]`, 'class'), 'bad');
+  assert.equal(await page.isDisabled('#save'), true);
+  await shot('rule-mistake');
+  const fixed = source.replace('within 15 minutes"', 'within 15 minutes (edited in the console)"');
+  await page.fill('#source', fixed);
+  await page.waitForSelector('#diagnostics li.ok', { timeout: 5000 });
+  await page.click('#save');
+  await until('the save result', async () => (await page.textContent('#save-result')).startsWith('saved'), 10000);
+  assert.match(await page.textContent('#save-result'), /kept their state: .*job_failure_burst/);
+  const stored = await (await fetch(service.url + '/api/v1/rules/job_failure_burst')).json();
+  assert.match(stored.source, /edited in the console/);
+  await shot('rule-saved');
+});
+
+test('the engine page shows watermark, live keys and the store', async () => {
+  await page.click('nav button[data-view="engine"]');
+  await until('the engine cards', async () => (await page.locator('#engine .card').count()) >= 8, 5000);
+  const text = await page.textContent('#engine');
+  assert.match(text, /watermark lag/);
+  assert.match(text, /evicted_then_failed/);
+  assert.match(text, /Dead letters/);
+  await shot('engine');
+  await page.click('nav button[data-view="alerts"]');
+});
+
+test('at phone width the page fits the screen', async () => {
+  const phone = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  await phone.goto(service.url + '/');
+  await untilRows(phone, SAMPLE_ALERTS);
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
+  await shot('phone', phone);
+  await phone.close();
+});
+
+test('with a token set, the page asks for it and sends it only as a header', async () => {
+  const guarded = await serve(['--api-token', 'console-secret-token', '--api-read-token', 'console-read-token']);
+  const p = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const urls = [];
+  p.on('request', (r) => urls.push(r.url()));
+  try {
+    await p.goto(guarded.url + '/');
+    await p.waitForSelector('#token-dialog[open]', { timeout: 5000 });
+    await shot('token-prompt', p);
+    await p.fill('#token-input', 'wrong');
+    await p.click('#token-save');
+    await p.waitForSelector('#token-dialog[open]', { timeout: 5000 });
+    assert.equal(await rows(p).count(), 0);
+    await p.fill('#token-input', 'console-secret-token');
+    await p.click('#token-save');
+    await untilRows(p, SAMPLE_ALERTS);
+    assert.equal(await p.isVisible('#token-dialog'), false);
+    assert.ok(urls.every((u) => !u.includes('console-secret-token')), 'the token went into a URL');
+  } finally {
+    await p.close();
+    guarded.stop();
+  }
+});
+
+test('the page raised no script errors', () => {
+  assert.deepEqual(errors, []);
+});
