@@ -22,8 +22,21 @@ fn events() -> Vec<vigil::event::Event> {
     text.lines().map(|l| vigil::event::decode(l, None).expect("an event")).collect()
 }
 
+/// The alerts as JSON, without what later builds added to evidence: an alert firing at the
+/// checkpoint keeps the evidence the earlier build gave it (outliers' `peers` came later).
 fn view(alerts: &[Alert]) -> Vec<String> {
-    alerts.iter().map(|a| serde_json::to_string(a).expect("json")).collect()
+    alerts
+        .iter()
+        .map(|a| {
+            let mut json = serde_json::to_value(a).expect("json");
+            for item in json["evidence"].as_array_mut().into_iter().flatten() {
+                if let Some(cluster) = item.get_mut("cluster").and_then(|c| c.as_object_mut()) {
+                    cluster.remove("peers");
+                }
+            }
+            json.to_string()
+        })
+        .collect()
 }
 
 #[test]
