@@ -60,7 +60,7 @@ impl Scorer {
         if !x.is_finite() {
             return None;
         }
-        match self {
+        let score = match self {
             Scorer::RobustZ(s) => s.update(x),
             Scorer::Knn(s) => s.update(x),
             Scorer::Shift(s) => s.update(x),
@@ -69,7 +69,9 @@ impl Scorer {
             Scorer::Unchanged(s) => s.update(x),
             Scorer::ChangeRate(s) => s.update(x),
             Scorer::Streak(s) => s.update(x != 0.0),
-        }
+        };
+        // Finite values so large that their arithmetic overflows (inf - inf) give no score.
+        score.filter(|s| !s.is_nan())
     }
 
     /// What the last value was compared with, for an alert's evidence.

@@ -65,7 +65,8 @@ pub fn median(sorted: &[f64]) -> f64 {
     match n {
         0 => f64::NAN,
         _ if n % 2 == 1 => sorted[n / 2],
-        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        // Halved first, so that two values near the largest float do not overflow.
+        _ => sorted[n / 2 - 1] / 2.0 + sorted[n / 2] / 2.0,
     }
 }
 
@@ -99,7 +100,7 @@ fn median_deviation(sorted: &[f64], median: f64) -> f64 {
     if n % 2 == 1 {
         kth(n / 2)
     } else {
-        (kth(n / 2 - 1) + kth(n / 2)) / 2.0
+        kth(n / 2 - 1) / 2.0 + kth(n / 2) / 2.0
     }
 }
 
