@@ -1,6 +1,7 @@
 //! Rules with a `score` block, refractory periods and absences bounded by a learned interval,
 //! through the whole engine:
 //! - a restored snapshot continues exactly like the uninterrupted run, scorers included;
+//! - any arrival order within the lateness gives the alerts of sorted input;
 //! - a refractory period holds back new episodes of a key, and only for its length;
 //! - a scored alert's evidence says which test fired it, with the score, threshold and baseline.
 
@@ -113,6 +114,27 @@ proptest! {
         let (alerts, restored) = restore::run_with_restore(|| engine(&plans), &events, cut);
         prop_assert_eq!(restored, plans.len());
         prop_assert_eq!(comparable(&alerts), whole);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// Disorder within the allowed lateness, repeated timestamps included, changes nothing a
+    /// scorer sees: each window's state is scored once, when it closes.
+    #[test]
+    fn arrival_order_within_the_lateness_does_not_change_what_scorers_say(
+        raw in events_strategy(),
+        delays in proptest::collection::vec(0i64..LATENESS_MS, 600),
+    ) {
+        let plans = plans(SCORED);
+        let events = generated(raw);
+        let sorted = comparable(&run(&events, &plans));
+        let mut arrivals: Vec<(i64, usize)> =
+            events.iter().enumerate().map(|(i, e)| (e.ts + delays[i % delays.len()], i)).collect();
+        arrivals.sort();
+        let shuffled: Vec<Event> = arrivals.iter().map(|&(_, i)| events[i].clone()).collect();
+        prop_assert_eq!(comparable(&run(&shuffled, &plans)), sorted);
     }
 }
 
