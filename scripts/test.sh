@@ -112,9 +112,10 @@ cargo test --locked --lib --bins --tests -- --include-ignored "${skip_pg_fault[@
 echo "fault injection (fault | injected | expected | stored | lost | duplicated | delivered | undelivered | repeated calls):"
 cat target/tmp/fault-tally.md 2>/dev/null || true
 # The benchmarks, once each in test mode: they build and run, they are not timed. The Flink
-# comparison's scripts need Flink, which the tests do not install: they are only parsed.
+# comparison's scripts need Flink, and the group probe confluent-kafka, which the tests do
+# not install: they are only parsed.
 cargo test --locked --benches
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/kafka/*.py
 # The web console in a real browser, against the binary built above; screenshots are written
 # to target/browser-artifacts.
 VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs
