@@ -6,6 +6,7 @@
 
 use crate::engine::{Engine, EngineConfig};
 use crate::event::{EventPool, LineDecoder};
+use crate::ruleset::RuleSet;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -209,23 +210,22 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
 }
 
 fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<BenchReport, BenchError> {
-    let (text, name) = match &options.rules_path {
-        // A folder's rule files run together, as `--rules` takes them elsewhere.
-        Some(p) if p.is_dir() => {
-            let files = crate::read_rule_files(p)?;
-            let text: Vec<String> = files.iter().map(|(_, b)| String::from_utf8_lossy(b).into_owned()).collect();
-            (text.join("\n"), p.display().to_string())
-        }
-        Some(p) => (std::fs::read_to_string(p)?, p.display().to_string()),
-        None => (rules_for(options), format!("{:?}", options.workload).to_lowercase()),
+    let name = match &options.rules_path {
+        Some(p) => p.display().to_string(),
+        None => format!("{:?}", options.workload).to_lowercase(),
     };
     let t0 = Instant::now();
-    let compiled = crate::compile(&name, text.as_bytes());
-    if !compiled.is_ok() {
-        return Err(BenchError::Rules(compiled.source().render(&compiled.diagnostics, false)));
+    let set = match &options.rules_path {
+        // A file or a folder, loaded as `--rules` is everywhere else.
+        Some(p) => RuleSet::load(std::slice::from_ref(p)).map_err(|e| BenchError::Rules(e.to_string()))?,
+        None => RuleSet::from_sources(&[(name.clone(), rules_for(options).into_bytes())]),
+    };
+    if !set.is_ok() {
+        return Err(BenchError::Rules(set.render(false)));
     }
-    let rules = compiled.plans.len();
-    let mut engine = Engine::new(compiled.plans, EngineConfig { lateness_ms: 0, ..EngineConfig::default() });
+    let plans = set.plans();
+    let rules = plans.len();
+    let mut engine = Engine::new(plans, EngineConfig { lateness_ms: 0, ..EngineConfig::default() });
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
 

@@ -152,12 +152,9 @@ fn the_generated_streams_fire_both_rules_from_their_scores() {
     assert!(alerts.iter().any(|a| &*a.rule == "silent" && a.status == Status::Firing), "no absence fired");
 }
 
-fn firing_minutes(alerts: &[Alert], rule: &str) -> Vec<i64> {
-    alerts
-        .iter()
-        .filter(|a| &*a.rule == rule && a.status == Status::Firing)
-        .map(|a| (a.time - START) / 60_000)
-        .collect()
+/// The minutes (from the start) at which the alerts `keep` picks fired.
+fn firing_minutes(alerts: &[Alert], keep: impl Fn(&Alert) -> bool) -> Vec<i64> {
+    alerts.iter().filter(|a| a.status == Status::Firing && keep(a)).map(|a| (a.time - START) / 60_000).collect()
 }
 
 #[test]
@@ -179,13 +176,9 @@ fn a_refractory_period_holds_back_new_episodes_of_the_key_for_its_length() {
         events.push(metric(minute * 60 + 2, "b", if minute == 10 { 50.0 } else { 1.0 }));
     }
     let alerts = run(&events, &plans);
-    let a: Vec<i64> = alerts
-        .iter()
-        .filter(|x| x.status == Status::Firing && x.values.get("s.host") == Some(&Json::from("a")))
-        .map(|x| (x.time - START) / 60_000)
-        .collect();
+    let a = firing_minutes(&alerts, |x| x.values.get("s.host") == Some(&Json::from("a")));
     assert_eq!(a, vec![6, 41], "host a fires at the first spike's close and again after 30 minutes");
-    assert_eq!(firing_minutes(&alerts, "hot"), vec![6, 11, 41]);
+    assert_eq!(firing_minutes(&alerts, |x| &*x.rule == "hot"), vec![6, 11, 41]);
     // Each firing episode resolves: refractory is not keep_firing_for.
     let resolved = alerts.iter().filter(|x| x.status == Status::Resolved).count();
     assert_eq!(resolved, 3);

@@ -2,15 +2,13 @@
 //! z-score, each within a peer group.
 
 use super::eval::{mean, sample_stddev, ClusterResult, MAX_PEERS};
-use super::state::percentile;
+use super::state::{percentile, percentile_of_sorted};
 use crate::plan::{ClusterMethod, Distance};
 use std::sync::Arc;
 
-/// The peer group's values sorted, or [`MAX_PEERS`] of them evenly spaced in rank (the least
-/// and the greatest always among them).
-fn peer_sample(values: &[f64]) -> Arc<[f64]> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
+/// Sorted values, or [`MAX_PEERS`] of them evenly spaced in rank (the least and the greatest
+/// always among them).
+fn peer_sample(sorted: &[f64]) -> Arc<[f64]> {
     if sorted.len() <= MAX_PEERS {
         return sorted.into();
     }
@@ -25,11 +23,14 @@ pub fn judge(points: &[Vec<f64>], method: ClusterMethod, distance: Distance) -> 
     if first.is_empty() {
         return Vec::new();
     }
-    let median = percentile(&first, 50.0);
+    // Sorted once, for the median and the peers the evidence shows.
+    let mut sorted = first.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = percentile_of_sorted(&sorted, 50.0);
     let deviations: Vec<f64> = first.iter().map(|x| (x - median).abs()).collect();
     let mad = percentile(&deviations, 50.0);
     let avg = mean(&first);
-    let peers = peer_sample(&first);
+    let peers = peer_sample(&sorted);
     let summary = |outlier: bool, score: f64| ClusterResult {
         outlier,
         score,
@@ -176,8 +177,8 @@ mod peer_tests {
 
     #[test]
     fn the_peers_an_outlier_shows_are_all_of_a_small_group_and_a_rank_sample_of_a_large_one() {
-        assert_eq!(&*peer_sample(&[3.0, 1.0, 2.0]), &[1.0, 2.0, 3.0]);
-        let many: Vec<f64> = (0..1000).rev().map(f64::from).collect();
+        assert_eq!(&*peer_sample(&[1.0, 2.0, 3.0]), &[1.0, 2.0, 3.0]);
+        let many: Vec<f64> = (0..1000).map(f64::from).collect();
         let sample = peer_sample(&many);
         assert_eq!(sample.len(), MAX_PEERS);
         assert_eq!((sample[0], sample[MAX_PEERS - 1]), (0.0, 999.0));

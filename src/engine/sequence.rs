@@ -629,8 +629,6 @@ impl SequenceOperator {
         }
     }
 
-    /// Drops the partial match that started first, to stay under the cap (or the state
-    /// budget). A match waiting on an absence goes blind: noted for the self-alert.
     /// Forgets the cadences of the sixteenth of partitions heard from longest ago: until they
     /// show a gap again, their absences are not waited for, so the rule is partly blind.
     fn forget_cadences(&mut self, reason: &'static str) {
@@ -643,21 +641,25 @@ impl SequenceOperator {
             left -= usize::from(forget);
             !forget
         });
-        match reason {
-            "memory" => self.evicted_memory += n as u64,
-            _ => self.evicted_cap += n as u64,
-        }
+        self.count_evicted(reason, n as u64);
         for _ in 0..n {
             self.blind.dropped(reason);
         }
     }
 
+    /// Counts evictions by their reason (`memory`, or the key cap).
+    fn count_evicted(&mut self, reason: &'static str, n: u64) {
+        match reason {
+            "memory" => self.evicted_memory += n,
+            _ => self.evicted_cap += n,
+        }
+    }
+
+    /// Drops the partial match that started first, to stay under the cap (or the state
+    /// budget). A match waiting on an absence goes blind: noted for the self-alert.
     fn evict_oldest(&mut self, reason: &'static str) {
         let Some((id, key)) = self.locate.pop_first() else { return };
-        match reason {
-            "memory" => self.evicted_memory += 1,
-            _ => self.evicted_cap += 1,
-        }
+        self.count_evicted(reason, 1);
         let steps = &self.steps;
         if let Some(part) = self.partitions.get_mut(&key) {
             if let Some(pos) = part.matches.iter().position(|m| m.id == id) {

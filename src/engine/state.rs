@@ -132,6 +132,11 @@ fn an_accumulator_is_24_bytes() {
 pub fn percentile(values: &[f64], p: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
+    percentile_of_sorted(&sorted, p)
+}
+
+/// [`percentile`] of values already sorted.
+pub fn percentile_of_sorted(sorted: &[f64], p: f64) -> f64 {
     let rank = p / 100.0 * (sorted.len() - 1) as f64;
     let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)

@@ -66,7 +66,7 @@ impl Likelihood {
         if mean.is_finite() && variance.is_finite() {
             (self.seen, self.mean, self.variance) = (seen, mean, variance);
         }
-        out.filter(|p| !p.is_nan())
+        out
     }
 
     pub fn bytes(&self) -> usize {
