@@ -649,10 +649,7 @@ impl SequenceOperator {
 
     /// Counts evictions by their reason (`memory`, or the key cap).
     fn count_evicted(&mut self, reason: &'static str, n: u64) {
-        match reason {
-            "memory" => self.evicted_memory += n,
-            _ => self.evicted_cap += n,
-        }
+        *if reason == "memory" { &mut self.evicted_memory } else { &mut self.evicted_cap } += n;
     }
 
     /// Drops the partial match that started first, to stay under the cap (or the state
