@@ -115,7 +115,7 @@ cat target/tmp/fault-tally.md 2>/dev/null || true
 # comparison's scripts need Flink, and the group probe confluent-kafka, which the tests do
 # not install: they are only parsed.
 cargo test --locked --benches
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/kafka/*.py
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/kafka/*.py benches/workers.py
 # The web console in a real browser, against the binary built above; screenshots are written
 # to target/browser-artifacts.
 VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs

@@ -14,7 +14,8 @@
 //!   name defined in two files.
 //! - [`engine::Engine::new`]: plans to operators; `push` events in, alerts out.
 //! - [`input::open`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017) to events;
-//!   [`replay::replay`] runs them through an engine; [`ruletest::run`] runs rule test files.
+//!   [`replay::replay`] runs them through an engine, or [`workers::Workers`], one engine per
+//!   thread splitting the keys; [`ruletest::run`] runs rule test files.
 //!
 //! User mistakes are [`diagnostic::Diagnostic`]s: code, message, labelled spans, notes, help.
 
@@ -34,6 +35,7 @@ pub mod ruleset;
 pub mod ruletest;
 pub mod schema;
 pub mod service;
+pub mod workers;
 
 use diagnostic::{codes, Diagnostic, Source};
 use plan::RulePlan;

@@ -6,9 +6,10 @@
 //! `strict` asks to stop at the first one.
 
 use crate::alert::Alert;
-use crate::engine::{Engine, EngineStats};
+use crate::engine::EngineStats;
 use crate::event::{Decoded, Millis};
 use crate::input::{Input, Record};
+use crate::workers::Driven;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -91,7 +92,7 @@ impl Progress for Quiet {}
 /// Replays `inputs` through `engine`, writing alerts as JSON lines to `out`. The engine gives
 /// the events it is done with back to `pool`, which the inputs read into.
 pub fn replay(
-    engine: &mut Engine,
+    engine: &mut dyn Driven,
     inputs: Vec<Input<Decoded>>,
     pool: &std::cell::RefCell<crate::event::EventPool>,
     options: &ReplayOptions,
@@ -122,7 +123,7 @@ pub fn replay(
 
 /// [`replay`] with the alerts handed to `sink` as they come (it takes them out of the list).
 pub fn replay_into(
-    engine: &mut Engine,
+    engine: &mut dyn Driven,
     inputs: Vec<Input<Decoded>>,
     pool: &std::cell::RefCell<crate::event::EventPool>,
     options: &ReplayOptions,
@@ -177,7 +178,7 @@ pub fn replay_into(
     engine.flush(&mut alerts);
     deliver(&mut alerts, &mut summary)?;
     progress.advance(summary.events, summary.alerts, merger.bytes());
-    summary.stats = engine.stats().clone();
+    summary.stats = engine.stats();
     Ok(summary)
 }
 

@@ -69,3 +69,43 @@ fn a_checkpoint_of_an_earlier_build_restores_and_continues_like_the_uninterrupte
     assert!(!after.is_empty(), "the rest of the sample raises alerts");
     assert_eq!(view(&continued), view(&after));
 }
+
+/// The shipped rules and the sample through [`vigil::workers::Engines`]: the alerts, in full and
+/// sorted, of pushing `events` in batches of 500.
+fn through(engines: &mut vigil::workers::Engines, events: &[vigil::event::Event], alerts: &mut Vec<Alert>) {
+    for batch in events.chunks(500) {
+        let taken = engines.push(batch.to_vec(), alerts);
+        assert!(taken.iter().all(|t| *t), "the sorted sample has no late event");
+    }
+}
+
+#[test]
+fn workers_checkpoint_each_share_and_a_restart_asking_for_another_number_keeps_them() {
+    let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
+    let events = events();
+    let config = EngineConfig::default();
+    let sorted = |mut alerts: Vec<Alert>| {
+        let mut text: Vec<String> = alerts.drain(..).map(|a| serde_json::to_string(&a).expect("json")).collect();
+        text.sort();
+        text
+    };
+    let mut whole = Vec::new();
+    let mut one = vigil::workers::Engines::new(set.plans(), config.clone(), 1);
+    through(&mut one, &events, &mut whole);
+    one.flush(&mut whole);
+    assert!(whole.len() > 10, "the sample raises alerts");
+
+    let mut alerts = Vec::new();
+    let mut two = vigil::workers::Engines::new(set.plans(), config.clone(), 2);
+    through(&mut two, &events[..CUT], &mut alerts);
+    let bytes = two.checkpoint().expect("a checkpoint");
+    drop(two);
+    // Asked for one worker, the engines take the checkpoint's two: no state is dropped.
+    let mut restarted = vigil::workers::Engines::new(set.plans(), config, 1);
+    let restored = restarted.restore(&bytes).expect("restored");
+    assert_eq!(restarted.count(), 2);
+    assert_eq!(restored.len(), set.plans().len(), "{restored:?}");
+    through(&mut restarted, &events[CUT..], &mut alerts);
+    restarted.flush(&mut alerts);
+    assert_eq!(sorted(alerts), sorted(whole));
+}

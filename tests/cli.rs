@@ -127,6 +127,28 @@ fn replay_is_deterministic() {
 }
 
 #[test]
+fn replay_with_workers_gives_the_alerts_and_summary_of_one() {
+    let sorted = |out: String| {
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let (code, one, one_summary) = vigil(&["replay", "--rules", "rules", "samples/datacenter.jsonl"]);
+    assert_eq!(code, 0, "{one_summary}");
+    let one = sorted(one);
+    assert!(one.len() > 10, "the sample raises alerts: {one_summary}");
+    for workers in ["2", "3"] {
+        let (code, split, summary) =
+            vigil(&["replay", "--rules", "rules", "samples/datacenter.jsonl", "--workers", workers]);
+        assert_eq!(code, 0, "{summary}");
+        assert_eq!(sorted(split), one, "--workers {workers}");
+        assert_eq!(summary, one_summary, "--workers {workers}");
+    }
+    let (code, _, err) = vigil(&["replay", "--rules", "rules", "samples/datacenter.jsonl", "--workers", "0"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
 fn bench_writes_the_events_it_would_run_and_runs_them_back_the_same() {
     let path = temp_file("bench-events.jsonl", "");
     let name = path.to_str().expect("utf-8");

@@ -256,3 +256,47 @@ fn the_generated_streams_do_raise_alerts() {
         .collect();
     assert!(rules.len() >= 4, "only {rules:?} fired");
 }
+
+/// The alerts, in full and sorted, and the counts of `lines` decoded through the gate and run by
+/// `driven`: one engine, or several workers splitting the keys.
+fn run_driven(
+    lines: &[String],
+    plans: &[vigil::plan::RulePlan],
+    driven: &mut dyn vigil::workers::Driven,
+) -> (Vec<String>, String) {
+    let gate = engine(plans).gate();
+    let (mut decoder, mut pool) = (vigil::event::LineDecoder::default(), vigil::event::EventPool::default());
+    let mut alerts = Vec::new();
+    for line in lines {
+        driven.recycle_into(&mut pool);
+        driven.take(decoder.decode_gated(line.as_bytes(), None, &gate, &mut pool).expect("a valid line"), &mut alerts);
+    }
+    driven.flush(&mut alerts);
+    let mut alerts: Vec<String> = alerts.iter().map(|a| serde_json::to_string(a).expect("serialisable")).collect();
+    alerts.sort();
+    (alerts, format!("{:?}", driven.stats()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn workers_splitting_the_keys_give_the_alerts_and_counts_of_one_engine(
+        raw in proptest::collection::vec((0i64..4 * 3600, any::<u8>(), any::<u8>(), any::<u8>()), 1..400),
+        delays in proptest::collection::vec(0i64..2 * LATENESS_MS, 400),
+        count in 2usize..=4,
+    ) {
+        // Every shipped rule, the fleet-wide outlier rules among them; some events late.
+        let plans = shipped_plans();
+        let mut events: Vec<Event> = raw.into_iter().map(event).collect();
+        events.sort_by(|a, b| a.tie_order(b));
+        let mut arrivals: Vec<(i64, usize)> = events.iter().enumerate().map(|(i, e)| (e.ts + delays[i % delays.len()], i)).collect();
+        arrivals.sort();
+        let lines: Vec<String> = arrivals.iter().map(|&(_, i)| json_line(&events[i])).collect();
+        let one = run_driven(&lines, &plans, &mut engine(&plans));
+        let config = vigil::engine::EngineConfig { lateness_ms: LATENESS_MS, ..Default::default() };
+        let mut workers = vigil::workers::Workers::start(&plans, &config, count);
+        let split = run_driven(&lines, &plans, &mut workers);
+        prop_assert_eq!(split, one);
+    }
+}

@@ -14,6 +14,30 @@ pub struct EngineConfig {
     /// reaches them. A live service sets the wall clock, so that no event, however far ahead it
     /// is dated, can make the events of the present late.
     pub clock: Option<Arc<dyn Clock>>,
+    /// The key groups this engine owns, when several engines split one rule set's state
+    /// (`--workers`); by default all of them.
+    pub shard: Shard,
+}
+
+/// Which of the [`KEY_GROUPS`](super::keys::KEY_GROUPS) key groups an engine owns: those whose
+/// number modulo `count` is `index`. Every engine of a set sees every event (so that each has
+/// the same time); each keeps state, and raises alerts, only for the keys of its own key groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard { index: 0, count: 1 }
+    }
+}
+
+impl Shard {
+    pub fn owns(&self, key_group: u32) -> bool {
+        self.count <= 1 || key_group as usize % self.count == self.index
+    }
 }
 
 /// Where the time comes from that event time may not pass.

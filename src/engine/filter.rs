@@ -24,6 +24,10 @@ impl FilterOperator {
 }
 
 impl Operator for FilterOperator {
+    fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
+        (!self.key_positions.is_empty()).then(|| self.key_positions.clone())
+    }
+
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
         let plan = self.alerting.plan().clone();
         if !super::operator::binds_entities(&self.key_positions, event) {

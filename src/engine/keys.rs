@@ -1,7 +1,25 @@
 //! Keys: the values that identify a group, a partial match or an alert, and a map by them.
 
 use crate::event::{Event, Value};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
+
+/// How many key groups a rule's keys are hashed into: the unit in which state is split between
+/// engines ([`Shard`](super::config::Shard)). Fixed, like a topic's partition count: the same
+/// key is in the same key group in every process and every version.
+pub const KEY_GROUPS: u32 = 256;
+
+/// The key group of the key made of an event's values at `positions` (as [`FieldsKey`] reads
+/// them): the same for every event with those key values, whatever its stream.
+pub fn key_group(event: &Event, positions: &[usize]) -> u32 {
+    key_group_of(&FieldsKey { event, positions })
+}
+
+/// The key group of anything hashed as keys are: a seed fixed for all processes, not the
+/// per-process one of [`KeyMap`].
+pub fn key_group_of(key: &impl Hash) -> u32 {
+    const SEED: u64 = 0x7669_6769_6c5f_6b67;
+    (foldhash::fast::FixedState::with_seed(SEED).hash_one(key) % u64::from(KEY_GROUPS)) as u32
+}
 
 /// A hash map by [`Key`], the engine's per-key state. foldhash rather than SipHash: hashing
 /// the key is a good part of an event's cost in window and sequence rules, and its per-process

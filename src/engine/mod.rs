@@ -36,6 +36,7 @@ mod reorder;
 pub mod routing;
 pub mod scorer;
 mod sequence;
+mod sequence_plan;
 pub mod snapshot;
 mod state;
 #[cfg(test)]
@@ -43,7 +44,7 @@ mod tests;
 mod window;
 
 pub use blind::RULE as STATE_EVICTED_RULE;
-pub use config::{Clock, EngineConfig, EngineStats, Limits, SystemClock};
+pub use config::{Clock, EngineConfig, EngineStats, Limits, Shard, SystemClock};
 pub use eval::{ClusterResult, Env, History, RegexCache};
 pub use keys::{FieldsKey, Key, KeyMap};
 pub use lifecycle::{Lifecycle, Transition};
@@ -110,6 +111,40 @@ pub struct Engine {
     /// Events released that no rule kept, for their owner to read later lines into
     /// ([`Engine::recycle_into`]); a few at most.
     released: Vec<Arc<Event>>,
+    /// By operator: which of its events this engine handles ([`EngineConfig::shard`]).
+    owned: Vec<Owned>,
+}
+
+/// Which events of one operator an engine handles, when several split the rule set's state.
+enum Owned {
+    All,
+    Nothing,
+    /// Those whose key, read at these fields by source, is in a key group the engine owns.
+    ByKey(Vec<Vec<usize>>),
+}
+
+impl Owned {
+    /// An operator whose state cannot be split by key is owned whole by the engine that owns the
+    /// key group of its state's identity.
+    fn of(shard: Shard, served: &physical::Served, op: &dyn Operator) -> Owned {
+        if shard.count <= 1 {
+            return Owned::All;
+        }
+        let sources = served.plans[0].sources.len();
+        match (0..sources).map(|s| op.key_fields(s)).collect::<Option<Vec<_>>>() {
+            Some(fields) => Owned::ByKey(fields),
+            None if shard.owns(keys::key_group_of(&served.id.0)) => Owned::All,
+            None => Owned::Nothing,
+        }
+    }
+
+    fn takes(&self, shard: Shard, source: usize, event: &Event) -> bool {
+        match self {
+            Owned::All => true,
+            Owned::Nothing => false,
+            Owned::ByKey(fields) => shard.owns(keys::key_group(event, &fields[source])),
+        }
+    }
 }
 
 /// Released events kept for [`Engine::recycle_into`] at most: one is usually enough, a few more
@@ -129,7 +164,13 @@ impl Engine {
         let regexes = Arc::new(regexes);
         let (operators, layout) = physical::build(&plans, config.limits, &regexes);
         let n = operators.len();
+        let owned = operators
+            .iter()
+            .zip(&layout.served)
+            .map(|(op, served)| Owned::of(config.shard, served, op.as_ref()))
+            .collect();
         Engine {
+            owned,
             filter_memo: vec![0; layout.filters.len()],
             plans,
             operators,
@@ -254,6 +295,10 @@ impl Engine {
 
     pub fn plans(&self) -> &[Arc<RulePlan>] {
         &self.plans
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
     }
 
     /// What its rules need to see of an event before it is built; see [`Gate`].
@@ -451,7 +496,11 @@ impl Engine {
         let before = out.len();
         self.filter_memo.iter_mut().for_each(|m| *m = 0);
         let Layout { routes, filters, .. } = &self.layout;
+        let shard = self.config.shard;
         for target in routes[event.stream as usize].targets(event) {
+            if !self.owned[target.op].takes(shard, target.source, event) {
+                continue;
+            }
             if let Some(f) = target.filter {
                 if self.filter_memo[f] == 0 {
                     self.filter_memo[f] = if filters[f].holds(event, &self.regexes) { 1 } else { 2 };

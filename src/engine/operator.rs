@@ -10,6 +10,13 @@ use std::sync::Arc;
 pub trait Operator: Send {
     /// An event for source `source` of the operator's rule, in timestamp order.
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>);
+    /// Where in `source`'s events are the fields whose values make the key the operator keeps
+    /// its state under, so that several engines (`--workers`) can split its state by key group;
+    /// `None` when the state cannot be split by an event's fields (a fleet-wide comparison, one
+    /// global group, a computed key): one engine then owns all of it.
+    fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
+        None
+    }
     /// Every event with a timestamp up to `watermark` has been seen.
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>);
     /// The smallest watermark at which `on_watermark` would do anything.

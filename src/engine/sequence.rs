@@ -12,12 +12,13 @@
 
 use super::alerting::Alerting;
 use super::blind::BlindSpot;
-use super::eval::{holds, visit, Env, RegexCache};
+use super::eval::{holds, Env, RegexCache};
 use super::keys::{Key, KeyMap};
 use super::operator::{with_events, Operator};
+use super::sequence_plan::{place_conditions, retarget};
 use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
 use crate::event::{Event, Millis, Value};
-use crate::plan::{RulePlan, TExpr, TExprKind};
+use crate::plan::{RulePlan, TExpr};
 use crate::plan::{SequencePlan, StepKind, StepPlan};
 use crate::schema::EntityKind;
 use std::cmp::Reverse;
@@ -400,6 +401,17 @@ impl SequenceOperator {
 }
 
 impl Operator for SequenceOperator {
+    fn key_fields(&self, source: usize) -> Option<Vec<usize>> {
+        // The partition key, when it is the shared entities' key fields ([`Self::partition_key`]).
+        if !self.group_by[source].is_empty() || self.common.is_empty() {
+            return None;
+        }
+        let identity = &self.identity_positions[source];
+        let fields: Option<Vec<&Vec<usize>>> =
+            self.common.iter().map(|id| identity.iter().find(|(i, _)| i == id).map(|(_, p)| p)).collect();
+        fields.map(|f| f.into_iter().flatten().copied().collect())
+    }
+
     fn on_event(&mut self, source: usize, event: &Arc<Event>, out: &mut Vec<Alert>) {
         if !self.identity_positions[source]
             .iter()
@@ -725,75 +737,4 @@ impl SequenceOperator {
             }
         }
     }
-}
-
-/// The `with` conditions by the step at which they can be judged: a condition is checked when
-/// the last step it reads binds; one that reads an absent event says which events count as
-/// that event. Returns (conditions to bind, conditions of absent events), by step.
-fn place_conditions(
-    plan: &RulePlan,
-    seq: &SequencePlan,
-    step_of: &[usize],
-    names: &[String],
-    binds: &[Vec<usize>],
-) -> (Vec<Vec<TExpr>>, Vec<Vec<TExpr>>) {
-    let absent_sources: Vec<usize> = seq.steps.iter().filter(|s| s.kind.is_absence()).map(|s| s.source).collect();
-    let mut bind_conditions = vec![Vec::new(); seq.steps.len()];
-    let mut absent_conditions = vec![Vec::new(); seq.steps.len()];
-    for cond in &seq.conditions {
-        let refs = referenced_sources(cond, plan, names, binds);
-        let last_step = refs.iter().map(|&s| step_of[s]).max().unwrap_or(0);
-        match refs.iter().find(|s| absent_sources.contains(s)) {
-            // A condition on an absent event says which events count as that event.
-            Some(&absent) => {
-                let j = step_of[absent];
-                if refs.iter().all(|&s| step_of[s] <= j) {
-                    absent_conditions[j].push(cond.clone());
-                }
-            }
-            None => bind_conditions[last_step].push(cond.clone()),
-        }
-    }
-    (bind_conditions, absent_conditions)
-}
-
-/// Rewrites an expression so that entity fields read from `source` when it binds the entity.
-fn retarget(e: &TExpr, source: usize, stream: crate::schema::Stream, bound_by: &dyn Fn(&str, usize) -> bool) -> TExpr {
-    let re = |x: &TExpr| retarget(x, source, stream, bound_by);
-    let kind = match &e.kind {
-        TExprKind::EntityField { var, field, .. } if bound_by(var, source) => TExprKind::EntityField {
-            var: var.clone(),
-            source,
-            field,
-            index: crate::event::field_position(stream, field),
-        },
-        TExprKind::List(items) => TExprKind::List(items.iter().map(re).collect()),
-        TExprKind::Call(f, items) => TExprKind::Call(*f, items.iter().map(re).collect()),
-        TExprKind::Unary(op, a) => TExprKind::Unary(*op, Box::new(re(a))),
-        TExprKind::Cardinality(a) => TExprKind::Cardinality(Box::new(re(a))),
-        TExprKind::Binary(op, a, b) => TExprKind::Binary(*op, Box::new(re(a)), Box::new(re(b))),
-        TExprKind::Lookup(a, b) => TExprKind::Lookup(Box::new(re(a)), Box::new(re(b))),
-        other => other.clone(),
-    };
-    TExpr { ty: e.ty, kind }
-}
-
-/// The sources whose events an expression reads. A whole entity (`m1 != m2`) is read from the
-/// first source that binds it.
-fn referenced_sources(e: &TExpr, plan: &RulePlan, names: &[String], binds: &[Vec<usize>]) -> Vec<usize> {
-    let mut out = Vec::new();
-    visit(e, &mut |e| match &e.kind {
-        TExprKind::EventField { source, .. } | TExprKind::EntityField { source, .. } => out.push(*source),
-        TExprKind::Entity { var, .. } => {
-            if let Some(id) = names.iter().position(|n| n == var) {
-                if let Some(s) = (0..plan.sources.len()).find(|&s| binds[s].contains(&id)) {
-                    out.push(s);
-                }
-            }
-        }
-        _ => {}
-    });
-    out.sort_unstable();
-    out.dedup();
-    out
 }

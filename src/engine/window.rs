@@ -587,6 +587,12 @@ fn evidence(
 }
 
 impl Operator for WindowOperator {
+    fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
+        // A cluster step compares every group of a window: its state is one whole.
+        let fleet_wide = self.dependents.iter().any(|d| matches!(d.plan.model, crate::plan::ModelPlan::Outlier(..)));
+        self.rebuild.clone().filter(|p| !p.is_empty() && !fleet_wide)
+    }
+
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
         if !super::operator::binds_entities(&self.key_positions, event) {
             return;

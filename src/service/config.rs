@@ -244,6 +244,8 @@ settings! {
         "Most alert stream (SSE) clients at once; more are answered 503";
     max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS",
         "Most dead letters kept; the oldest go first";
+    workers: usize [] = parse_workers, env "VIGIL_WORKERS",
+        "Threads that split the rules' keys between them (key groups), 1 to 256 [default: the number of cores]";
     stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT",
         "An engine busy this long with one input is stalled: /readyz answers 503 and says why";
 }
@@ -316,6 +318,13 @@ fn parse_positive<T: std::str::FromStr + PartialEq + Default>(s: &str) -> Result
         Ok(v) if v != T::default() => Ok(v),
         Ok(_) => Err("must be more than zero".into()),
         Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match parse_positive::<usize>(s)? {
+        n if n > 256 => Err(format!("{n} workers: at most 256")),
+        n => Ok(n),
     }
 }
 

@@ -14,10 +14,10 @@
 use super::position::{Position, HTTP_SOURCE};
 use super::telemetry::Telemetry;
 use crate::alert::Alert;
-use crate::engine::Engine;
 use crate::event::now_ms;
 use crate::event::{Event, Millis};
 use crate::plan::RulePlan;
+use crate::workers::Engines;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +28,9 @@ use tokio::sync::{mpsc, oneshot};
 pub const INPUT_CAPACITY: usize = 16_384;
 /// Batches of alerts waiting for the store.
 const ALERT_CAPACITY: usize = 1_024;
+/// Most inputs taken together: the events waiting behind one go to the engines at once, so
+/// that several workers share the work of one batch.
+const BATCH: usize = 1_024;
 /// Quiet time after which buffered events are released (the source is idle).
 const IDLE: Duration = Duration::from_secs(1);
 /// Quiet time after which the events of the newest millisecond are released. They wait for a
@@ -123,7 +126,7 @@ impl EngineHealth {
 
 /// The engine thread's settings.
 pub struct EngineLoop {
-    pub engine: Engine,
+    pub engine: Engines,
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,
@@ -190,9 +193,17 @@ impl EngineLoop {
                     .iter()
                     .map(|s| self.telemetry.events_in.with_label_values(&[s.name()]))
                     .collect();
-                while let Some(input) = rx.blocking_recv() {
-                    self.take(input, &mut r, &events_in);
-                    self.health.inputs.fetch_add(1, Ordering::Relaxed);
+                while let Some(first) = rx.blocking_recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(input) => batch.push(input),
+                            Err(_) => break,
+                        }
+                    }
+                    let n = batch.len() as u64;
+                    self.take(batch, &mut r, &events_in);
+                    self.health.inputs.fetch_add(n, Ordering::Relaxed);
                     if let Some(w) = self.engine.watermark() {
                         self.health.watermark.store(w, Ordering::Relaxed);
                     }
@@ -225,25 +236,39 @@ impl EngineLoop {
             .expect("the engine thread starts")
     }
 
-    fn take(&mut self, input: Input, r: &mut Running, events_in: &[prometheus::IntCounter]) {
+    /// Inputs in order: runs of events go to the engines together.
+    fn take(&mut self, batch: Vec<Input>, r: &mut Running, events_in: &[prometheus::IntCounter]) {
+        let mut events = Vec::with_capacity(batch.len());
+        // Which of them came from HTTP ingest, whose late ones the next `Ack` counts.
+        let mut ingested = Vec::new();
+        for input in batch {
+            match input {
+                Input::Event(event, position) => {
+                    if let Some(p) = position {
+                        r.positions.insert((p.topic, p.partition), p.offset);
+                    }
+                    events.push(event);
+                }
+                Input::Ingested(event, offset) => {
+                    r.ingested = Some(offset);
+                    ingested.push(events.len());
+                    events.push(event);
+                }
+                control => {
+                    self.push(std::mem::take(&mut events), &std::mem::take(&mut ingested), r, events_in);
+                    self.control(control, r);
+                }
+            }
+        }
+        self.push(events, &ingested, r, events_in);
+    }
+
+    fn control(&mut self, input: Input, r: &mut Running) {
         match input {
             // The watermark trails the newest event, so the newest events wait for a newer
             // one. When none comes for a second the stream is idle: release them.
             Input::Tick if r.last_event.elapsed() >= IDLE => self.engine.flush(&mut r.out),
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
-            Input::Tick => {}
-            Input::Event(event, position) => {
-                if let Some(p) = position {
-                    r.positions.insert((p.topic, p.partition), p.offset);
-                }
-                self.push(event, r, events_in);
-            }
-            Input::Ingested(event, offset) => {
-                r.ingested = Some(offset);
-                if !self.push(event, r, events_in) {
-                    r.late_ingested += 1;
-                }
-            }
             Input::Ack(reply) => {
                 let _ = reply.send(std::mem::take(&mut r.late_ingested));
             }
@@ -251,23 +276,34 @@ impl EngineLoop {
                 let kept = self.engine.reload(plans);
                 let _ = reply.send(kept);
             }
+            Input::Tick | Input::Event(..) | Input::Ingested(..) => {}
         }
     }
 
-    /// One event into the engine; false when it was late.
-    fn push(&mut self, event: Event, r: &mut Running, events_in: &[prometheus::IntCounter]) -> bool {
-        r.last_event = Instant::now();
-        events_in[event.stream as usize].inc();
-        let started = Instant::now();
-        let taken = self.engine.push(event, &mut r.out);
-        self.telemetry.eval_latency.observe(started.elapsed().as_secs_f64());
-        if !taken {
-            for (rule, n) in &self.engine.stats().late_by_rule {
-                let before = r.late_seen.insert(rule.clone(), *n).unwrap_or(0);
-                self.telemetry.late.with_label_values(&[rule]).inc_by(n - before);
-            }
+    /// Events into the engines; late ones are counted, by rule, and for ingest.
+    fn push(&mut self, events: Vec<Event>, ingested: &[usize], r: &mut Running, events_in: &[prometheus::IntCounter]) {
+        if events.is_empty() {
+            return;
         }
-        taken
+        r.last_event = Instant::now();
+        for e in &events {
+            events_in[e.stream as usize].inc();
+        }
+        let n = events.len();
+        let started = Instant::now();
+        let taken = self.engine.push(events, &mut r.out);
+        let per_event = started.elapsed().as_secs_f64() / n as f64;
+        for _ in 0..n {
+            self.telemetry.eval_latency.observe(per_event);
+        }
+        if taken.iter().all(|t| *t) {
+            return;
+        }
+        r.late_ingested += ingested.iter().filter(|&&i| !taken[i]).count() as u64;
+        for (rule, n) in &self.engine.stats().late_by_rule {
+            let before = r.late_seen.insert(rule.clone(), *n).unwrap_or(0);
+            self.telemetry.late.with_label_values(&[rule]).inc_by(n - before);
+        }
     }
 
     /// Once a second: the state budget, and the gauges of live keys, evictions and lag.
@@ -289,8 +325,8 @@ impl EngineLoop {
         }
     }
 
-    fn checkpoint(&self, r: &Running) -> Option<Output> {
-        match self.engine.snapshot().and_then(|s| s.to_bytes()) {
+    fn checkpoint(&mut self, r: &Running) -> Option<Output> {
+        match self.engine.checkpoint() {
             Ok(bytes) => {
                 let mut next: Vec<Position> = r
                     .positions

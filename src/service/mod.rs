@@ -101,6 +101,8 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
     let mut engine = build_engine(&config, loaded.plans());
     let resume = restore(&store, &mut engine).await?;
+    telemetry.workers.set(engine.count() as i64);
+    tracing::info!(workers = engine.count(), "engine started");
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
@@ -201,8 +203,9 @@ fn app_state(
     })
 }
 
-fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::engine::Engine {
-    crate::engine::Engine::new(
+fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::workers::Engines {
+    let workers = config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    crate::workers::Engines::new(
         plans,
         crate::engine::EngineConfig {
             lateness_ms: config.lateness_ms(),
@@ -212,13 +215,15 @@ fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crat
             },
             // Event time never runs ahead of the wall clock: no event can make the present late.
             clock: Some(Arc::new(crate::engine::SystemClock)),
+            shard: Default::default(),
         },
+        workers,
     )
 }
 
 /// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
 /// ingest log resume from.
-async fn restore(store: &store::Store, engine: &mut crate::engine::Engine) -> Result<Vec<Position>, ServiceError> {
+async fn restore(store: &store::Store, engine: &mut crate::workers::Engines) -> Result<Vec<Position>, ServiceError> {
     let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
         tracing::info!("no checkpoint: starting empty");
         return Ok(Vec::new());
@@ -227,9 +232,7 @@ async fn restore(store: &store::Store, engine: &mut crate::engine::Engine) -> Re
         tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
         Vec::new()
     });
-    let restored = crate::engine::Snapshot::from_bytes(&bytes)
-        .map_err(crate::engine::EngineError::from)
-        .and_then(|s| engine.restore(s));
+    let restored = engine.restore(&bytes);
     match restored {
         Ok(rules) => tracing::info!(rules = rules.len(), positions = %positions, "state restored from the checkpoint"),
         Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),

@@ -25,6 +25,7 @@ pub struct Telemetry {
     pub evicted: IntCounterVec,
     pub shed: IntCounterVec,
     pub state_bytes: IntGauge,
+    pub workers: IntGauge,
     pub slow_streams: IntCounter,
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
@@ -84,6 +85,7 @@ impl Telemetry {
         registry.register(Box::new(spooled.clone())).expect("registered once");
         Telemetry {
             state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
+            workers: gauge(&registry, "vigil_workers", "Engine threads splitting the rules' keys (--workers)"),
             slow_streams: plain_counter(
                 &registry,
                 "vigil_stream_clients_dropped_total",
