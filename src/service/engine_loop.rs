@@ -153,8 +153,6 @@ struct Running {
     positions: BTreeMap<(String, i32), i64>,
     /// The last ingest log offset taken.
     ingested: Option<u64>,
-    /// Ingested events found late since the last [`Input::Ack`].
-    late_ingested: u64,
     late_seen: BTreeMap<String, u64>,
     evicted_seen: BTreeMap<(String, &'static str), u64>,
     last_event: Instant,
@@ -182,7 +180,6 @@ impl EngineLoop {
                         .filter(|p| p.topic != HTTP_SOURCE)
                         .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
                         .collect(),
-                    late_ingested: 0,
                     late_seen: BTreeMap::new(),
                     evicted_seen: BTreeMap::new(),
                     last_event: Instant::now(),
@@ -204,6 +201,12 @@ impl EngineLoop {
                     let n = batch.len() as u64;
                     self.take(batch, &mut r, &events_in);
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
+                    let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_every;
+                    if rx.is_empty() || checkpoint_due {
+                        // Nothing queued behind: the batches in flight are waited for, so that
+                        // the alerts of a quiet stream are not held back.
+                        self.engine.catch_up(&mut r.out);
+                    }
                     if let Some(w) = self.engine.watermark() {
                         self.health.watermark.store(w, Ordering::Relaxed);
                     }
@@ -211,25 +214,23 @@ impl EngineLoop {
                         r.last_gauges = Instant::now();
                         self.gauges(&mut r);
                     }
-                    if !r.out.is_empty() {
-                        let now = now_ms();
-                        for a in &mut r.out {
-                            a.detected_at = now;
-                        }
-                        if alerts.blocking_send(Output::Alerts(std::mem::take(&mut r.out))).is_err() {
-                            return;
-                        }
+                    if !send_alerts(&mut r.out, &alerts) {
+                        return;
                     }
-                    if r.last_checkpoint.elapsed() >= self.checkpoint_every {
+                    if checkpoint_due {
                         r.last_checkpoint = Instant::now();
-                        if let Some(c) = self.checkpoint(&r) {
+                        if let Some(c) = self.checkpoint(&mut r) {
                             if alerts.blocking_send(c).is_err() {
                                 return;
                             }
                         }
                     }
                 }
-                if let Some(c) = self.checkpoint(&r) {
+                self.engine.catch_up(&mut r.out);
+                if !send_alerts(&mut r.out, &alerts) {
+                    return;
+                }
+                if let Some(c) = self.checkpoint(&mut r) {
                     let _ = alerts.blocking_send(c);
                 }
             })
@@ -255,12 +256,12 @@ impl EngineLoop {
                     events.push(event);
                 }
                 control => {
-                    self.push(std::mem::take(&mut events), &std::mem::take(&mut ingested), r, events_in);
+                    self.push(std::mem::take(&mut events), std::mem::take(&mut ingested), r, events_in);
                     self.control(control, r);
                 }
             }
         }
-        self.push(events, &ingested, r, events_in);
+        self.push(events, ingested, r, events_in);
     }
 
     fn control(&mut self, input: Input, r: &mut Running) {
@@ -270,18 +271,25 @@ impl EngineLoop {
             Input::Tick if r.last_event.elapsed() >= IDLE => self.engine.flush(&mut r.out),
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
             Input::Ack(reply) => {
-                let _ = reply.send(std::mem::take(&mut r.late_ingested));
+                let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
             }
             Input::Reload(plans, reply) => {
-                let kept = self.engine.reload(plans);
+                let kept = self.engine.reload(plans, &mut r.out);
                 let _ = reply.send(kept);
             }
             Input::Tick | Input::Event(..) | Input::Ingested(..) => {}
         }
     }
 
-    /// Events into the engines; late ones are counted, by rule, and for ingest.
-    fn push(&mut self, events: Vec<Event>, ingested: &[usize], r: &mut Running, events_in: &[prometheus::IntCounter]) {
+    /// Events into the engines; late ones are counted by rule (HTTP ingest's by the engines,
+    /// for the next `Ack`).
+    fn push(
+        &mut self,
+        events: Vec<Event>,
+        ingested: Vec<usize>,
+        r: &mut Running,
+        events_in: &[prometheus::IntCounter],
+    ) {
         if events.is_empty() {
             return;
         }
@@ -291,16 +299,15 @@ impl EngineLoop {
         }
         let n = events.len();
         let started = Instant::now();
-        let taken = self.engine.push(events, &mut r.out);
+        let late = self.engine.push(events, ingested, &mut r.out);
         let per_event = started.elapsed().as_secs_f64() / n as f64;
         for _ in 0..n {
             self.telemetry.eval_latency.observe(per_event);
         }
-        if taken.iter().all(|t| *t) {
+        if late == 0 {
             return;
         }
-        r.late_ingested += ingested.iter().filter(|&&i| !taken[i]).count() as u64;
-        for (rule, n) in &self.engine.stats().late_by_rule {
+        for (rule, n) in &self.engine.stats(&mut r.out).late_by_rule {
             let before = r.late_seen.insert(rule.clone(), *n).unwrap_or(0);
             self.telemetry.late.with_label_values(&[rule]).inc_by(n - before);
         }
@@ -311,10 +318,10 @@ impl EngineLoop {
         let bytes = self.engine.enforce_budget(self.max_state_bytes, &mut r.out);
         self.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
         self.telemetry.state_bytes.set(bytes as i64);
-        for (rule, n) in self.engine.live_keys() {
+        for (rule, n) in self.engine.live_keys(&mut r.out) {
             self.telemetry.live_keys.with_label_values(&[&rule]).set(n as i64);
         }
-        for ((rule, reason), n) in self.engine.evicted() {
+        for ((rule, reason), n) in self.engine.evicted(&mut r.out) {
             let before = r.evicted_seen.insert((rule.clone(), reason), n).unwrap_or(0);
             if n > before {
                 self.telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
@@ -325,8 +332,8 @@ impl EngineLoop {
         }
     }
 
-    fn checkpoint(&mut self, r: &Running) -> Option<Output> {
-        match self.engine.checkpoint() {
+    fn checkpoint(&mut self, r: &mut Running) -> Option<Output> {
+        match self.engine.checkpoint(&mut r.out) {
             Ok(bytes) => {
                 let mut next: Vec<Position> = r
                     .positions
@@ -348,6 +355,19 @@ impl EngineLoop {
             }
         }
     }
+}
+
+/// Hands the alerts in `out` to the writer, stamped with the time of detection; false when the
+/// writer is gone.
+fn send_alerts(out: &mut Vec<Alert>, alerts: &mpsc::Sender<Output>) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let now = now_ms();
+    for a in out.iter_mut() {
+        a.detected_at = now;
+    }
+    alerts.blocking_send(Output::Alerts(std::mem::take(out))).is_ok()
 }
 
 /// Sends [`Input::Tick`] to the engine until it stops.

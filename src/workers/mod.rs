@@ -10,41 +10,50 @@
 //! Every worker sees every event, so each has the same watermark, the same late events and the
 //! same windows: what differs is only whose keys it keeps. A rule whose state cannot be split by
 //! key (a fleet-wide comparison, one global group) runs whole on one worker. The alerts are
-//! those of one engine. [`Workers`] drives replay, with batches in flight; [`Engines`] drives
-//! the service, one batch at a time, with the clock read once for all workers.
+//! those of one engine. [`Workers`] drives replay and [`Engines`] the service, both with batches
+//! in flight.
 
 use crate::alert::Alert;
-use crate::engine::{Clock, Engine, EngineConfig, EngineError, EngineStats, Shard, Snapshot};
+use crate::engine::{Engine, EngineConfig, EngineStats, Shard};
 use crate::event::{Decoded, Millis};
 use crate::plan::RulePlan;
 use std::any::Any;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+mod engines;
+pub use engines::Engines;
+
 /// Events per batch handed to replay's workers.
 const BATCH: usize = 1024;
 /// Batches in flight before the oldest one's alerts are waited for.
-const DEPTH: usize = 4;
+pub(crate) const DEPTH: usize = 4;
 
 type Reply = Box<dyn Any + Send>;
 type Job = Box<dyn FnOnce(&mut Engine, &mut Vec<Alert>) -> Reply + Send>;
 
 /// The worker threads, each with its engine, running the jobs sent to all of them in order.
-struct Crew {
+pub(crate) struct Crew {
     work: Vec<SyncSender<Job>>,
     done: Vec<Receiver<(Vec<Alert>, Reply)>>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Crew {
-    fn start(plans: &[RulePlan], config: &EngineConfig, count: usize) -> Crew {
+    pub(crate) fn start(plans: &[RulePlan], config: &EngineConfig, count: usize) -> Crew {
+        Crew::start_with(plans, count, |_| config.clone())
+    }
+
+    /// Workers whose engines have the settings `config_of` gives by worker (and their shard).
+    pub(crate) fn start_with(plans: &[RulePlan], count: usize, config_of: impl Fn(usize) -> EngineConfig) -> Crew {
         let mut crew = Crew { work: Vec::new(), done: Vec::new(), threads: Vec::new() };
-        for index in 0..count.max(1) {
+        let count = count.max(1);
+        for index in 0..count {
             let (work_tx, work_rx) = sync_channel::<Job>(DEPTH + 1);
             let (done_tx, done_rx) = sync_channel(DEPTH + 1);
-            let engine = Engine::new(plans.to_vec(), EngineConfig { shard: Shard { index, count }, ..config.clone() });
+            let engine =
+                Engine::new(plans.to_vec(), EngineConfig { shard: Shard { index, count }, ..config_of(index) });
             let thread = std::thread::Builder::new()
                 .name(format!("vigil-worker-{index}"))
                 .spawn(move || run(engine, work_rx, done_tx))
@@ -57,7 +66,7 @@ impl Crew {
     }
 
     /// Runs `job` on every worker's engine, after the jobs sent before.
-    fn send<R: Send + 'static>(
+    pub(crate) fn send<R: Send + 'static>(
         &mut self,
         job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
     ) {
@@ -75,7 +84,7 @@ impl Crew {
 
     /// The oldest job's results, by worker; its alerts from all workers go to `out`, in
     /// detection order.
-    fn recv<R: 'static>(&mut self, out: &mut Vec<Alert>) -> Vec<R> {
+    pub(crate) fn recv<R: 'static>(&mut self, out: &mut Vec<Alert>) -> Vec<R> {
         let from = out.len();
         let mut replies = Vec::with_capacity(self.done.len());
         for i in 0..self.done.len() {
@@ -88,13 +97,17 @@ impl Crew {
     }
 
     /// `job` on every worker, waited for.
-    fn each<R: Send + 'static>(
+    pub(crate) fn each<R: Send + 'static>(
         &mut self,
         out: &mut Vec<Alert>,
         job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         self.send(job);
         self.recv(out)
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.threads.len()
     }
 
     /// A worker stopped: its panic goes on here, as one engine's would.
@@ -131,7 +144,7 @@ impl Drop for Crew {
 
 /// The counters of all workers: alerts are each worker's own; late and refused events were
 /// seen by all alike, so they are the first's.
-fn merge(mut all: Vec<EngineStats>) -> EngineStats {
+pub(crate) fn merge(mut all: Vec<EngineStats>) -> EngineStats {
     let mut total = all.remove(0);
     for s in all {
         for (rule, n) in s.alerts_by_rule {
@@ -257,182 +270,5 @@ impl Driven for Workers {
 
     fn stats(&self) -> EngineStats {
         self.stats.clone()
-    }
-}
-
-/// The time every worker of the service reads: the wall clock, read once per batch by the
-/// thread that hands the workers their work, so that all of them release the same events at
-/// the same points and agree on which are late.
-#[derive(Debug, Default)]
-struct BatchClock(AtomicI64);
-
-impl Clock for BatchClock {
-    fn now_ms(&self) -> Millis {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// Marks a checkpoint of several workers' states, which one engine's never starts with (its
-/// first byte is the snapshot version).
-const SPLIT_MAGIC: &[u8; 4] = b"VGW1";
-
-/// The service's engines: one, or several workers run one batch at a time.
-pub struct Engines(Inner);
-
-enum Inner {
-    One(Box<Engine>),
-    Many { crew: Crew, clock: Arc<BatchClock>, plans: Vec<RulePlan>, config: EngineConfig, watermark: Option<Millis> },
-}
-
-impl Engines {
-    /// `count` engines over `plans`; with a clock in `config`, the workers read it through
-    /// [`BatchClock`].
-    pub fn new(plans: Vec<RulePlan>, config: EngineConfig, count: usize) -> Engines {
-        if count <= 1 {
-            return Engines(Inner::One(Box::new(Engine::new(plans, config))));
-        }
-        let clock = Arc::new(BatchClock::default());
-        let shared =
-            EngineConfig { clock: config.clock.as_ref().map(|_| clock.clone() as Arc<dyn Clock>), ..config.clone() };
-        Engines(Inner::Many { crew: Crew::start(&plans, &shared, count), clock, plans, config, watermark: None })
-    }
-
-    pub fn count(&self) -> usize {
-        match &self.0 {
-            Inner::One(_) => 1,
-            Inner::Many { crew, .. } => crew.threads.len(),
-        }
-    }
-
-    /// `job` on every engine, waited for; the clock read once for all of them first.
-    fn each<R: Send + 'static>(
-        &mut self,
-        out: &mut Vec<Alert>,
-        job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
-    ) -> Vec<R> {
-        match &mut self.0 {
-            Inner::One(engine) => vec![job(0, engine, out)],
-            Inner::Many { crew, clock, config, watermark, .. } => {
-                if let Some(c) = &config.clock {
-                    clock.0.store(c.now_ms(), Ordering::Relaxed);
-                }
-                let replies = crew.each(out, move |i, engine, out| (job(i, engine, out), engine.watermark()));
-                *watermark = replies[0].1;
-                replies.into_iter().map(|(r, _)| r).collect()
-            }
-        }
-    }
-
-    /// Events in arrival order; returns, for each, whether it was taken (false: late).
-    pub fn push(&mut self, events: Vec<crate::event::Event>, out: &mut Vec<Alert>) -> Vec<bool> {
-        if let Inner::One(engine) = &mut self.0 {
-            return events.into_iter().map(|e| engine.push(e, out)).collect();
-        }
-        let events: Arc<[Arc<crate::event::Event>]> = events.into_iter().map(Arc::new).collect();
-        let mut taken = self.each(out, move |i, engine, out| {
-            let taken: Vec<bool> = events.iter().map(|e| engine.push_shared(e.clone(), out)).collect();
-            // Every worker decides alike; the first tells.
-            if i == 0 {
-                taken
-            } else {
-                Vec::new()
-            }
-        });
-        taken.swap_remove(0)
-    }
-
-    pub fn flush(&mut self, out: &mut Vec<Alert>) {
-        self.each(out, |_, engine, out| engine.flush(out));
-    }
-
-    pub fn settle(&mut self, out: &mut Vec<Alert>) {
-        self.each(out, |_, engine, out| engine.settle(out));
-    }
-
-    /// See [`Engine::reload`]; every worker keeps the same rules' state.
-    pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
-        if let Inner::Many { plans: current, .. } = &mut self.0 {
-            *current = plans.clone();
-        }
-        let plans = Arc::new(plans);
-        self.each(&mut Vec::new(), move |_, engine, _| engine.reload(plans.to_vec())).swap_remove(0)
-    }
-
-    pub fn stats(&mut self) -> EngineStats {
-        merge(self.each(&mut Vec::new(), |_, engine, _| engine.stats().clone()))
-    }
-
-    pub fn watermark(&self) -> Option<Millis> {
-        match &self.0 {
-            Inner::One(engine) => engine.watermark(),
-            Inner::Many { watermark, .. } => *watermark,
-        }
-    }
-
-    /// Each worker keeps its share of the budget; returns the estimate for all.
-    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
-        let share = max_bytes / self.count();
-        self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum()
-    }
-
-    pub fn live_keys(&mut self) -> std::collections::BTreeMap<String, usize> {
-        let mut total = std::collections::BTreeMap::new();
-        for keys in self.each(&mut Vec::new(), |_, engine, _| engine.live_keys()) {
-            for (rule, n) in keys {
-                *total.entry(rule).or_insert(0) += n;
-            }
-        }
-        total
-    }
-
-    pub fn evicted(&mut self) -> std::collections::BTreeMap<(String, &'static str), u64> {
-        let mut total = std::collections::BTreeMap::new();
-        for keys in self.each(&mut Vec::new(), |_, engine, _| engine.evicted()) {
-            for (key, n) in keys {
-                *total.entry(key).or_insert(0) += n;
-            }
-        }
-        total
-    }
-
-    /// The state of every engine, for a checkpoint: one engine's snapshot as it always was, or
-    /// the workers' snapshots together.
-    pub fn checkpoint(&mut self) -> Result<Vec<u8>, postcard::Error> {
-        if let Inner::One(engine) = &mut self.0 {
-            return engine.snapshot()?.to_bytes();
-        }
-        let parts = self.each(&mut Vec::new(), |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()));
-        let parts = parts.into_iter().collect::<Result<Vec<Vec<u8>>, _>>()?;
-        let mut bytes = SPLIT_MAGIC.to_vec();
-        bytes.extend(postcard::to_stdvec(&parts)?);
-        Ok(bytes)
-    }
-
-    /// Continues from [`Engines::checkpoint`]'s bytes. State split for another number of
-    /// workers is not split again: the engines take the checkpoint's number instead (said in
-    /// the log), so that no state is lost. Returns the rules whose state was restored.
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<Vec<String>, EngineError> {
-        let parts: Vec<Vec<u8>> = match bytes.strip_prefix(SPLIT_MAGIC) {
-            Some(rest) => postcard::from_bytes(rest)?,
-            None => vec![bytes.to_vec()],
-        };
-        if parts.len() != self.count() {
-            tracing::warn!(
-                checkpoint = parts.len(),
-                asked = self.count(),
-                "the checkpoint's state is split for another number of workers; running that many (start from an empty store to change it)"
-            );
-            let (plans, config) = match &mut self.0 {
-                Inner::One(engine) => (engine.plans().iter().map(|p| (**p).clone()).collect(), engine.config().clone()),
-                Inner::Many { plans, config, .. } => (plans.clone(), config.clone()),
-            };
-            *self = Engines::new(plans, config, parts.len());
-        }
-        let parts = Arc::new(parts);
-        let restored = self.each(&mut Vec::new(), move |i, engine, _| {
-            Snapshot::from_bytes(&parts[i]).map_err(EngineError::from).and_then(|s| engine.restore(s))
-        });
-        let mut restored = restored.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(restored.swap_remove(0))
     }
 }
