@@ -147,6 +147,12 @@ impl Owned {
     }
 }
 
+/// How far the newest event's time `max_ts` lets an engine without a clock release events:
+/// the lateness before it, and not its own millisecond, which may still get more events.
+pub fn release_target(max_ts: Millis, lateness_ms: Millis) -> Millis {
+    max_ts.saturating_sub(lateness_ms).saturating_sub(1)
+}
+
 /// Released events kept for [`Engine::recycle_into`] at most: one is usually enough, a few more
 /// for when the engine releases many at once.
 const RELEASED: usize = 16;
@@ -430,7 +436,7 @@ impl Engine {
         self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
         self.arrivals += 1;
         self.buffer.push(Pending { ts, event, arrival: self.arrivals });
-        let target = self.max_ts.unwrap_or(Millis::MIN).saturating_sub(self.config.lateness_ms).saturating_sub(1);
+        let target = release_target(self.max_ts.unwrap_or(Millis::MIN), self.config.lateness_ms);
         self.release(target, out);
     }
 

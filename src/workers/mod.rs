@@ -245,7 +245,7 @@ impl Driven for Workers {
         if in_range && self.watermark.is_none_or(|w| ts > w) {
             let max = self.max_ts.map_or(ts, |m| m.max(ts));
             self.max_ts = Some(max);
-            let target = max.saturating_sub(self.lateness).saturating_sub(1);
+            let target = crate::engine::release_target(max, self.lateness);
             self.watermark = Some(self.watermark.map_or(target, |w| w.max(target)));
         }
         self.batch.push(decoded);
