@@ -104,6 +104,9 @@ enum Command {
         /// Create the topics first if they do not exist.
         #[arg(long)]
         create_topics: bool,
+        /// Partitions of the topics `--create-topics` creates.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+        partitions: i32,
         /// A librdkafka property for the producer, KEY=VALUE, repeatable (as `serve --kafka-option`).
         #[arg(long = "kafka-option", value_parser = vigil::service::config::parse_kafka_option)]
         kafka_options: Vec<(String, String)>,
@@ -261,9 +264,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Serve(args) => serve(*args),
-        Command::Produce { brokers, topic, speed, format, create_topics, kafka_options, inputs } => {
+        Command::Produce { brokers, topic, speed, format, create_topics, partitions, kafka_options, inputs } => {
             let options = kafka_options.into_iter().collect();
-            produce(&brokers, &options, topic.as_deref(), speed, format, create_topics, &inputs)
+            let create = create_topics.then_some(partitions);
+            produce(&brokers, &options, topic.as_deref(), speed, format, create, &inputs)
         }
     };
     match result {
@@ -514,7 +518,7 @@ fn produce(
     topic: Option<&str>,
     speed: vigil::replay::Speed,
     format: vigil::input::Format,
-    create_topics: bool,
+    create_topics: Option<i32>,
     inputs: &[PathBuf],
 ) -> Result<bool> {
     let opened = inputs

@@ -113,6 +113,26 @@ pub struct Engine {
     released: Vec<Arc<Event>>,
     /// By operator: which of its events this engine handles ([`EngineConfig::shard`]).
     owned: Vec<Owned>,
+    /// By operator: where its state lives among the key groups.
+    key_of: Vec<KeyOf>,
+}
+
+/// Where one operator's state lives among the key groups.
+enum KeyOf {
+    /// Under the key read at these fields, by source.
+    Fields(Vec<Vec<usize>>),
+    /// Whole, in this key group: the state cannot be split by key.
+    Whole(u32),
+}
+
+impl KeyOf {
+    fn of(served: &physical::Served, op: &dyn Operator) -> KeyOf {
+        let sources = served.plans[0].sources.len();
+        match (0..sources).map(|s| op.key_fields(s)).collect::<Option<Vec<_>>>() {
+            Some(fields) => KeyOf::Fields(fields),
+            None => KeyOf::Whole(keys::key_group_of(&served.id.0)),
+        }
+    }
 }
 
 /// Which events of one operator an engine handles, when several split the rule set's state.
@@ -126,15 +146,12 @@ enum Owned {
 impl Owned {
     /// An operator whose state cannot be split by key is owned whole by the engine that owns the
     /// key group of its state's identity.
-    fn of(shard: Shard, served: &physical::Served, op: &dyn Operator) -> Owned {
-        if shard.count <= 1 {
-            return Owned::All;
-        }
-        let sources = served.plans[0].sources.len();
-        match (0..sources).map(|s| op.key_fields(s)).collect::<Option<Vec<_>>>() {
-            Some(fields) => Owned::ByKey(fields),
-            None if shard.owns(keys::key_group_of(&served.id.0)) => Owned::All,
-            None => Owned::Nothing,
+    fn of(shard: Shard, key: &KeyOf) -> Owned {
+        match key {
+            _ if shard.count <= 1 => Owned::All,
+            KeyOf::Fields(fields) => Owned::ByKey(fields.clone()),
+            KeyOf::Whole(group) if shard.owns(*group) => Owned::All,
+            KeyOf::Whole(_) => Owned::Nothing,
         }
     }
 
@@ -170,13 +187,11 @@ impl Engine {
         let regexes = Arc::new(regexes);
         let (operators, layout) = physical::build(&plans, config.limits, &regexes);
         let n = operators.len();
-        let owned = operators
-            .iter()
-            .zip(&layout.served)
-            .map(|(op, served)| Owned::of(config.shard, served, op.as_ref()))
-            .collect();
+        let key_of: Vec<KeyOf> =
+            operators.iter().zip(&layout.served).map(|(op, served)| KeyOf::of(served, op.as_ref())).collect();
         Engine {
-            owned,
+            owned: key_of.iter().map(|k| Owned::of(config.shard, k)).collect(),
+            key_of,
             filter_memo: vec![0; layout.filters.len()],
             plans,
             operators,
@@ -437,6 +452,37 @@ impl Engine {
         self.arrivals += 1;
         self.buffer.push(Pending { ts, event, arrival: self.arrivals });
         let target = release_target(self.max_ts.unwrap_or(Millis::MIN), self.config.lateness_ms);
+        self.release(target, out);
+    }
+
+    /// The key groups whose state `event` reaches: for each operator whose filter it passes,
+    /// the key group of its key there, or the one that holds the operator whole. An instance
+    /// that shares the key groups with others sends the event to the owners of these (and
+    /// nowhere when there are none); the result is sorted, without repeats.
+    pub fn key_groups(&self, event: &Event, into: &mut Vec<u32>) {
+        into.clear();
+        for target in self.layout.routes[event.stream as usize].targets(event) {
+            if let Some(f) = target.filter {
+                if !self.layout.filters[f].holds(event, &self.regexes) {
+                    continue;
+                }
+            }
+            into.push(match &self.key_of[target.op] {
+                KeyOf::Fields(fields) => keys::key_group(event, &fields[target.source]),
+                KeyOf::Whole(group) => *group,
+            });
+        }
+        into.sort_unstable();
+        into.dedup();
+    }
+
+    /// Moves time to `target`, whatever the lateness, releasing every buffered event up to it:
+    /// for an engine told how far time has got by its caller (a scaled-out instance learns it
+    /// from every upstream partition) rather than by its newest event.
+    pub fn release_to(&mut self, target: Millis, out: &mut Vec<Alert>) {
+        if self.max_ts.is_none_or(|m| m < target) {
+            self.max_ts = Some(target);
+        }
         self.release(target, out);
     }
 

@@ -97,6 +97,10 @@ macro_rules! settings {
             /// Create missing stream topics at start (for brokers that do not create them)
             #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
             pub kafka_create_topics: bool,
+            /// Join the consumer group named by --kafka-group and share its partitions, and the
+            /// rules' key groups, with the other instances in it (needs PostgreSQL)
+            #[arg(long, env = "VIGIL_KAFKA_JOIN_GROUP")]
+            pub kafka_join_group: bool,
             /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
             #[arg(long = "topic", value_parser = parse_topic)]
             pub topics: Vec<(Stream, String)>,
@@ -123,6 +127,9 @@ macro_rules! settings {
             /// Create missing stream topics at start.
             #[serde(default)]
             pub kafka_create_topics: bool,
+            /// Share the consumer group's partitions with the other instances in it.
+            #[serde(default)]
+            pub kafka_join_group: bool,
             /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
             #[serde(default)]
             pub topics: BTreeMap<String, String>,
@@ -142,6 +149,8 @@ macro_rules! settings {
                 pub $name: resolved!([$($default)?] $ty),
             )*
             pub kafka_create_topics: bool,
+            /// Whether the instance shares the consumer group's partitions with others.
+            pub kafka_join_group: bool,
             /// librdkafka properties set on every Kafka client, over Vigil's defaults.
             pub kafka_options: BTreeMap<String, String>,
             pub topics: BTreeMap<Stream, String>,
@@ -163,6 +172,7 @@ macro_rules! settings {
                         )),
                     )*
                     kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+                    kafka_join_group: args.kafka_join_group || file.kafka_join_group,
                     kafka_options: BTreeMap::new(),
                     topics: BTreeMap::new(),
                     replay: Vec::new(),
@@ -196,6 +206,8 @@ settings! {
         "Kafka bootstrap servers; no Kafka when unset";
     kafka_group: String ["vigil"] = parse_nonempty, env "VIGIL_KAFKA_GROUP",
         "Kafka consumer group";
+    kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS",
+        "Partitions of the topic that carries events by key between instances that share a group (--kafka-join-group); set when the topic is created";
     webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL",
         "Where alerts are POSTed, in Alertmanager's webhook format";
     api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN",
@@ -435,10 +447,37 @@ impl ServeConfig {
         if !self.rules.is_dir() {
             problems.push(format!("rules folder {} does not exist", self.rules.display()));
         }
+        if self.kafka_join_group {
+            problems.extend(self.join_group_problems());
+        }
         if self.api_read_token.is_some() && self.api_token.is_none() {
             problems.push(
                 "--api-read-token is set without --api-token: reads would need a token while anyone could \
                  ingest events and change rules; set --api-token (VIGIL_API_TOKEN) too"
+                    .into(),
+            );
+        }
+        problems
+    }
+
+    /// What `--kafka-join-group` cannot work with.
+    fn join_group_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.database_url.starts_with("postgres") {
+            problems.push(
+                "--kafka-join-group needs PostgreSQL (--database-url postgres://...): the instances of a group \
+                 share their alerts, checkpoints and partition ownership in one store, and SQLite is one \
+                 machine's file"
+                    .into(),
+            );
+        }
+        if self.kafka_brokers.is_none() {
+            problems.push("--kafka-join-group needs --kafka-brokers: the group is a Kafka consumer group".into());
+        }
+        if !self.replay.is_empty() {
+            problems.push(
+                "--kafka-join-group takes its events from Kafka only: replay a file with `vigil produce` into \
+                 the group's topics, or with `vigil replay`"
                     .into(),
             );
         }

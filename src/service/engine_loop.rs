@@ -91,6 +91,15 @@ impl EngineHealth {
         Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
     }
 
+    /// For an engine run elsewhere (a group member's): `n` inputs taken.
+    pub fn progressed(&self, n: u64) {
+        self.inputs.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn set_watermark(&self, w: Millis) {
+        self.watermark.store(w, Ordering::Relaxed);
+    }
+
     /// How long the engine has been stuck on one input, once that passes `limit`.
     pub fn stalled(&self, limit: Duration) -> Option<Duration> {
         let ms = self.stalled_ms.load(Ordering::Relaxed);

@@ -19,11 +19,12 @@ pub enum KafkaError {
 
 /// The librdkafka properties Vigil sets itself, which `kafka_options` may not change, and what
 /// to do instead.
-pub const OWN_OPTIONS: [(&str, &str); 4] = [
+pub const OWN_OPTIONS: [(&str, &str); 5] = [
     ("bootstrap.servers", "use --kafka-brokers"),
     ("group.id", "use --kafka-group"),
     ("enable.auto.commit", "offsets are committed after the checkpoint that covers them"),
     ("enable.partition.eof", "the consumer needs no end-of-partition events"),
+    ("partition.assignment.strategy", "group members use cooperative-sticky (--kafka-join-group)"),
 ];
 
 /// A client configuration for `brokers`: Vigil's `defaults`, the user's `options` over them.
@@ -57,6 +58,40 @@ pub fn consumer(
         .create()
 }
 
+/// The consumer of a group member (`--kafka-join-group`): it joins the group with the
+/// cooperative-sticky strategy, so that a rebalance moves only the partitions that change
+/// owner, and with dynamic membership. On Tansu 0.6 (RELIABILITY.md, "The broker's group
+/// protocol") the eager strategies leave a dead member's partitions unowned, and static
+/// membership never settles.
+pub fn group_consumer<C: rdkafka::consumer::ConsumerContext>(
+    brokers: &str,
+    group: &str,
+    options: &BTreeMap<String, String>,
+    context: C,
+) -> Result<rdkafka::consumer::BaseConsumer<C>, rdkafka::error::KafkaError> {
+    let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest")];
+    client(brokers, &defaults, options)
+        .set("group.id", group)
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create_with_context(context)
+}
+
+/// The producer that forwards events to a group's keyed topic: it retries without end (the
+/// offsets it forwards from are committed only once it has delivered), with one request in
+/// flight per connection so that a retry cannot reorder an input partition's records. With a
+/// broker that supports idempotent producers, `enable.idempotence=true` keeps the order with up
+/// to 5 in flight (`--kafka-option`).
+pub fn forwarding_producer<C: rdkafka::producer::ProducerContext>(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    context: C,
+) -> Result<rdkafka::producer::ThreadedProducer<C>, rdkafka::error::KafkaError> {
+    let defaults = [("linger.ms", "5"), ("message.timeout.ms", "0"), ("max.in.flight.requests.per.connection", "1")];
+    client(brokers, &defaults, options).create_with_context(context)
+}
+
 /// Creates the topics that do not exist yet (one replica, `partitions` partitions), for
 /// brokers without automatic topic creation. Existing topics are left as they are.
 pub async fn ensure_topics(
@@ -81,21 +116,22 @@ pub async fn ensure_topics(
 }
 
 /// `vigil produce`: sends a recorded file's events to Kafka, as JSON, at the chosen speed;
-/// `options` are librdkafka properties over the producer's defaults.
+/// `options` are librdkafka properties over the producer's defaults. With `create_topics`, the
+/// topics that do not exist are created first with that many partitions.
 pub async fn produce(
     brokers: &str,
     options: &BTreeMap<String, String>,
     topic: Option<&str>,
     inputs: Vec<crate::input::Input>,
     speed: crate::replay::Speed,
-    create_topics: bool,
+    create_topics: Option<i32>,
 ) -> Result<(u64, u64), KafkaError> {
-    if create_topics {
+    if let Some(partitions) = create_topics {
         let topics: Vec<String> = match topic {
             Some(t) => vec![t.to_string()],
             None => Stream::ALL.iter().map(|s| s.name().to_string()).collect(),
         };
-        ensure_topics(brokers, &topics, 1, options).await?;
+        ensure_topics(brokers, &topics, partitions, options).await?;
     }
     use futures_util::stream::{FuturesUnordered, StreamExt};
     let defaults = [("message.timeout.ms", "30000"), ("linger.ms", "5")];

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod config;
 pub mod engine_loop;
+pub mod group;
 pub mod ingest_log;
 pub mod kafka;
 pub mod position;
@@ -52,6 +53,8 @@ pub enum ServiceError {
     KafkaTopics(#[source] kafka::KafkaError),
     #[error("cannot create the Kafka consumer")]
     KafkaConsumer(#[source] kafka::KafkaError),
+    #[error("cannot join the Kafka consumer group {group}")]
+    JoinGroup { group: String, source: rdkafka::error::KafkaError },
     #[error("cannot read the spool in {dir}")]
     Spool { dir: PathBuf, source: std::io::Error },
     #[error("cannot open the ingest log in {dir}")]
@@ -66,7 +69,10 @@ impl ServiceError {
     pub fn retryable(&self) -> bool {
         match self {
             ServiceError::Store { source, .. } | ServiceError::Checkpoint(source) => source.retryable,
-            ServiceError::Listen { .. } | ServiceError::KafkaTopics(_) | ServiceError::KafkaConsumer(_) => true,
+            ServiceError::Listen { .. }
+            | ServiceError::KafkaTopics(_)
+            | ServiceError::KafkaConsumer(_)
+            | ServiceError::JoinGroup { .. } => true,
             _ => false,
         }
     }
@@ -99,10 +105,6 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         .and_then(|set| set.checked())
         .map_err(|source| ServiceError::Rules { dir: config.rules.clone(), source })?;
     tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
-    let mut engine = build_engine(&config, loaded.plans());
-    let resume = restore(&store, &mut engine).await?;
-    telemetry.workers.set(engine.count() as i64);
-    tracing::info!(workers = engine.count(), "engine started");
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
@@ -132,19 +134,31 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         webhook_wake: Arc::new(Notify::new()),
         stop: stop_rx,
     };
-    let consumer = kafka_consumer(&config).await?;
-    let engine_thread = EngineLoop {
-        engine,
-        telemetry: telemetry.clone(),
-        health: wiring.engine_health.clone(),
-        checkpoint_every: config.checkpoint_interval,
-        restored: resume.clone(),
-        max_state_bytes: config.max_state_bytes(),
-    }
-    .spawn(rx, alerts_tx);
     tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout));
-    let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;
-    let (ticker, ingest_tx) = spawn_sources(&config, &wiring, consumer, &resume)?;
+    let (engine_thread, writer, ticker, ingest_tx) = if config.kafka_join_group {
+        drop(alerts_tx);
+        let writer = spawn_writers(&config, &wiring, None, alerts_rx, dead_rx, &external_url)?;
+        let member = join_group(&config, &wiring, loaded.plans(), rx, &external_url).await?;
+        (member, writer, None, refuse_ingest())
+    } else {
+        let mut engine = build_engine(&config, loaded.plans());
+        let resume = restore(&store, &mut engine).await?;
+        telemetry.workers.set(engine.count() as i64);
+        tracing::info!(workers = engine.count(), "engine started");
+        let consumer = kafka_consumer(&config).await?;
+        let engine_thread = EngineLoop {
+            engine,
+            telemetry: telemetry.clone(),
+            health: wiring.engine_health.clone(),
+            checkpoint_every: config.checkpoint_interval,
+            restored: resume.clone(),
+            max_state_bytes: config.max_state_bytes(),
+        }
+        .spawn(rx, alerts_tx);
+        let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;
+        let (ticker, ingest_tx) = spawn_sources(&config, &wiring, consumer, &resume)?;
+        (engine_thread, writer, Some(ticker), ingest_tx)
+    };
 
     let live_rules =
         Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, wiring.engine.clone(), telemetry.clone()));
@@ -164,13 +178,72 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
-    ticker.abort();
+    if let Some(ticker) = ticker {
+        ticker.abort();
+    }
     drop(state);
     // The engine ends when every input is closed; the writer then stores what is left.
     let _ =
         tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
     Ok(())
+}
+
+/// Starts this instance as a member of its consumer group (`--kafka-join-group`).
+async fn join_group(
+    config: &ServeConfig,
+    w: &Wiring,
+    plans: Vec<crate::plan::RulePlan>,
+    control: mpsc::Receiver<engine_loop::Input>,
+    external_url: &str,
+) -> Result<std::thread::JoinHandle<()>, ServiceError> {
+    let brokers = config.kafka_brokers.clone().unwrap_or_default();
+    let mut topics = vec![group::keyed_topic(&config.kafka_group)];
+    if config.kafka_create_topics {
+        topics.extend(config.topics.values().cloned());
+    }
+    let partitions = i32::try_from(config.kafka_keyed_partitions).unwrap_or(i32::MAX);
+    kafka::ensure_topics(&brokers, &topics, partitions, &config.kafka_options)
+        .await
+        .map_err(ServiceError::KafkaTopics)?;
+    let member = group::Member {
+        group: config.kafka_group.clone(),
+        brokers,
+        kafka_options: config.kafka_options.clone(),
+        topics: config.topics.clone(),
+        keyed_partitions: config.kafka_keyed_partitions,
+        checkpoint_every: config.checkpoint_interval,
+        plans,
+        engine: engine_config(config),
+        store: w.store.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        telemetry: w.telemetry.clone(),
+        published: w.published.clone(),
+        webhook: config.webhook_url.as_ref().map(|_| external_url.to_string()),
+        wake: w.webhook_wake.clone(),
+        dead: w.dead.clone(),
+        intake: w.intake.clone(),
+        health: w.engine_health.clone(),
+    };
+    member
+        .spawn(control, w.stop.clone())
+        .map_err(|source| ServiceError::JoinGroup { group: config.kafka_group.clone(), source })
+}
+
+/// HTTP ingest of a group member: events reach a group through its Kafka topics only, where
+/// every instance can read them.
+fn refuse_ingest() -> mpsc::Sender<sources::http::Batch> {
+    let (tx, mut rx) = mpsc::channel::<sources::http::Batch>(16);
+    tokio::spawn(async move {
+        while let Some(batch) = rx.recv().await {
+            let _ = batch.reply.send(sources::http::Logged::Failed(
+                "this instance shares a Kafka consumer group (--kafka-join-group): send events to the group's \
+                 Kafka topics, where every instance of the group reads them"
+                    .into(),
+            ));
+        }
+    });
+    tx
 }
 
 /// What the API's handlers share.
@@ -205,20 +278,20 @@ fn app_state(
 
 fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::workers::Engines {
     let workers = config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    crate::workers::Engines::new(
-        plans,
-        crate::engine::EngineConfig {
-            lateness_ms: config.lateness_ms(),
-            limits: crate::engine::Limits {
-                max_keys: config.max_keys_per_rule,
-                idle_ms: config::millis(config.idle_timeout),
-            },
-            // Event time never runs ahead of the wall clock: no event can make the present late.
-            clock: Some(Arc::new(crate::engine::SystemClock)),
-            shard: Default::default(),
+    crate::workers::Engines::new(plans, engine_config(config), workers)
+}
+
+fn engine_config(config: &ServeConfig) -> crate::engine::EngineConfig {
+    crate::engine::EngineConfig {
+        lateness_ms: config.lateness_ms(),
+        limits: crate::engine::Limits {
+            max_keys: config.max_keys_per_rule,
+            idle_ms: config::millis(config.idle_timeout),
         },
-        workers,
-    )
+        // Event time never runs ahead of the wall clock: no event can make the present late.
+        clock: Some(Arc::new(crate::engine::SystemClock)),
+        shard: Default::default(),
+    }
 }
 
 /// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
@@ -287,6 +360,7 @@ fn spawn_writers(
             wake: w.webhook_wake.clone(),
             telemetry: w.telemetry.clone(),
             settings,
+            shared: config.kafka_join_group,
         };
         tokio::spawn(deliverer.run(w.stop.clone()));
         tracing::info!(url = %redact(url), "delivering alerts to the webhook");

@@ -11,6 +11,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::fmt;
 
+mod group;
+pub use group::{Fence, PartitionCheckpoint};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Postgres,
@@ -229,56 +232,7 @@ impl Store {
         webhook: Option<&(dyn Fn(&Alert) -> String + Sync)>,
     ) -> Result<Vec<Stored>> {
         let mut tx = self.pool.begin().await?;
-        let mut stored = Vec::new();
-        for a in alerts {
-            let body = serde_json::to_string(a).map_err(|e| StoreError { message: e.to_string(), retryable: false })?;
-            let key = key_text(a);
-            let row = sqlx::query(
-                "INSERT INTO alert_events (alert_id, status, rule, severity, key_text, time_ms, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (alert_id, status) DO NOTHING RETURNING seq",
-            )
-            .bind(a.id.clone())
-            .bind(a.status.as_str())
-            .bind(&*a.rule)
-            .bind(&*a.severity)
-            .bind(key.clone())
-            .bind(a.time)
-            .bind(body.clone())
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(row) = row else { continue };
-            let seq: i64 = row.try_get(0)?;
-            sqlx::query(
-                "INSERT INTO alerts (id, seq, rule, severity, status, key_text, starts_at_ms, ends_at_ms, time_ms, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, ends_at_ms = excluded.ends_at_ms, \
-                 time_ms = excluded.time_ms, body = excluded.body",
-            )
-            .bind(a.id.clone())
-            .bind(seq)
-            .bind(&*a.rule)
-            .bind(&*a.severity)
-            .bind(a.status.as_str())
-            .bind(key)
-            .bind(a.starts_at)
-            .bind(a.ends_at)
-            .bind(a.time)
-            .bind(body)
-            .execute(&mut *tx)
-            .await?;
-            if let Some(payload) = webhook {
-                sqlx::query(
-                    "INSERT INTO webhook_outbox (event_seq, idempotency_key, payload, state, attempts, next_attempt_ms) \
-                     VALUES ($1, $2, $3, 'pending', 0, 0) ON CONFLICT (event_seq) DO NOTHING",
-                )
-                .bind(seq)
-                .bind(format!("{}:{}", a.id, a.status.as_str()))
-                .bind(payload(a))
-                .execute(&mut *tx)
-                .await?;
-            }
-            stored.push(Stored { seq, alert: a.clone() });
-        }
+        let stored = insert_in(&mut tx, alerts, webhook).await?;
         tx.commit().await?;
         Ok(stored)
     }
@@ -444,16 +398,26 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(OutboxItem {
-                    seq: r.try_get(0)?,
-                    idempotency_key: r.try_get(1)?,
-                    payload: r.try_get(2)?,
-                    attempts: r.try_get::<i64, _>(3).or_else(|_| r.try_get::<i32, _>(3).map(i64::from))?,
-                })
-            })
-            .collect()
+        rows.iter().map(outbox_item).collect()
+    }
+
+    /// [`Store::outbox_due`] for one of several instances delivering from the same outbox
+    /// (PostgreSQL): the deliveries returned are leased to the caller for `lease_ms`, skipped
+    /// by the others meanwhile, and due again after it unless delivered or failed.
+    pub async fn outbox_claim(&self, now: Millis, limit: i64, lease_ms: Millis) -> Result<Vec<OutboxItem>> {
+        let rows = sqlx::query(
+            "UPDATE webhook_outbox SET next_attempt_ms = $1 WHERE seq IN (SELECT seq FROM webhook_outbox \
+             WHERE state = 'pending' AND next_attempt_ms <= $2 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING seq, idempotency_key, payload, attempts",
+        )
+        .bind(now.saturating_add(lease_ms))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows.iter().map(outbox_item).collect::<Result<Vec<_>>>()?;
+        items.sort_by_key(|i| i.seq);
+        Ok(items)
     }
 
     /// The earliest time a pending delivery is due, if any.
@@ -503,6 +467,74 @@ impl Store {
         .await?;
         Ok(done.rows_affected())
     }
+}
+
+/// Stores alert transitions within `tx` (see [`Store::insert_alerts`]); returns the new ones.
+pub(super) async fn insert_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    alerts: &[Alert],
+    webhook: Option<&(dyn Fn(&Alert) -> String + Sync)>,
+) -> Result<Vec<Stored>> {
+    let mut stored = Vec::new();
+    for a in alerts {
+        let body = serde_json::to_string(a).map_err(|e| StoreError { message: e.to_string(), retryable: false })?;
+        let key = key_text(a);
+        let row = sqlx::query(
+            "INSERT INTO alert_events (alert_id, status, rule, severity, key_text, time_ms, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (alert_id, status) DO NOTHING RETURNING seq",
+        )
+        .bind(a.id.clone())
+        .bind(a.status.as_str())
+        .bind(&*a.rule)
+        .bind(&*a.severity)
+        .bind(key.clone())
+        .bind(a.time)
+        .bind(body.clone())
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(row) = row else { continue };
+        let seq: i64 = row.try_get(0)?;
+        sqlx::query(
+            "INSERT INTO alerts (id, seq, rule, severity, status, key_text, starts_at_ms, ends_at_ms, time_ms, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, ends_at_ms = excluded.ends_at_ms, \
+                 time_ms = excluded.time_ms, body = excluded.body",
+        )
+        .bind(a.id.clone())
+        .bind(seq)
+        .bind(&*a.rule)
+        .bind(&*a.severity)
+        .bind(a.status.as_str())
+        .bind(key)
+        .bind(a.starts_at)
+        .bind(a.ends_at)
+        .bind(a.time)
+        .bind(body)
+        .execute(&mut **tx)
+        .await?;
+        if let Some(payload) = webhook {
+            sqlx::query(
+                "INSERT INTO webhook_outbox (event_seq, idempotency_key, payload, state, attempts, next_attempt_ms) \
+                     VALUES ($1, $2, $3, 'pending', 0, 0) ON CONFLICT (event_seq) DO NOTHING",
+            )
+            .bind(seq)
+            .bind(format!("{}:{}", a.id, a.status.as_str()))
+            .bind(payload(a))
+            .execute(&mut **tx)
+            .await?;
+        }
+        stored.push(Stored { seq, alert: a.clone() });
+    }
+    Ok(stored)
+}
+
+fn outbox_item(r: &AnyRow) -> Result<OutboxItem> {
+    Ok(OutboxItem {
+        seq: r.try_get(0)?,
+        idempotency_key: r.try_get(1)?,
+        payload: r.try_get(2)?,
+        attempts: r.try_get::<i64, _>(3).or_else(|_| r.try_get::<i32, _>(3).map(i64::from))?,
+    })
 }
 
 fn stored(row: &AnyRow) -> Result<Stored> {

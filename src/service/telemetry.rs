@@ -26,9 +26,85 @@ pub struct Telemetry {
     pub shed: IntCounterVec,
     pub state_bytes: IntGauge,
     pub workers: IntGauge,
+    /// Of a group member (`--kafka-join-group`).
+    pub group: GroupMetrics,
     pub slow_streams: IntCounter,
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
+}
+
+/// What a member of a shared consumer group reports.
+pub struct GroupMetrics {
+    /// Partitions assigned to this instance, by topic (the input topics and the keyed topic).
+    pub owned_partitions: IntGaugeVec,
+    pub rebalances: IntCounterVec,
+    /// Time to restore one keyed partition's state from the store.
+    pub restore_seconds: Histogram,
+    /// Bytes of state restored, summed.
+    pub restore_bytes: IntCounter,
+    /// Writes refused because another instance owns the partition now.
+    pub fenced: IntCounter,
+    /// Records sent to the keyed topic (an event goes to each keyed partition of its keys).
+    pub forwarded: IntCounter,
+    /// Forwarded events the keyed partitions took (those sent again after a hand-over once).
+    pub taken: IntCounter,
+    /// Forwarded events a keyed partition had taken already (sent again after a hand-over).
+    pub duplicates: IntCounter,
+}
+
+impl GroupMetrics {
+    fn new(registry: &Registry) -> GroupMetrics {
+        let owned_partitions = IntGaugeVec::new(
+            Opts::new("vigil_group_owned_partitions", "Partitions this instance owns in its consumer group, by topic"),
+            &["topic"],
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(owned_partitions.clone())).expect("registered once");
+        let restore_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "vigil_group_restore_seconds",
+                "Time to restore one keyed partition's state from the store",
+            )
+            .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(restore_seconds.clone())).expect("registered once");
+        GroupMetrics {
+            owned_partitions,
+            rebalances: counter(
+                registry,
+                "vigil_group_rebalances_total",
+                "Partitions assigned to or revoked from this instance, or lost by it, by kind",
+                &["kind"],
+            ),
+            restore_seconds,
+            restore_bytes: plain_counter(
+                registry,
+                "vigil_group_restore_bytes_total",
+                "Bytes of state restored from the store",
+            ),
+            forwarded: plain_counter(
+                registry,
+                "vigil_group_forwarded_total",
+                "Events sent on to the keyed topic, one per keyed partition of the event's keys",
+            ),
+            taken: plain_counter(
+                registry,
+                "vigil_group_taken_total",
+                "Forwarded events the keyed partitions took (an event forwarded again after a hand-over counts once)",
+            ),
+            duplicates: plain_counter(
+                registry,
+                "vigil_group_duplicates_total",
+                "Forwarded events a keyed partition had taken already (sent again after a hand-over), dropped",
+            ),
+            fenced: plain_counter(
+                registry,
+                "vigil_group_fenced_writes_total",
+                "Writes refused because another instance owns the partition now",
+            ),
+        }
+    }
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
@@ -84,6 +160,7 @@ impl Telemetry {
             .expect("valid gauge");
         registry.register(Box::new(spooled.clone())).expect("registered once");
         Telemetry {
+            group: GroupMetrics::new(&registry),
             state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
             workers: gauge(&registry, "vigil_workers", "Engine threads splitting the rules' keys (--workers)"),
             slow_streams: plain_counter(

@@ -59,9 +59,15 @@ pub struct Deliverer {
     pub wake: Arc<Notify>,
     pub telemetry: Arc<Telemetry>,
     pub settings: super::config::WebhookSettings,
+    /// Whether other instances deliver from the same outbox (a shared consumer group): each
+    /// then leases what it takes, so that a transition is sent by one of them.
+    pub shared: bool,
 }
 
 use crate::event::now_ms;
+
+/// Deliveries an instance of a shared group leases at once.
+const CLAIMED: i64 = 16;
 
 impl Deliverer {
     /// Delivers until `stop` turns true.
@@ -87,7 +93,13 @@ impl Deliverer {
 
     async fn deliver_due(&self) -> Result<(), super::store::StoreError> {
         loop {
-            let due = self.store.outbox_due(now_ms(), 64).await?;
+            let due = if self.shared {
+                // Long enough for every delivery of the batch to time out once.
+                let lease = super::config::millis(self.settings.timeout) * (CLAIMED + 1);
+                self.store.outbox_claim(now_ms(), CLAIMED, lease).await?
+            } else {
+                self.store.outbox_due(now_ms(), 64).await?
+            };
             if due.is_empty() {
                 return Ok(());
             }

@@ -4,12 +4,12 @@
 //! event, or whose time is out of bounds, is counted and kept as a dead letter with its topic,
 //! partition, offset and reason; the consumer goes on.
 //!
-//! The consumer does not join a consumer group: it assigns itself every partition of its topics
-//! and starts each at the offset named by the checkpoint it restored (or, for a partition the
-//! checkpoint does not name, at the group's committed offset, else the earliest). The engine's
-//! state is one whole, so partitions cannot be shared among several Vigils anyway, and a
-//! restart then resumes at once instead of waiting for the broker to rebalance the group away
-//! from the dead process. Offsets are still committed under the group, after each checkpoint,
+//! The consumer of a single instance does not join a consumer group: it assigns itself every
+//! partition of its topics and starts each at the offset named by the checkpoint it restored
+//! (or, for a partition the checkpoint does not name, at the group's committed offset, else the
+//! earliest). A restart then resumes at once instead of waiting for the broker to rebalance
+//! the group away from the dead process. Instances that share the work join the group
+//! instead: [`crate::service::group`]. Offsets are still committed under the group, after each checkpoint,
 //! so the usual tools show the consumer's progress and lag.
 
 use super::{now_ms, offer, Intake, Offered, Position};

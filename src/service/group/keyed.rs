@@ -1,0 +1,248 @@
+//! One partition of a group's keyed topic, as the instance that owns it runs it: an engine that
+//! keeps the key groups of the partition, fed the events forwarded to it, with time moved on by
+//! the progress of every upstream partition.
+//!
+//! Events reach a keyed partition from every input partition, interleaved as the forwarders
+//! happen to send them, and again after a forwarder's partition moves to another instance (which
+//! sends again what came after the last committed offset). So:
+//! - an event is taken once: by upstream partition, only offsets past the last one taken;
+//! - time is the least of the upstream partitions' progress (each upstream's newest event time,
+//!   as its forwarder reports it), so no event is late because another partition ran ahead.
+//!   An upstream partition its forwarder reports idle (read to its end, and quiet) does not
+//!   hold time back; when every one is idle, time moves to the newest of them.
+
+use crate::alert::Alert;
+use crate::engine::snapshot::Snapshot;
+use crate::engine::{Engine, EngineConfig};
+use crate::event::{Event, Millis};
+use crate::plan::RulePlan;
+use crate::service::store::{Fence, PartitionCheckpoint};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// An upstream partition: an input topic's partition, as `topic/partition`.
+pub type UpstreamId = String;
+
+pub fn upstream_id(topic: &str, partition: i32) -> UpstreamId {
+    format!("{topic}/{partition}")
+}
+
+/// How far one upstream partition has got, as its forwarders reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Upstream {
+    /// The newest event time forwarded from it.
+    pub ts: Option<Millis>,
+    /// Read to its end and quiet: it does not hold time back.
+    pub idle: bool,
+    /// The last offset of it whose event this partition took.
+    pub taken: Option<i64>,
+}
+
+/// A forwarder's report on one upstream partition: what a progress record carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub upstream: UpstreamId,
+    pub ts: Option<Millis>,
+    pub idle: bool,
+}
+
+/// What a keyed partition keeps beside its engine's snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Kept {
+    /// The next offset of the keyed partition to take.
+    next_offset: i64,
+    upstream: BTreeMap<UpstreamId, Upstream>,
+}
+
+pub struct KeyedPartition {
+    pub fence: Fence,
+    engine: Engine,
+    kept: Kept,
+    /// Whether anything was taken since the last checkpoint.
+    pub dirty: bool,
+    pub out: Vec<Alert>,
+}
+
+/// The lateness given to a keyed partition's engine: its events are released by
+/// [`KeyedPartition::advance`] only, never by the lateness.
+const HELD: Millis = Millis::MAX / 4;
+
+impl KeyedPartition {
+    /// A partition's engine over `plans`, restored from `checkpoint` when there is one (a
+    /// checkpoint that cannot be used is logged and the partition starts empty).
+    pub fn new(
+        plans: Vec<RulePlan>,
+        config: &EngineConfig,
+        fence: Fence,
+        checkpoint: Option<&PartitionCheckpoint>,
+    ) -> Self {
+        let config = EngineConfig { lateness_ms: HELD, clock: None, ..config.clone() };
+        let mut p = KeyedPartition {
+            fence,
+            engine: Engine::new(plans, config),
+            kept: Kept::default(),
+            dirty: false,
+            out: Vec::new(),
+        };
+        if let Some(c) = checkpoint {
+            if let Err(e) = p.restore(c) {
+                tracing::warn!(partition = p.fence.partition, error = %e, "the partition's checkpoint cannot be used; it starts empty");
+                p.kept = Kept::default();
+            }
+        }
+        p
+    }
+
+    fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), String> {
+        self.kept = serde_json::from_str(&c.state).map_err(|e| e.to_string())?;
+        let snapshot = Snapshot::from_bytes(&c.snapshot).map_err(|e| e.to_string())?;
+        self.engine.restore(snapshot).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    pub fn checkpoint(&self) -> Result<PartitionCheckpoint, String> {
+        let snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
+        let state = serde_json::to_string(&self.kept).map_err(|e| e.to_string())?;
+        Ok(PartitionCheckpoint { snapshot, state })
+    }
+
+    /// The next offset of the keyed partition to read.
+    pub fn next_offset(&self) -> i64 {
+        self.kept.next_offset
+    }
+
+    /// Whether the record at `offset` is new to this partition (an instance that restored a
+    /// checkpoint may be handed records from before it again); it counts as read.
+    pub fn fresh(&mut self, offset: i64) -> bool {
+        if offset < self.kept.next_offset {
+            return false;
+        }
+        self.kept.next_offset = offset + 1;
+        self.dirty = true;
+        true
+    }
+
+    /// Takes a forwarded event, unless this partition took it (or a later one of its upstream
+    /// partition) already; false when it did.
+    pub fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> bool {
+        let u = self.kept.upstream.entry(upstream).or_default();
+        if u.taken.is_some_and(|t| offset <= t) {
+            return false;
+        }
+        u.taken = Some(offset);
+        u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
+        u.idle = false;
+        self.engine.push(event, &mut self.out);
+        true
+    }
+
+    /// Takes a forwarder's progress report. Event times only move forward. Whether the
+    /// upstream partition is idle is as the latest report says: a forwarder that took the
+    /// partition over may have read it again from an older offset, and still be right that it
+    /// has read it to its end. A report from an instance that lost the partition and has not
+    /// noticed yet is set right by the owner's next one, within a second.
+    pub fn progress(&mut self, reports: Vec<Progress>) {
+        for r in reports {
+            let u = self.kept.upstream.entry(r.upstream).or_default();
+            u.ts = u.ts.max(r.ts);
+            u.idle = r.idle;
+        }
+    }
+
+    /// How far every upstream partition in `inputs` lets time move: the least progress of
+    /// those not idle (less a millisecond, which may get more events), or when all are idle
+    /// the newest; none while one not idle has reported nothing.
+    fn target(&self, inputs: &[UpstreamId]) -> Option<Millis> {
+        let (mut active, mut newest) = (None::<Millis>, None::<Millis>);
+        for id in inputs {
+            let u = self.kept.upstream.get(id)?;
+            newest = newest.max(u.ts);
+            if !u.idle {
+                let ts = u.ts?;
+                active = Some(active.map_or(ts, |a| a.min(ts)));
+            }
+        }
+        match active {
+            Some(a) => Some(a.saturating_sub(1)),
+            None => newest,
+        }
+    }
+
+    /// Moves time as far as `inputs` let it: alerts go to `out`.
+    pub fn advance(&mut self, inputs: &[UpstreamId]) {
+        if let Some(target) = self.target(inputs) {
+            if self.engine.watermark().is_none_or(|w| target > w) {
+                self.engine.release_to(target, &mut self.out);
+                self.dirty = true;
+            }
+        }
+    }
+
+    pub fn watermark(&self) -> Option<Millis> {
+        self.engine.watermark()
+    }
+
+    pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
+        self.dirty = true;
+        self.engine.reload(plans)
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.engine.state_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition() -> KeyedPartition {
+        let fence = Fence { group: "g".into(), partition: 0, epoch: 1 };
+        KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, None)
+    }
+
+    fn report(upstream: &str, ts: Option<Millis>, idle: bool) -> Progress {
+        Progress { upstream: upstream.into(), ts, idle }
+    }
+
+    #[test]
+    fn time_is_the_least_progress_of_the_upstream_partitions_not_idle() {
+        let mut p = partition();
+        let inputs = vec!["t/0".to_string(), "t/1".to_string()];
+        p.progress(vec![report("t/0", Some(100), false)]);
+        assert_eq!(p.target(&inputs), None, "t/1 has reported nothing");
+        p.progress(vec![report("t/1", Some(50), false)]);
+        assert_eq!(p.target(&inputs), Some(49));
+        p.progress(vec![report("t/1", Some(40), false)]);
+        assert_eq!(p.target(&inputs), Some(49), "time does not go back");
+        p.progress(vec![report("t/1", Some(45), true)]);
+        assert_eq!(p.target(&inputs), Some(99), "an idle partition does not hold time back");
+        p.progress(vec![report("t/0", Some(100), true)]);
+        assert_eq!(p.target(&inputs), Some(100), "all idle: the newest");
+    }
+
+    #[test]
+    fn an_event_is_taken_once_by_upstream_offset() {
+        let mut p = partition();
+        let event = |ts| {
+            crate::event::decode(&format!(r#"{{"stream":"metric","ts":{ts},"host":"h","name":"m","value":1}}"#), None)
+                .expect("event")
+        };
+        assert!(p.fresh(7));
+        assert!(!p.fresh(7), "a record read again");
+        assert!(p.take("t/0".into(), 3, event(10)));
+        assert!(!p.take("t/0".into(), 3, event(20)));
+        assert!(!p.take("t/0".into(), 2, event(30)));
+        assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
+        assert!(p.take("t/0".into(), 4, event(40)));
+        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), idle: false, taken: Some(4) });
+        let restored = KeyedPartition::new(
+            Vec::new(),
+            &EngineConfig::default(),
+            p.fence.clone(),
+            Some(&p.checkpoint().expect("checkpoint")),
+        );
+        assert_eq!(restored.kept, p.kept);
+        assert_eq!(restored.next_offset(), 8);
+    }
+}

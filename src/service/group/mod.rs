@@ -1,0 +1,617 @@
+//! `--kafka-join-group`: instances that share a Kafka consumer group share the work, as Kafka
+//! Streams' instances do. Kafka's group protocol (cooperative-sticky) decides who owns what;
+//! the store's epochs keep an instance that lost a partition from writing for it.
+//!
+//! ```text
+//! input topics (any partitioning) --forwarder--> <group>-keyed (partition = key group mod P)
+//!                                                   --keyed partitions' engines--> store
+//! ```
+//!
+//! Each instance subscribes to the input topics and to the group's keyed topic. For an input
+//! partition it owns, it forwards each event to the keyed partitions of its rules' key groups
+//! ([`forward`]). For a keyed partition it owns, it runs an engine that keeps that partition's
+//! key groups ([`keyed`]): restored from the partition's checkpoint when assigned,
+//! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
+//! the instance holds the partition's epoch.
+
+mod forward;
+pub mod keyed;
+
+use super::engine_loop::{EngineHealth, Input};
+use super::sources::Intake;
+use super::store::{DeadLetter, Store, Stored};
+use super::telemetry::Telemetry;
+use crate::engine::{Engine, EngineConfig, Shard};
+use crate::plan::RulePlan;
+use crate::schema::Stream;
+use forward::Forwarder;
+use keyed::{KeyedPartition, Progress, UpstreamId};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+
+/// How often the forwarder reports progress.
+const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// How often the forwarder commits what it has delivered: it waits for the broker to take
+/// every record in flight first.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How often the input topics' partitions, the lag and the gauges are read again.
+const SURVEY_EVERY: Duration = Duration::from_secs(5);
+
+/// The keyed topic of a group: events by key group, between the instances.
+pub fn keyed_topic(group: &str) -> String {
+    format!("{group}-keyed")
+}
+
+/// What a group member needs.
+pub struct Member {
+    pub group: String,
+    pub brokers: String,
+    pub kafka_options: BTreeMap<String, String>,
+    pub topics: BTreeMap<Stream, String>,
+    pub keyed_partitions: u32,
+    pub checkpoint_every: Duration,
+    pub plans: Vec<RulePlan>,
+    pub engine: EngineConfig,
+    pub store: Store,
+    pub runtime: tokio::runtime::Handle,
+    pub telemetry: Arc<Telemetry>,
+    pub published: broadcast::Sender<Arc<Stored>>,
+    pub webhook: Option<String>,
+    pub wake: Arc<Notify>,
+    pub dead: mpsc::Sender<DeadLetter>,
+    pub intake: Intake,
+    pub health: Arc<EngineHealth>,
+}
+
+/// What the rebalance callbacks and the member's loop share: the partitions it owns.
+struct Owned {
+    keyed: BTreeMap<i32, KeyedPartition>,
+    forwarder: Forwarder,
+    plans: Vec<RulePlan>,
+}
+
+/// The consumers' context: rebalances hand partitions over through the store.
+#[derive(Clone)]
+struct Ctx(Arc<Shared>);
+
+impl std::ops::Deref for Ctx {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What both consumers' callbacks and the loop share.
+struct Shared {
+    owned: Mutex<Owned>,
+    keyed_topic: String,
+    group: String,
+    engine: EngineConfig,
+    keyed_partitions: u32,
+    store: Store,
+    runtime: tokio::runtime::Handle,
+    telemetry: Arc<Telemetry>,
+}
+
+impl ClientContext for Ctx {}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else { return };
+        let lost = consumer.assignment_lost();
+        let kind = if lost { "lost" } else { "revoked" };
+        let mut owned = self.owned.lock().expect("owned");
+        for e in list.elements() {
+            self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
+            if e.topic() == self.keyed_topic {
+                let Some(p) = owned.keyed.remove(&e.partition()) else { continue };
+                if !lost && self.save(&p) {
+                    commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
+                }
+                tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
+            } else {
+                owned.forwarder.released(consumer, e.topic(), e.partition(), lost);
+                tracing::info!(topic = e.topic(), partition = e.partition(), lost, "input partition handed over");
+            }
+        }
+        self.gauges(&owned);
+    }
+
+    /// As the default (cooperative: incremental), except that assigned partitions are read
+    /// from their beginning: Tansu 0.6.0 answers nothing to a fetch that starts inside a record
+    /// batch (RELIABILITY.md), and a committed offset can be anywhere in one. What was read
+    /// before is skipped here instead: input records below the group's committed offset, keyed
+    /// records below the checkpoint's. The cost: a hand-over reads again what the broker keeps
+    /// of the partition.
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, list: &mut TopicPartitionList) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let committed = match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the committed offsets; reading from the start");
+                        TopicPartitionList::new()
+                    }
+                };
+                self.assigned(list, &committed);
+                if let Err(e) = list.set_all_offsets(Offset::Beginning) {
+                    tracing::warn!(error = %e, "cannot set the start offsets");
+                }
+                if let Err(e) = consumer.incremental_assign(list) {
+                    tracing::error!(error = %e, "cannot take the assigned partitions");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.pre_rebalance(consumer, &Rebalance::Revoke(list));
+                if let Err(e) = consumer.incremental_unassign(list) {
+                    tracing::error!(error = %e, "cannot release the revoked partitions");
+                }
+            }
+            other => tracing::warn!(error = ?other, "rebalance failed"),
+        }
+    }
+}
+
+impl Shared {
+    /// Takes assigned partitions over; `committed` has the group's committed offsets.
+    fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) {
+        let mut owned = self.owned.lock().expect("owned");
+        for e in list.elements() {
+            self.telemetry.group.rebalances.with_label_values(&["assigned"]).inc();
+            if e.topic() == self.keyed_topic {
+                let p = self.claim(e.partition(), &owned.plans);
+                owned.keyed.insert(e.partition(), p);
+            } else {
+                let from = committed.find_partition(e.topic(), e.partition()).and_then(|c| c.offset().to_raw());
+                let from = from.filter(|o| *o >= 0);
+                owned.forwarder.assigned(e.topic(), e.partition(), from);
+                tracing::info!(topic = e.topic(), partition = e.partition(), from, "forwarding input partition");
+            }
+        }
+        self.gauges(&owned);
+    }
+
+    /// Takes a keyed partition over: its epoch raised, its state restored from the store.
+    fn claim(&self, partition: i32, plans: &[RulePlan]) -> KeyedPartition {
+        let started = Instant::now();
+        let (fence, checkpoint) = self.retry("claim_partition", || self.store.claim_partition(&self.group, partition));
+        let shard = Shard { index: partition as usize, count: self.keyed_partitions as usize };
+        let config = EngineConfig { shard, ..self.engine.clone() };
+        let p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
+        let bytes = checkpoint.as_ref().map_or(0, |c| c.snapshot.len() + c.state.len());
+        self.telemetry.group.restore_seconds.observe(started.elapsed().as_secs_f64());
+        self.telemetry.group.restore_bytes.inc_by(bytes as u64);
+        tracing::info!(
+            partition,
+            epoch = p.fence.epoch,
+            restored_bytes = bytes,
+            next_offset = p.next_offset(),
+            ms = started.elapsed().as_millis() as u64,
+            "keyed partition taken over"
+        );
+        p
+    }
+
+    /// Stores a keyed partition's checkpoint; false when another instance owns it now.
+    fn save(&self, p: &KeyedPartition) -> bool {
+        let checkpoint = match p.checkpoint() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(partition = p.fence.partition, error = %e, "cannot snapshot the partition");
+                return false;
+            }
+        };
+        let now = crate::event::now_ms();
+        let saved = self
+            .retry("save_partition_checkpoint", || self.store.save_partition_checkpoint(&p.fence, &checkpoint, now));
+        if !saved {
+            self.telemetry.group.fenced.inc();
+            tracing::warn!(
+                partition = p.fence.partition,
+                epoch = p.fence.epoch,
+                "another instance owns the partition now: its checkpoint is not stored"
+            );
+        }
+        saved
+    }
+
+    /// Runs a store operation until it succeeds: the store is shared by the group, and a
+    /// partition cannot be handed over without it.
+    fn retry<T, F: std::future::Future<Output = super::store::Result<T>>>(
+        &self,
+        what: &'static str,
+        mut op: impl FnMut() -> F,
+    ) -> T {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.runtime.block_on(op()) {
+                Ok(v) => return v,
+                Err(e) => {
+                    self.telemetry.emit(super::telemetry::StoreFailed { operation: what, error: &e });
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    fn gauges(&self, owned: &Owned) {
+        let g = &self.telemetry.group.owned_partitions;
+        g.with_label_values(&[&self.keyed_topic]).set(owned.keyed.len() as i64);
+        g.with_label_values(&["input"]).set(owned.forwarder.owns() as i64);
+    }
+}
+
+fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, p: &KeyedPartition, mode: CommitMode) {
+    let mut list = TopicPartitionList::new();
+    let _ = list.add_partition_offset(topic, p.fence.partition, Offset::Offset(p.next_offset()));
+    if let Err(e) = consumer.commit(&list, mode) {
+        tracing::warn!(partition = p.fence.partition, error = %e, "cannot commit the keyed partition's offset");
+    }
+}
+
+impl Member {
+    /// Runs the member on its own thread until `stop`; `control` brings rule reloads.
+    pub fn spawn(
+        self,
+        control: mpsc::Receiver<Input>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<std::thread::JoinHandle<()>, rdkafka::error::KafkaError> {
+        let keyed_topic = keyed_topic(&self.group);
+        let producer =
+            super::kafka::forwarding_producer(&self.brokers, &self.kafka_options, forward::Deliveries::default())?;
+        let router = Engine::new(self.plans.clone(), self.engine.clone());
+        let forwarder = Forwarder::new(router, producer, keyed_topic.clone(), self.keyed_partitions);
+        let ctx = Ctx(Arc::new(Shared {
+            owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
+            keyed_topic: keyed_topic.clone(),
+            group: self.group.clone(),
+            engine: self.engine.clone(),
+            keyed_partitions: self.keyed_partitions,
+            store: self.store.clone(),
+            runtime: self.runtime.clone(),
+            telemetry: self.telemetry.clone(),
+        }));
+        // Two consumers, in two groups: the input topics' partitions, and the keyed topic's,
+        // are each spread over the instances. In one group the assignor balances the total
+        // count only, and one instance could end with every keyed partition.
+        let input = super::kafka::group_consumer(&self.brokers, &self.group, &self.kafka_options, ctx.clone())?;
+        let mut topics: Vec<&str> = self.topics.values().map(String::as_str).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        input.subscribe(&topics)?;
+        let keyed = super::kafka::group_consumer(&self.brokers, &keyed_topic, &self.kafka_options, ctx)?;
+        keyed.subscribe(&[&keyed_topic])?;
+        tracing::info!(group = %self.group, topics = ?topics, keyed = %keyed_topic, "joined the consumer groups");
+        Ok(std::thread::Builder::new()
+            .name("vigil-group".into())
+            .spawn(move || Looping::new(self, input, keyed).run(control, stop))
+            .expect("the group thread starts"))
+    }
+}
+
+/// The member's loop and what it keeps between rounds.
+struct Looping {
+    m: Member,
+    /// In the group named by `--kafka-group`, over the input topics.
+    input: BaseConsumer<Ctx>,
+    /// In the group named as the keyed topic, over it.
+    keyed: BaseConsumer<Ctx>,
+    by_topic: BTreeMap<String, Stream>,
+    /// Every partition of the input topics: the keyed partitions wait for all of them.
+    inputs: Vec<UpstreamId>,
+    decoder: crate::event::LineDecoder,
+    last_report: Instant,
+    last_commit: Instant,
+    last_checkpoint: Instant,
+    last_survey: Option<Instant>,
+}
+
+impl Looping {
+    fn new(m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
+        let by_topic = m.topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
+        Looping {
+            m,
+            input,
+            keyed,
+            by_topic,
+            inputs: Vec::new(),
+            decoder: Default::default(),
+            last_report: Instant::now(),
+            last_commit: Instant::now(),
+            last_checkpoint: Instant::now(),
+            last_survey: None,
+        }
+    }
+
+    fn run(mut self, mut control: mpsc::Receiver<Input>, stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            while let Ok(input) = control.try_recv() {
+                self.control(input);
+            }
+            if self.last_survey.is_none_or(|t| t.elapsed() >= SURVEY_EVERY) {
+                self.last_survey = Some(Instant::now());
+                self.survey();
+            }
+            self.round();
+            if self.last_report.elapsed() >= REPORT_EVERY {
+                self.last_report = Instant::now();
+                self.report();
+            }
+            if self.last_checkpoint.elapsed() >= self.m.checkpoint_every {
+                self.last_checkpoint = Instant::now();
+                self.checkpoint_all();
+            }
+            self.m.health.progressed(1);
+        }
+        self.report();
+        let owned = self.input.context().owned.lock().expect("owned");
+        owned.forwarder.commit(&self.input, None, CommitMode::Sync);
+        drop(owned);
+        self.checkpoint_all();
+        tracing::info!("leaving the consumer group");
+    }
+
+    /// Reads what has come (of each consumer up to 512 messages, or 25 ms), then moves time on
+    /// in every keyed partition and stores their alerts.
+    fn round(&mut self) {
+        for consumer in [&self.input, &self.keyed] {
+            let started = Instant::now();
+            for _ in 0..512 {
+                let wait = Duration::from_millis(25).saturating_sub(started.elapsed());
+                let Some(message) = consumer.poll(wait) else { break };
+                match message {
+                    Ok(m) => take(&self.m, &self.by_topic, &mut self.decoder, consumer.context(), &m),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Kafka receive failed");
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
+                }
+            }
+        }
+        let ctx = self.input.context();
+        let mut owned = ctx.owned.lock().expect("owned");
+        let mut fenced = Vec::new();
+        for (partition, p) in owned.keyed.iter_mut() {
+            p.advance(&self.inputs);
+            if !self.store_alerts(p) {
+                fenced.push(*partition);
+            }
+        }
+        drop_fenced(&mut owned, &fenced, &self.m.telemetry);
+        let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
+        if let Some(w) = watermark {
+            self.m.health.set_watermark(w);
+        }
+    }
+
+    /// Stores a partition's alerts while it holds the partition; false when another instance
+    /// owns it now (its alerts are that instance's to store).
+    fn store_alerts(&self, p: &mut KeyedPartition) -> bool {
+        if p.out.is_empty() {
+            return true;
+        }
+        let now = crate::event::now_ms();
+        for a in p.out.iter_mut() {
+            a.detected_at = now;
+        }
+        let url = self.m.webhook.clone();
+        let payload = move |a: &crate::alert::Alert| {
+            super::webhook::alertmanager_payload(a, url.as_deref().unwrap_or_default()).to_string()
+        };
+        let webhook: Option<&(dyn Fn(&crate::alert::Alert) -> String + Sync)> = match self.m.webhook {
+            Some(_) => Some(&payload),
+            None => None,
+        };
+        let ctx = self.input.context();
+        let stored = ctx.retry("insert_alerts", || self.m.store.insert_alerts_fenced(&p.fence, &p.out, webhook));
+        p.out.clear();
+        let Some(stored) = stored else { return false };
+        for s in stored {
+            if s.alert.status == crate::alert::Status::Firing {
+                self.m.telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
+            }
+            let _ = self.m.published.send(Arc::new(s));
+        }
+        self.m.wake.notify_one();
+        true
+    }
+
+    /// Reports the input partitions' progress to the keyed partitions, and now and then
+    /// commits what has been forwarded.
+    fn report(&mut self) {
+        let consumer = &self.input;
+        let mut owned = consumer.context().owned.lock().expect("owned");
+        owned.forwarder.report(|topic, partition, next| caught_up(consumer, topic, partition, next));
+        if self.last_commit.elapsed() >= COMMIT_EVERY {
+            self.last_commit = Instant::now();
+            owned.forwarder.commit(consumer, None, CommitMode::Async);
+        }
+    }
+
+    fn checkpoint_all(&mut self) {
+        let ctx = self.keyed.context();
+        let mut owned = ctx.owned.lock().expect("owned");
+        let mut fenced = Vec::new();
+        for (partition, p) in owned.keyed.iter_mut() {
+            if !p.dirty {
+                continue;
+            }
+            if ctx.save(p) {
+                p.dirty = false;
+                commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
+            } else {
+                fenced.push(*partition);
+            }
+        }
+        drop_fenced(&mut owned, &fenced, &self.m.telemetry);
+    }
+
+    fn control(&mut self, input: Input) {
+        match input {
+            Input::Reload(plans, reply) => {
+                let mut owned = self.input.context().owned.lock().expect("owned");
+                let mut kept = None;
+                for p in owned.keyed.values_mut() {
+                    kept.get_or_insert_with(|| p.reload(plans.clone()));
+                }
+                owned.forwarder.router = Engine::new(plans.clone(), self.m.engine.clone());
+                let kept = kept.unwrap_or_else(|| plans.iter().map(|p| p.name.clone()).collect());
+                owned.plans = plans;
+                let _ = reply.send(kept);
+            }
+            Input::Ack(reply) => {
+                let _ = reply.send(0);
+            }
+            Input::Tick | Input::Event(..) | Input::Ingested(..) => {}
+        }
+    }
+
+    /// The input topics' partitions, the consumer's lag and the state gauges.
+    fn survey(&mut self) {
+        let mut inputs = Vec::new();
+        for topic in self.by_topic.keys() {
+            match self.input.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+                Ok(m) => {
+                    for t in m.topics().iter().filter(|t| t.error().is_none()) {
+                        inputs.extend(t.partitions().iter().map(|p| keyed::upstream_id(topic, p.id())));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%topic, error = %e, "cannot read the topic's partitions; keeping the last known");
+                    return;
+                }
+            }
+        }
+        if inputs != self.inputs {
+            tracing::info!(partitions = inputs.len(), "input partitions");
+            self.inputs = inputs;
+        }
+        self.m.telemetry.kafka_lag.reset();
+        for consumer in [&self.input, &self.keyed] {
+            let Ok(positions) = consumer.position() else { continue };
+            for e in positions.elements() {
+                let Ok((_, high)) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(1)) else {
+                    continue;
+                };
+                let pos = e.offset().to_raw().filter(|o| *o >= 0).unwrap_or(0);
+                self.m
+                    .telemetry
+                    .kafka_lag
+                    .with_label_values(&[e.topic(), &e.partition().to_string()])
+                    .set((high - pos).max(0));
+            }
+        }
+        let owned = self.input.context().owned.lock().expect("owned");
+        let bytes: usize = owned.keyed.values().map(KeyedPartition::state_bytes).sum();
+        self.m.telemetry.state_bytes.set(bytes as i64);
+        self.m.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+/// Drops the keyed partitions another instance owns now.
+fn drop_fenced(owned: &mut Owned, fenced: &[i32], telemetry: &Telemetry) {
+    for partition in fenced {
+        owned.keyed.remove(partition);
+        telemetry.group.fenced.inc();
+        tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
+    }
+}
+
+/// Whether an input partition has been read to its end: `next` (the next offset to read, if
+/// any was read since it was assigned) or the consumer's position against its high watermark.
+fn caught_up(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, next: Option<i64>) -> bool {
+    let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { return false };
+    let position = next.or_else(|| {
+        let positions = consumer.position().ok()?;
+        positions.find_partition(topic, partition)?.offset().to_raw().filter(|o| *o >= 0)
+    });
+    match position {
+        Some(p) => p >= high,
+        None => low == high,
+    }
+}
+
+/// Takes one message: an input partition's event is forwarded, a keyed partition's record
+/// goes to its engine.
+fn take(
+    m: &Member,
+    by_topic: &BTreeMap<String, Stream>,
+    decoder: &mut crate::event::LineDecoder,
+    ctx: &Ctx,
+    message: &BorrowedMessage<'_>,
+) {
+    let payload = message.payload().unwrap_or_default();
+    let mut owned = ctx.owned.lock().expect("owned");
+    if message.topic() == ctx.keyed_topic {
+        let Some(p) = owned.keyed.get_mut(&message.partition()) else { return };
+        if !p.fresh(message.offset()) {
+            return;
+        }
+        let Some(headers) = message.headers() else { return };
+        for h in headers.iter() {
+            match (h.key, h.value) {
+                (forward::PROGRESS, _) => match serde_json::from_slice::<Vec<Progress>>(payload) {
+                    Ok(reports) => p.progress(reports),
+                    Err(e) => tracing::warn!(error = %e, "a progress record that cannot be read"),
+                },
+                (forward::FROM, Some(from)) => {
+                    let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
+                    else {
+                        continue;
+                    };
+                    let Ok(offset) = offset.parse::<i64>() else { continue };
+                    let stream = upstream.rsplit_once('/').and_then(|(t, _)| by_topic.get(t)).copied();
+                    match decoder.decode_bytes(payload, stream) {
+                        Ok(event) => {
+                            let counter = if p.take(upstream.to_string(), offset, event) {
+                                &m.telemetry.group.taken
+                            } else {
+                                &m.telemetry.group.duplicates
+                            };
+                            counter.inc();
+                        }
+                        Err(e) => tracing::warn!(error = %e, "a forwarded event that cannot be read"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        return;
+    }
+    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+    if owned.forwarder.read_before(topic, partition, offset) {
+        return;
+    }
+    match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
+        Ok(event) => {
+            m.telemetry.events_in.with_label_values(&[event.stream.name()]).inc();
+            let sent = owned.forwarder.forward(topic, partition, offset, payload, &event);
+            m.telemetry.group.forwarded.inc_by(sent);
+        }
+        Err(reason) => {
+            owned.forwarder.read(topic, partition, offset, None);
+            drop(owned);
+            let letter = DeadLetter {
+                source: "kafka".into(),
+                topic: Some(topic.to_string()),
+                partition: Some(partition),
+                offset: Some(offset),
+                line: None,
+                reason: reason.to_string(),
+                payload: super::sources::dead_payload(payload),
+                received_at_ms: crate::event::now_ms(),
+            };
+            let _ = m.dead.blocking_send(letter);
+        }
+    }
+}
