@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Kafka to engine with instances sharing a consumer group (`--kafka-join-group`), and the cost
+of the repartition stage.
+
+    python3 benches/group.py VIGIL_BINARY EVENTS.jsonl [--rules rules/metrics] [--events 200000]
+        [--brokers 127.0.0.1:9092] [--postgres postgres://postgres@127.0.0.1:5432/postgres]
+        [--instances 1,2] [--runs 2]
+
+The first EVENTS lines are produced once (`vigil produce`, no keys) into a fresh 12-partition
+topic. Then, for each configuration, fresh instances read the whole topic into a fresh
+PostgreSQL database, and the time is taken from their start until they have taken every event:
+
+- `single`: one `vigil serve` without a group (it assigns itself every partition and runs the
+  rules on one worker): no repartition stage;
+- `group xN`: N instances with `--kafka-join-group`, one worker each: every event crosses the
+  broker a second time, through the keyed topic, once per keyed partition of its keys. Done
+  when every event is forwarded (`vigil_events_in_total`) and every forwarded record taken
+  (`vigil_group_taken_total` equals `vigil_group_forwarded_total`, summed over the instances).
+
+The difference between `single` and `group x1` is the repartition stage's cost. Needs a running
+broker (scripts/test.sh starts Tansu) and PostgreSQL. Prints one table row per run.
+"""
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(v) for v in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.M))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def psql(admin, sql):
+    subprocess.run(["psql", admin, "-q", "-c", sql], check=True, stdout=subprocess.DEVNULL)
+
+
+def run(args, config, instances, topic, total):
+    name = f"vigil_group_bench_{uuid.uuid4().hex[:8]}"
+    psql(args.postgres, f"CREATE DATABASE {name}")
+    db = args.postgres.rsplit("/", 1)[0] + "/" + name
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    work = tempfile.mkdtemp(prefix="vigil-group-bench-")
+    procs, ports = [], []
+    started = time.monotonic()
+    try:
+        for i in range(instances):
+            port = free_port()
+            cmd = [args.vigil, "serve", "--rules", args.rules, "--database-url", db,
+                   "--http-addr", f"127.0.0.1:{port}", "--kafka-brokers", args.brokers,
+                   "--kafka-group", group, "--topic", f"metric={topic}", "--workers", "1",
+                   "--spool-dir", f"{work}/spool{i}", "--ingest-log-dir", f"{work}/ingest{i}",
+                   "--max-event-future", "0s"]
+            if config == "group":
+                cmd.append("--kafka-join-group")
+                for option in args.kafka_option:
+                    cmd += ["--kafka-option", option]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(f"{work}/log{i}", "w")))
+            ports.append(port)
+        while True:
+            time.sleep(0.2)
+            for p in procs:
+                if p.poll() is not None:
+                    raise SystemExit(f"vigil serve stopped: exit {p.returncode}; logs in {work}")
+            try:
+                taken = sum(metric(p, "vigil_events_in_total") for p in ports)
+                if config == "group":
+                    forwarded = sum(metric(p, "vigil_group_forwarded_total") for p in ports)
+                    arrived = sum(metric(p, "vigil_group_taken_total") + metric(p, "vigil_group_duplicates_total")
+                                  for p in ports)
+                    done = taken >= total and arrived >= forwarded
+                else:
+                    done = taken >= total
+            except OSError:
+                continue
+            if done:
+                shutil.rmtree(work, ignore_errors=True)
+                return time.monotonic() - started
+            if time.monotonic() - started > args.timeout:
+                raise SystemExit(f"no end after {args.timeout} s; logs in {work}")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        psql(args.postgres, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("vigil")
+    ap.add_argument("events")
+    ap.add_argument("--rules", default="rules/metrics")
+    ap.add_argument("--events", dest="count", type=int, default=200_000)
+    ap.add_argument("--brokers", default="127.0.0.1:9092")
+    ap.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres")
+    ap.add_argument("--instances", default="1,2")
+    ap.add_argument("--no-single", action="store_true", help="skip the run without a group")
+    ap.add_argument("--kafka-option", action="append", default=[], help="for the group members, KEY=VALUE")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take")
+    args = ap.parse_args()
+    sample = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+    with open(args.events) as f:
+        for i, line in enumerate(f):
+            if i >= args.count:
+                break
+            sample.write(line)
+    sample.close()
+    topic = f"bench-metrics-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    subprocess.run([args.vigil, "produce", "--brokers", args.brokers, "--topic", topic, "--create-topics",
+                    "--partitions", "12", sample.name], check=True)
+    print(f"produced {args.count} events into {topic} (12 partitions) in {time.monotonic() - t0:.1f} s", flush=True)
+    os.unlink(sample.name)
+    configs = [("group", int(n)) for n in args.instances.split(",")]
+    if not args.no_single:
+        configs.insert(0, ("single", 1))
+    print("| configuration | run | seconds | events/s |")
+    print("|---|---|---|---|")
+    for config, n in configs:
+        for r in range(args.runs):
+            secs = run(args, config, n, topic, args.count)
+            label = "single (no group)" if config == "single" else f"group x{n}"
+            print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
