@@ -36,19 +36,7 @@ fn expected(lines: &[String]) -> Vec<(String, String)> {
 }
 
 fn replayed(lines: &[String]) -> Vec<(String, String)> {
-    let dir = temp_dir("expected");
-    let file = dir.join("events.jsonl");
-    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
-        .output()
-        .expect("replay runs");
-    std::fs::remove_dir_all(&dir).ok();
-    let mut all: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Json>(l).expect("an alert per line"))
-        .map(|a| (a["id"].as_str().unwrap_or("").to_string(), a["status"].as_str().unwrap_or("").to_string()))
-        .collect();
+    let mut all: Vec<(String, String)> = replay_alerts(lines).iter().map(transition).collect();
     all.sort();
     all
 }

@@ -7,7 +7,6 @@
 
 mod support;
 
-use serde_json::Value as Json;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use support::*;
@@ -40,22 +39,10 @@ fn workload() -> Vec<String> {
 
 /// The transitions (id, status) of `vigil replay` over the same events, and their rules.
 fn replayed(lines: &[String]) -> (Vec<(String, String)>, Vec<String>) {
-    let dir = temp_dir("group-expected");
-    let file = dir.join("events.jsonl");
-    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
-        .output()
-        .expect("replay runs");
-    std::fs::remove_dir_all(&dir).ok();
-    let alerts: Vec<Json> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Json>(l).expect("an alert per line"))
-        .collect();
-    let text = |a: &Json, field: &str| a[field].as_str().unwrap_or("").to_string();
-    let mut all: Vec<(String, String)> = alerts.iter().map(|a| (text(a, "id"), text(a, "status"))).collect();
+    let alerts = replay_alerts(lines);
+    let mut all: Vec<(String, String)> = alerts.iter().map(transition).collect();
     all.sort();
-    (all, alerts.iter().map(|a| text(a, "rule")).collect())
+    (all, alerts.iter().map(|a| a["rule"].as_str().unwrap_or("").to_string()).collect())
 }
 
 fn signal(service: &Service, sig: &str) {

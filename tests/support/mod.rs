@@ -286,6 +286,27 @@ pub fn sqlite_url(dir: &std::path::Path) -> String {
     format!("sqlite://{}", dir.join("vigil.db").display())
 }
 
+/// The alerts `vigil replay` of the shipped rules prints for `lines`, one JSON object each.
+pub fn replay_alerts(lines: &[String]) -> Vec<Json> {
+    let dir = temp_dir("expected");
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
+        .output()
+        .expect("replay runs");
+    std::fs::remove_dir_all(&dir).ok();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).expect("an alert per line"))
+        .collect()
+}
+
+/// An alert's (id, status): what identifies a transition.
+pub fn transition(a: &Json) -> (String, String) {
+    (a["id"].as_str().unwrap_or("").to_string(), a["status"].as_str().unwrap_or("").to_string())
+}
+
 pub fn rules_dir() -> String {
     std::fs::canonicalize("rules").expect("rules folder").display().to_string()
 }
