@@ -50,6 +50,8 @@ pub struct GroupMetrics {
     pub taken: IntCounter,
     /// Forwarded events a keyed partition had taken already (sent again after a hand-over).
     pub duplicates: IntCounter,
+    /// Records of the keyed topic read and not taken, by reason.
+    pub skipped: IntCounterVec,
 }
 
 impl GroupMetrics {
@@ -97,6 +99,13 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_duplicates_total",
                 "Forwarded events a keyed partition had taken already (sent again after a hand-over), dropped",
+            ),
+            skipped: counter(
+                registry,
+                "vigil_group_skipped_total",
+                "Records of the keyed topic read and not taken, by reason (not_owned, before_checkpoint: read again \
+                 after a hand-over, no_header, unreadable)",
+                &["reason"],
             ),
             fenced: plain_counter(
                 registry,

@@ -553,11 +553,12 @@ fn take(
     let payload = message.payload().unwrap_or_default();
     let mut owned = ctx.owned.lock().expect("owned");
     if message.topic() == ctx.keyed_topic {
-        let Some(p) = owned.keyed.get_mut(&message.partition()) else { return };
+        let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
+        let Some(p) = owned.keyed.get_mut(&message.partition()) else { return skipped("not_owned") };
         if !p.fresh(message.offset()) {
-            return;
+            return skipped("before_checkpoint");
         }
-        let Some(headers) = message.headers() else { return };
+        let Some(headers) = message.headers() else { return skipped("no_header") };
         for h in headers.iter() {
             match (h.key, h.value) {
                 (forward::PROGRESS, _) => match serde_json::from_slice::<Vec<Progress>>(payload) {
@@ -580,7 +581,10 @@ fn take(
                             };
                             counter.inc();
                         }
-                        Err(e) => tracing::warn!(error = %e, "a forwarded event that cannot be read"),
+                        Err(e) => {
+                            skipped("unreadable");
+                            tracing::warn!(error = %e, "a forwarded event that cannot be read");
+                        }
                     }
                 }
                 _ => {}
