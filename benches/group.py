@@ -51,12 +51,14 @@ def run(args, config, instances, topic, total):
     db = args.postgres.rsplit("/", 1)[0] + "/" + name
     group = f"bench-{uuid.uuid4().hex[:8]}"
     work = tempfile.mkdtemp(prefix="vigil-group-bench-")
+    # A copy: a group member writes its group's rules into its folder.
+    rules = shutil.copytree(args.rules, f"{work}/rules")
     procs, ports = [], []
     started = time.monotonic()
     try:
         for i in range(instances):
             port = free_port()
-            cmd = [args.vigil, "serve", "--rules", args.rules, "--database-url", db,
+            cmd = [args.vigil, "serve", "--rules", rules, "--database-url", db,
                    "--http-addr", f"127.0.0.1:{port}", "--kafka-brokers", args.brokers,
                    "--kafka-group", group, "--topic", f"metric={topic}", "--workers", "1",
                    "--spool-dir", f"{work}/spool{i}", "--ingest-log-dir", f"{work}/ingest{i}",

@@ -13,7 +13,8 @@ use support::*;
 
 /// Evictions followed by failures (a sequence by task), and the CPU use of 8 machines of one
 /// cluster each minute, one of them busy for two spells (a fleet-wide outlier, and spikes).
-fn workload() -> Vec<String> {
+/// Each line comes with its event time's minute.
+fn workload() -> Vec<(i64, String)> {
     let at = |m: i64| format!("2026-01-01T{:02}:{:02}:00Z", m / 60, m % 60);
     let mut timed: Vec<(i64, String)> = Vec::new();
     for j in 0..30i64 {
@@ -34,7 +35,24 @@ fn workload() -> Vec<String> {
         }
     }
     timed.sort_by_key(|(ts, _)| *ts);
-    timed.into_iter().map(|(_, l)| l).collect()
+    timed.into_iter().map(|(ts, l)| (ts / 60, l)).collect()
+}
+
+/// About `n` chunks of `timed`, cut only between minutes: the events of one time arrive
+/// together, as a scrape's do. (Events of a time that reach a group after every partition has
+/// been quiet for a second are late, as after a tenth of a second on one instance.)
+fn chunks_by_minute(timed: &[(i64, String)], n: usize) -> Vec<Vec<String>> {
+    let size = timed.len() / n + 1;
+    let mut chunks: Vec<Vec<String>> = vec![Vec::new()];
+    for (i, (minute, line)) in timed.iter().enumerate() {
+        let last = chunks.last_mut().expect("a chunk");
+        if last.len() >= size && i > 0 && timed[i - 1].0 != *minute {
+            chunks.push(vec![line.clone()]);
+        } else {
+            last.push(line.clone());
+        }
+    }
+    chunks
 }
 
 /// The transitions (id, status) of `vigil replay` over the same events, and their rules.
@@ -54,7 +72,8 @@ fn signal(service: &Service, sig: &str) {
 #[tokio::test]
 #[ignore = "needs Tansu and PostgreSQL: run scripts/test.sh"]
 async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
-    let lines = workload();
+    let timed = workload();
+    let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
     let (want, rules) = replayed(&lines);
     let outliers = rules.iter().filter(|r| *r == "machine_load_outlier").count();
     assert!(outliers > 0 && want.len() > 60, "the clean run raises outliers and sequences: {rules:?}");
@@ -67,9 +86,16 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
     let (db_name, db_url) = create_database().await;
     let hook = Receiver::start(0).await;
     let group = unique("group");
+    // A copy: a group member writes its group's rules into its folder.
+    let rules_copy = temp_dir("group_rules_copy");
+    for file in vigil::rule_files(std::path::Path::new(&rules_dir())).expect("rules") {
+        let to = rules_copy.join(file.strip_prefix(rules_dir()).expect("inside"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(&file, &to).expect("copy");
+    }
     let args: Vec<String> = [
         "--rules",
-        &rules_dir(),
+        &rules_copy.display().to_string(),
         "--database-url",
         &db_url,
         "--kafka-brokers",
@@ -112,7 +138,7 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         }
     };
 
-    let chunks: Vec<&[String]> = lines.chunks(lines.len() / 40 + 1).collect();
+    let chunks = chunks_by_minute(&timed, 40);
     let mut a = Service::start(&args);
     let mut others: Vec<Service> = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
@@ -140,12 +166,29 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
 
     let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
     let expected: BTreeSet<String> = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
-    let stored = eventually("every transition stored", || async {
+    // Waits for every transition, then compares: what is missing is named below.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
         let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.ok()?;
-        (rows.len() >= want.len()).then_some(rows)
-    })
-    .await;
+            sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.unwrap_or_default();
+        if rows.len() >= want.len() || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut counters = String::new();
+    for s in std::iter::once(&a).chain(&others) {
+        let m = metrics(&s.url).await;
+        let wanted = |l: &&str| l.starts_with("vigil_group_") || l.starts_with("vigil_events_late");
+        counters += &format!("{}:\n{}\n", s.url, m.lines().filter(wanted).collect::<Vec<_>>().join("\n"));
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
+    let got: Vec<String> = rows.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    let distinct: BTreeSet<String> = got.iter().cloned().collect();
+    let lost: Vec<&String> = expected.difference(&distinct).collect();
+    let extra: Vec<&String> = distinct.difference(&expected).collect();
+    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{counters}");
     let delivered = eventually("every transition delivered", || async {
         let keys: BTreeSet<String> = hook
             .calls
@@ -173,7 +216,6 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         got.len() - distinct.len(),
         delivered.len()
     );
-    assert!(stored.len() >= want.len());
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", logs());
     assert_eq!(got.len(), distinct.len(), "no transition stored twice");
     let delivered_missing: Vec<&String> = expected.difference(&delivered).collect();
@@ -200,6 +242,115 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
     pool.close().await;
     a.kill();
     drop(others);
+    drop_database(&db_name).await;
+}
+
+/// Names of the rules an instance runs, sorted.
+async fn rule_names(service: &Service) -> Vec<String> {
+    let body = get_json(&format!("{}/api/v1/rules", service.url)).await;
+    let mut names: Vec<String> =
+        body["rules"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str().map(str::to_string)).collect();
+    names.sort();
+    names
+}
+
+/// The rule files of a folder, by name.
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("folder")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".saql"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+#[ignore = "needs Tansu and PostgreSQL: run scripts/test.sh"]
+async fn instances_of_a_group_run_one_rule_set() {
+    let brokers = kafka_brokers();
+    let topic = unique("group_rules_input");
+    let (db_name, db_url) = create_database().await;
+    let group = unique("group_rules");
+    let (dir_a, dir_b) = (temp_dir("rules_a"), temp_dir("rules_b"));
+    std::fs::write(dir_a.join("a.saql"), "rule a { task t fail as e }\n").expect("write");
+    std::fs::write(dir_b.join("b.saql"), "rule b { task t evict as e }\n").expect("write");
+    let args = |dir: &std::path::Path| -> Vec<String> {
+        let topic = format!("task_event={topic}");
+        let fixed = ["--database-url", &db_url, "--kafka-brokers", &brokers, "--kafka-group", &group];
+        let rest = [
+            "--kafka-join-group",
+            "--kafka-create-topics",
+            "--topic",
+            &topic,
+            "--kafka-option",
+            "session.timeout.ms=6000",
+        ];
+        let mut all: Vec<String> = fixed.iter().chain(&rest).map(|a| a.to_string()).collect();
+        all.extend(["--rules".to_string(), dir.display().to_string()]);
+        all
+    };
+    let (args_a, args_b) = (args(&dir_a), args(&dir_b));
+    let a = Service::start(&args_a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(rule_names(&a).await, ["a"], "the first instance publishes its folder");
+
+    // B starts with other rules: it runs the group's, written into its folder.
+    let b = Service::start(&args_b.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(rule_names(&b).await, ["a"], "a joining instance runs the group's rules");
+    assert_eq!(files_in(&dir_b), ["a.saql"]);
+
+    // A change through the API of either instance reaches the other.
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/api/v1/rules/c", b.url))
+        .body("rule c { task t kill as e }\n")
+        .send()
+        .await
+        .expect("PUT");
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap_or_default());
+    eventually("the change made on B runs on A", || async { (rule_names(&a).await == ["a", "c"]).then_some(()) }).await;
+    assert_eq!(files_in(&dir_a), ["a.saql", "c.saql"]);
+
+    // The group's rules as a newer Vigil might have stored them: they do not check here, so
+    // neither instance processes, and /readyz says why.
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let set = |files: &str| {
+        sqlx::query("UPDATE group_rules SET version = version + 1, digest = md5($1), files = $1 WHERE group_name = $2")
+            .bind(files.to_string())
+            .bind(group.clone())
+            .execute(&pool)
+    };
+    set(r#"{"a.saql": "rule a { task t fail as e within 5 fortnights }"}"#).await.expect("update");
+    for s in [&a, &b] {
+        let reason = eventually("the instance is held", || async {
+            let r = reqwest::get(format!("{}/readyz", s.url)).await.ok()?;
+            let body: serde_json::Value = r.json().await.ok()?;
+            (body["ready"] == false).then(|| body["reason"].as_str().unwrap_or_default().to_string())
+        })
+        .await;
+        assert!(reason.contains("cannot run the rules of its group") && reason.contains("do not check"), "{reason}");
+        eventually("the held instance leaves the groups", || async {
+            let m = metrics(&s.url).await;
+            let owns_none = m.lines().any(|l| l.starts_with("vigil_group_owned_partitions{topic=\"input\"} 0"));
+            (owns_none && s.log().contains("left the consumer groups")).then_some(())
+        })
+        .await;
+        assert_eq!(rule_names(s).await, ["a", "c"], "a held instance keeps the rules it ran");
+    }
+
+    // Rules that check here: both run them and process again.
+    set(r#"{"d.saql": "rule d { task t finish as e }\n"}"#).await.expect("update");
+    for s in [&a, &b] {
+        eventually("the instance processes again", || async {
+            let r = reqwest::get(format!("{}/readyz", s.url)).await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        assert_eq!(rule_names(s).await, ["d"]);
+    }
+    assert_eq!(files_in(&dir_a), ["d.saql"]);
+    pool.close().await;
+    drop((a, b));
     drop_database(&db_name).await;
 }
 

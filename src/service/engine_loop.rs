@@ -73,6 +73,9 @@ pub struct EngineHealth {
     stalled_ms: AtomicU64,
     /// The estimated state size, in bytes.
     pub state_bytes: AtomicU64,
+    /// Why this instance does not process, when it does not (a group member whose rules
+    /// differ from its group's).
+    held: std::sync::RwLock<Option<String>>,
 }
 
 impl Default for EngineHealth {
@@ -82,11 +85,24 @@ impl Default for EngineHealth {
             watermark: AtomicI64::new(i64::MIN),
             stalled_ms: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            held: Default::default(),
         }
     }
 }
 
 impl EngineHealth {
+    /// Why this instance does not process, if it does not.
+    pub fn held(&self) -> Option<String> {
+        self.held.read().ok().and_then(|h| h.clone())
+    }
+
+    /// Stops processing for `reason`, or goes on (`None`).
+    pub fn hold(&self, reason: Option<String>) {
+        if let Ok(mut h) = self.held.write() {
+            *h = reason;
+        }
+    }
+
     pub fn watermark(&self) -> Option<Millis> {
         Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
     }

@@ -45,6 +45,8 @@ pub enum ServiceError {
     Store { url: String, source: store::StoreError },
     #[error("cannot read the checkpoint")]
     Checkpoint(#[source] store::StoreError),
+    #[error("cannot read or publish the rules of the consumer group `{group}`")]
+    GroupRules { group: String, source: store::StoreError },
     #[error("the rules in {dir} do not load")]
     Rules { dir: PathBuf, source: crate::ruleset::RuleSetError },
     #[error("cannot listen on {addr}")]
@@ -68,7 +70,9 @@ impl ServiceError {
     /// back; a rule, a folder or a client that cannot be built will not.
     pub fn retryable(&self) -> bool {
         match self {
-            ServiceError::Store { source, .. } | ServiceError::Checkpoint(source) => source.retryable,
+            ServiceError::Store { source, .. }
+            | ServiceError::Checkpoint(source)
+            | ServiceError::GroupRules { source, .. } => source.retryable,
             ServiceError::Listen { .. }
             | ServiceError::KafkaTopics(_)
             | ServiceError::KafkaConsumer(_)
@@ -98,6 +102,9 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let store = store::Store::connect(&config.database_url)
         .await
         .map_err(|source| ServiceError::Store { url: redact(&config.database_url), source })?;
+    let engine_health = Arc::new(EngineHealth::default());
+    // A group member runs its group's rules: the folder is made the group's first.
+    let rule_sync = sync_group_rules(&config, &store, &engine_health).await?;
     // Taken before the rules are read: a change after this point is seen by the watcher even if
     // it lands before the watcher starts.
     let fingerprint = rules::fingerprint(&config.rules);
@@ -114,7 +121,6 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let engine_health = Arc::new(EngineHealth::default());
     let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
     let wiring = Wiring {
         telemetry: telemetry.clone(),
@@ -163,6 +169,9 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let live_rules =
         Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, wiring.engine.clone(), telemetry.clone()));
     tokio::spawn(live_rules.clone().watch(fingerprint, wiring.stop.clone()));
+    if let Some(sync) = rule_sync {
+        tokio::spawn(sync.run(live_rules.clone(), wiring.stop.clone()));
+    }
     let state = app_state(&config, &wiring, store, live_rules, ingest_tx);
     drop(wiring);
 
@@ -187,6 +196,32 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
     Ok(())
+}
+
+/// A group member's first round of [`group::rules::RuleSync`], before its rules are loaded: the
+/// group's rule set is published or written into the folder. None when not in a group.
+async fn sync_group_rules(
+    config: &ServeConfig,
+    store: &store::Store,
+    health: &Arc<EngineHealth>,
+) -> Result<Option<group::rules::RuleSync>, ServiceError> {
+    if !config.kafka_join_group {
+        return Ok(None);
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let by = match &config.external_url {
+        Some(url) => url.clone(),
+        None => format!("{host} pid {} ({})", std::process::id(), config.http_addr),
+    };
+    let mut sync = group::rules::RuleSync::new(
+        store.clone(),
+        config.kafka_group.clone(),
+        config.rules.clone(),
+        by,
+        health.clone(),
+    );
+    sync.step(None).await.map_err(|source| ServiceError::GroupRules { group: config.kafka_group.clone(), source })?;
+    Ok(Some(sync))
 }
 
 /// Starts this instance as a member of its consumer group (`--kafka-join-group`).

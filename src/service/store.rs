@@ -12,7 +12,7 @@ use sqlx::{AnyPool, Row};
 use std::fmt;
 
 mod group;
-pub use group::{Fence, PartitionCheckpoint};
+pub use group::{Fence, GroupRules, PartitionCheckpoint};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

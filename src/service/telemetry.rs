@@ -52,6 +52,8 @@ pub struct GroupMetrics {
     pub duplicates: IntCounter,
     /// Records of the keyed topic read and not taken, by reason.
     pub skipped: IntCounterVec,
+    /// Partitions read again from their beginning, by reason (gap, stalled).
+    pub refetched: IntCounterVec,
 }
 
 impl GroupMetrics {
@@ -105,6 +107,13 @@ impl GroupMetrics {
                 "vigil_group_skipped_total",
                 "Records of the keyed topic read and not taken, by reason (not_owned, before_checkpoint: read again \
                  after a hand-over, no_header, unreadable)",
+                &["reason"],
+            ),
+            refetched: counter(
+                registry,
+                "vigil_group_refetched_total",
+                "Partitions read again from their beginning, by reason: gap (the first message after librdkafka \
+                 fetched the partition again came past a gap), stalled (no message while the broker has more)",
                 &["reason"],
             ),
             fenced: plain_counter(

@@ -62,6 +62,9 @@ pub(super) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             crate::ast::human_duration(d.as_millis() as u64)
         ));
     }
+    if let Some(held) = state.engine_health.held() {
+        reasons.push(held);
+    }
     let ready = reasons.is_empty();
     let mut body = json!({ "ready": ready, "store": store && writing, "spooled_alerts": spooled, "engine": engine });
     if ready {

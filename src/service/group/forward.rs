@@ -61,9 +61,6 @@ struct Owned {
     idle: bool,
     /// What the keyed partitions were last told.
     reported: Option<(Option<Millis>, bool)>,
-    /// The group's committed offset when it was assigned: the records before it were
-    /// forwarded by an earlier owner.
-    from: Option<i64>,
 }
 
 pub struct Forwarder {
@@ -93,13 +90,19 @@ impl Forwarder {
     /// Starts forwarding a partition, read from its beginning: the records before `from` (the
     /// group's committed offset) are skipped.
     pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>) {
-        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None, from };
+        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None };
         self.owned.insert((topic.to_string(), partition), owned);
     }
 
-    /// Whether the record at `offset` was forwarded by an earlier owner of the partition.
+    /// Whether the record at `offset` was read before: forwarded by an earlier owner of the
+    /// partition, or by this one before the partition was read again from its beginning.
     pub fn read_before(&self, topic: &str, partition: i32, offset: i64) -> bool {
-        self.owned.get(&(topic.to_string(), partition)).and_then(|o| o.from).is_some_and(|from| offset < from)
+        self.next(topic, partition).is_some_and(|next| offset < next)
+    }
+
+    /// The next offset of an owned input partition to forward, when known.
+    pub fn next(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.owned.get(&(topic.to_string(), partition)).and_then(|o| o.next)
     }
 
     /// Stops forwarding a partition; what was read of it is committed first unless it was lost.

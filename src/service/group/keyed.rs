@@ -19,6 +19,7 @@ use crate::plan::RulePlan;
 use crate::service::store::{Fence, PartitionCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// An upstream partition: an input topic's partition, as `topic/partition`.
 pub type UpstreamId = String;
@@ -32,11 +33,22 @@ pub fn upstream_id(topic: &str, partition: i32) -> UpstreamId {
 pub struct Upstream {
     /// The newest event time forwarded from it.
     pub ts: Option<Millis>,
-    /// Read to its end and quiet: it does not hold time back.
+    /// Read to its end and quiet: it does not hold time back once that has held for
+    /// [`IDLE_CONFIRMED`].
     pub idle: bool,
     /// The last offset of it whose event this partition took.
     pub taken: Option<i64>,
+    /// Since when it has been reported idle without a word against (not kept in checkpoints:
+    /// a restored partition waits again).
+    #[serde(skip)]
+    pub idle_since: Option<Instant>,
 }
+
+/// How long an upstream partition must be reported idle, with no report or event against it,
+/// before it stops holding time back. Its owner reports it every second: an instance that lost
+/// the partition while paused, and reports it idle before it notices, is contradicted within
+/// that time (otherwise the owner's events that follow could be late).
+const IDLE_CONFIRMED: Duration = Duration::from_secs(3);
 
 /// A forwarder's report on one upstream partition: what a progress record carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,10 +66,22 @@ struct Kept {
     upstream: BTreeMap<UpstreamId, Upstream>,
 }
 
+/// What became of a forwarded event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Took {
+    Taken,
+    /// Taken before: an offset at or before the last one taken of its upstream partition.
+    Duplicate,
+    /// Older than the partition's time: counted per rule ([`KeyedPartition::late_since`]).
+    Late,
+}
+
 pub struct KeyedPartition {
     pub fence: Fence,
     engine: Engine,
     kept: Kept,
+    /// The engine's late counts per rule, as last reported.
+    late_seen: BTreeMap<String, u64>,
     /// Whether anything was taken since the last checkpoint.
     pub dirty: bool,
     pub out: Vec<Alert>,
@@ -81,6 +105,7 @@ impl KeyedPartition {
             fence,
             engine: Engine::new(plans, config),
             kept: Kept::default(),
+            late_seen: BTreeMap::new(),
             dirty: false,
             out: Vec::new(),
         };
@@ -123,17 +148,43 @@ impl KeyedPartition {
     }
 
     /// Takes a forwarded event, unless this partition took it (or a later one of its upstream
-    /// partition) already; false when it did.
-    pub fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> bool {
+    /// partition) already.
+    pub fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> Took {
         let u = self.kept.upstream.entry(upstream).or_default();
         if u.taken.is_some_and(|t| offset <= t) {
-            return false;
+            return Took::Duplicate;
         }
         u.taken = Some(offset);
         u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
         u.idle = false;
-        self.engine.push(event, &mut self.out);
-        true
+        u.idle_since = None;
+        let ts = event.ts;
+        match self.engine.push(event, &mut self.out) {
+            true => Took::Taken,
+            false => {
+                tracing::debug!(
+                    partition = self.fence.partition,
+                    offset,
+                    ts,
+                    watermark = ?self.engine.watermark(),
+                    upstream = ?self.kept.upstream,
+                    "a forwarded event is late"
+                );
+                Took::Late
+            }
+        }
+    }
+
+    /// The late events of each rule since the last call.
+    pub fn late_since(&mut self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for (rule, n) in &self.engine.stats().late_by_rule {
+            let before = self.late_seen.insert(rule.clone(), *n).unwrap_or(0);
+            if *n > before {
+                out.push((rule.clone(), n - before));
+            }
+        }
+        out
     }
 
     /// Takes a forwarder's progress report. Event times only move forward. Whether the
@@ -146,6 +197,10 @@ impl KeyedPartition {
             let u = self.kept.upstream.entry(r.upstream).or_default();
             u.ts = u.ts.max(r.ts);
             u.idle = r.idle;
+            match r.idle {
+                true => u.idle_since = u.idle_since.or_else(|| Some(Instant::now())),
+                false => u.idle_since = None,
+            }
         }
     }
 
@@ -157,7 +212,7 @@ impl KeyedPartition {
         for id in inputs {
             let u = self.kept.upstream.get(id)?;
             newest = newest.max(u.ts);
-            if !u.idle {
+            if u.idle_since.is_none_or(|s| s.elapsed() < IDLE_CONFIRMED) {
                 let ts = u.ts?;
                 active = Some(active.map_or(ts, |a| a.min(ts)));
             }
@@ -201,6 +256,12 @@ mod tests {
         KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, None)
     }
 
+    /// As if `upstream` had been reported idle for long enough.
+    fn confirm_idle(p: &mut KeyedPartition, upstream: &str) {
+        let u = p.kept.upstream.get_mut(upstream).expect("reported");
+        u.idle_since = Instant::now().checked_sub(IDLE_CONFIRMED);
+    }
+
     fn report(upstream: &str, ts: Option<Millis>, idle: bool) -> Progress {
         Progress { upstream: upstream.into(), ts, idle }
     }
@@ -216,8 +277,15 @@ mod tests {
         p.progress(vec![report("t/1", Some(40), false)]);
         assert_eq!(p.target(&inputs), Some(49), "time does not go back");
         p.progress(vec![report("t/1", Some(45), true)]);
+        assert_eq!(p.target(&inputs), Some(49), "idle, not yet for long enough");
+        confirm_idle(&mut p, "t/1");
         assert_eq!(p.target(&inputs), Some(99), "an idle partition does not hold time back");
+        p.progress(vec![report("t/1", Some(45), false)]);
+        p.progress(vec![report("t/1", Some(45), true)]);
+        assert_eq!(p.target(&inputs), Some(49), "a report against it starts the wait again");
+        confirm_idle(&mut p, "t/1");
         p.progress(vec![report("t/0", Some(100), true)]);
+        confirm_idle(&mut p, "t/0");
         assert_eq!(p.target(&inputs), Some(100), "all idle: the newest");
     }
 
@@ -230,12 +298,12 @@ mod tests {
         };
         assert!(p.fresh(7));
         assert!(!p.fresh(7), "a record read again");
-        assert!(p.take("t/0".into(), 3, event(10)));
-        assert!(!p.take("t/0".into(), 3, event(20)));
-        assert!(!p.take("t/0".into(), 2, event(30)));
+        assert_eq!(p.take("t/0".into(), 3, event(10)), Took::Taken);
+        assert_eq!(p.take("t/0".into(), 3, event(20)), Took::Duplicate);
+        assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
         assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
-        assert!(p.take("t/0".into(), 4, event(40)));
-        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), idle: false, taken: Some(4) });
+        assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
+        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), idle: false, taken: Some(4), idle_since: None });
         let restored = KeyedPartition::new(
             Vec::new(),
             &EngineConfig::default(),

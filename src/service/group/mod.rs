@@ -16,6 +16,7 @@
 
 mod forward;
 pub mod keyed;
+pub mod rules;
 
 use super::engine_loop::{EngineHealth, Input};
 use super::sources::Intake;
@@ -43,6 +44,10 @@ const REPORT_EVERY: Duration = Duration::from_millis(100);
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How often the input topics' partitions, the lag and the gauges are read again.
 const SURVEY_EVERY: Duration = Duration::from_secs(5);
+/// How long librdkafka's fetch position of an owned partition may stay still, with nothing
+/// queued, while the broker has more of it, before the partition is read again from its
+/// beginning ([`Fetching`]).
+const STALLED: Duration = Duration::from_secs(3);
 
 /// The keyed topic of a group: events by key group, between the instances.
 pub fn keyed_topic(group: &str) -> String {
@@ -77,6 +82,17 @@ struct Owned {
     plans: Vec<RulePlan>,
 }
 
+impl Owned {
+    /// The next offset to take of an owned partition (of the keyed topic when `keyed`), when
+    /// known.
+    fn next(&self, keyed: bool, topic: &str, partition: i32) -> Option<i64> {
+        match keyed {
+            true => self.keyed.get(&partition).map(KeyedPartition::next_offset),
+            false => self.forwarder.next(topic, partition),
+        }
+    }
+}
+
 /// The consumers' context: rebalances hand partitions over through the store.
 #[derive(Clone)]
 struct Ctx(Arc<Shared>);
@@ -89,9 +105,44 @@ impl std::ops::Deref for Ctx {
     }
 }
 
+/// How the fetching of one owned partition goes. Tansu 0.6.0 answers nothing to a fetch that
+/// starts inside a record batch, or answers from a later batch (RELIABILITY.md), and librdkafka
+/// starts one whenever it fetches a partition again from the application's position (after a
+/// rebalance, for the partitions kept). So a partition whose first message after such a
+/// restart comes past a gap, or whose fetch position stays still for [`STALLED`] with nothing
+/// queued while the broker has more of it, is read again from its beginning, what was read
+/// skipped. All but the gap come from librdkafka's statistics.
+#[derive(Debug)]
+struct Fetching {
+    /// Fetching restarted: the next message is checked for a gap.
+    restarted: bool,
+    /// The partition's offsets on the broker, as its fetch responses say: Tansu answers a
+    /// ListOffsets for the latest offset with a smaller one.
+    low: Option<i64>,
+    high: Option<i64>,
+    /// librdkafka's next offset to fetch, and when it last moved (or had messages queued).
+    fetch_next: Option<i64>,
+    fetch_moved: Instant,
+}
+
+impl Fetching {
+    fn new(restarted: bool) -> Self {
+        Fetching { restarted, low: None, high: None, fetch_next: None, fetch_moved: Instant::now() }
+    }
+
+    /// Whether fetching has stood still for [`STALLED`] short of the broker's end.
+    fn stalled(&self) -> bool {
+        let behind = self.fetch_next.zip(self.high).is_some_and(|(next, high)| next < high);
+        behind && self.fetch_moved.elapsed() >= STALLED
+    }
+}
+
+type PartitionId = (String, i32);
+
 /// What both consumers' callbacks and the loop share.
 struct Shared {
     owned: Mutex<Owned>,
+    fetching: Mutex<BTreeMap<PartitionId, Fetching>>,
     keyed_topic: String,
     group: String,
     engine: EngineConfig,
@@ -101,7 +152,24 @@ struct Shared {
     telemetry: Arc<Telemetry>,
 }
 
-impl ClientContext for Ctx {}
+impl ClientContext for Ctx {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut fetching = self.fetching.lock().expect("fetching");
+        for (topic, t) in statistics.topics {
+            for (partition, s) in t.partitions {
+                if let Some(f) = fetching.get_mut(&(topic.clone(), partition)) {
+                    f.low = Some(s.lo_offset).filter(|o| *o >= 0).or(f.low);
+                    f.high = Some(s.hi_offset).filter(|o| *o >= 0).or(f.high);
+                    let next = Some(s.next_offset).filter(|o| *o >= 0);
+                    if next != f.fetch_next || s.fetchq_cnt > 0 {
+                        f.fetch_next = next;
+                        f.fetch_moved = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -157,10 +225,49 @@ impl ConsumerContext for Ctx {
             }
             other => tracing::warn!(error = ?other, "rebalance failed"),
         }
+        self.restarted(consumer, list, err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
     }
 }
 
 impl Shared {
+    /// After a rebalance of `consumer` (`list` assigned, or revoked): the partitions it keeps
+    /// are fetched again from the application's position, which may be inside a batch; those
+    /// assigned are read from their beginning.
+    fn restarted(&self, consumer: &BaseConsumer<Ctx>, list: &TopicPartitionList, assigned: bool) {
+        let mut fetching = self.fetching.lock().expect("fetching");
+        for e in list.elements() {
+            let id = (e.topic().to_string(), e.partition());
+            match assigned {
+                true => fetching.insert(id, Fetching::new(false)),
+                false => fetching.remove(&id),
+            };
+        }
+        let Ok(kept) = consumer.assignment() else { return };
+        for e in kept.elements() {
+            if list.find_partition(e.topic(), e.partition()).is_none() {
+                fetching
+                    .entry((e.topic().to_string(), e.partition()))
+                    .or_insert_with(|| Fetching::new(true))
+                    .restarted = true;
+            }
+        }
+    }
+
+    /// Notes a message at `offset` of a partition whose next offset to take is `next`; true
+    /// when it came past a gap after a restart (the partition is then read again from its
+    /// beginning).
+    fn arrived(&self, topic: &str, partition: i32, offset: i64, next: Option<i64>) -> bool {
+        let mut fetching = self.fetching.lock().expect("fetching");
+        let Some(f) = fetching.get_mut(&(topic.to_string(), partition)) else { return false };
+        std::mem::take(&mut f.restarted) && next.is_some_and(|n| offset > n)
+    }
+
+    /// The partition's high watermark from the fetch responses, when known.
+    fn high(&self, topic: &str, partition: i32) -> (Option<i64>, Option<i64>) {
+        let fetching = self.fetching.lock().expect("fetching");
+        fetching.get(&(topic.to_string(), partition)).map_or((None, None), |f| (f.low, f.high))
+    }
+
     /// Takes assigned partitions over; `committed` has the group's committed offsets.
     fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) {
         let mut owned = self.owned.lock().expect("owned");
@@ -272,6 +379,7 @@ impl Member {
         let forwarder = Forwarder::new(router, producer, keyed_topic.clone(), self.keyed_partitions);
         let ctx = Ctx(Arc::new(Shared {
             owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
+            fetching: Mutex::new(BTreeMap::new()),
             keyed_topic: keyed_topic.clone(),
             group: self.group.clone(),
             engine: self.engine.clone(),
@@ -284,13 +392,7 @@ impl Member {
         // are each spread over the instances. In one group the assignor balances the total
         // count only, and one instance could end with every keyed partition.
         let input = super::kafka::group_consumer(&self.brokers, &self.group, &self.kafka_options, ctx.clone())?;
-        let mut topics: Vec<&str> = self.topics.values().map(String::as_str).collect();
-        topics.sort_unstable();
-        topics.dedup();
-        input.subscribe(&topics)?;
         let keyed = super::kafka::group_consumer(&self.brokers, &keyed_topic, &self.kafka_options, ctx)?;
-        keyed.subscribe(&[&keyed_topic])?;
-        tracing::info!(group = %self.group, topics = ?topics, keyed = %keyed_topic, "joined the consumer groups");
         Ok(std::thread::Builder::new()
             .name("vigil-group".into())
             .spawn(move || Looping::new(self, input, keyed).run(control, stop))
@@ -313,6 +415,9 @@ struct Looping {
     last_commit: Instant,
     last_checkpoint: Instant,
     last_survey: Option<Instant>,
+    /// Whether the consumers are subscribed: not while the instance is held
+    /// ([`EngineHealth::held`]: its rules differ from the group's).
+    subscribed: bool,
 }
 
 impl Looping {
@@ -329,6 +434,32 @@ impl Looping {
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),
             last_survey: None,
+            subscribed: false,
+        }
+    }
+
+    /// Joins the consumer groups, or leaves them while the instance is held: the others take
+    /// its partitions (the revoke callbacks checkpoint them on the way out).
+    fn follow_hold(&mut self) {
+        let held = self.m.health.held();
+        if held.is_some() && self.subscribed {
+            self.input.unsubscribe();
+            self.keyed.unsubscribe();
+            self.subscribed = false;
+            tracing::warn!(group = %self.m.group, "left the consumer groups while this instance's rules differ from the group's");
+        } else if held.is_none() && !self.subscribed {
+            let mut topics: Vec<&str> = self.m.topics.values().map(String::as_str).collect();
+            topics.sort_unstable();
+            topics.dedup();
+            let keyed_topic = self.keyed.context().keyed_topic.clone();
+            let joined = self.input.subscribe(&topics).and_then(|()| self.keyed.subscribe(&[&keyed_topic]));
+            match joined {
+                Ok(()) => {
+                    self.subscribed = true;
+                    tracing::info!(group = %self.m.group, topics = ?topics, keyed = %keyed_topic, "joined the consumer groups");
+                }
+                Err(e) => tracing::error!(error = %e, "cannot subscribe; trying again"),
+            }
         }
     }
 
@@ -337,6 +468,7 @@ impl Looping {
             while let Ok(input) = control.try_recv() {
                 self.control(input);
             }
+            self.follow_hold();
             if self.last_survey.is_none_or(|t| t.elapsed() >= SURVEY_EVERY) {
                 self.last_survey = Some(Instant::now());
                 self.survey();
@@ -353,11 +485,12 @@ impl Looping {
             self.m.health.progressed(1);
         }
         self.report();
-        let owned = self.input.context().owned.lock().expect("owned");
-        owned.forwarder.commit(&self.input, None, CommitMode::Sync);
-        drop(owned);
-        self.checkpoint_all();
-        tracing::info!("leaving the consumer group");
+        tracing::info!("leaving the consumer groups");
+        // Closing a consumer revokes what it owns: the callbacks commit what was forwarded and
+        // checkpoint every keyed partition, once, before the partitions are let go.
+        let Looping { input, keyed, .. } = self;
+        drop(input);
+        drop(keyed);
     }
 
     /// Reads what has come (of each consumer up to 512 messages, or 25 ms), then moves time on
@@ -369,7 +502,11 @@ impl Looping {
                 let wait = Duration::from_millis(25).saturating_sub(started.elapsed());
                 let Some(message) = consumer.poll(wait) else { break };
                 match message {
-                    Ok(m) => take(&self.m, &self.by_topic, &mut self.decoder, consumer.context(), &m),
+                    Ok(m) => {
+                        if take(&self.m, &self.by_topic, &mut self.decoder, consumer.context(), &m) {
+                            refetch(consumer, m.topic(), m.partition(), "gap");
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "Kafka receive failed");
                         std::thread::sleep(Duration::from_millis(100));
@@ -429,12 +566,28 @@ impl Looping {
     /// Reports the input partitions' progress to the keyed partitions, and now and then
     /// commits what has been forwarded.
     fn report(&mut self) {
+        self.refetch_stalled();
         let consumer = &self.input;
         let mut owned = consumer.context().owned.lock().expect("owned");
-        owned.forwarder.report(|topic, partition, next| caught_up(consumer, topic, partition, next));
+        let ctx = consumer.context();
+        owned.forwarder.report(|topic, partition, next| caught_up(ctx, topic, partition, next));
         if self.last_commit.elapsed() >= COMMIT_EVERY {
             self.last_commit = Instant::now();
             owned.forwarder.commit(consumer, None, CommitMode::Async);
+        }
+    }
+
+    /// Reads again from their beginning the owned partitions whose fetching stands still
+    /// ([`Fetching`]).
+    fn refetch_stalled(&self) {
+        let ctx = self.input.context();
+        let stalled: Vec<PartitionId> = {
+            let fetching = ctx.fetching.lock().expect("fetching");
+            fetching.iter().filter(|(_, f)| f.stalled()).map(|(id, _)| id.clone()).collect()
+        };
+        for (topic, partition) in stalled {
+            let consumer = if topic == ctx.keyed_topic { &self.keyed } else { &self.input };
+            refetch(consumer, &topic, partition, "stalled");
         }
     }
 
@@ -497,21 +650,15 @@ impl Looping {
             self.inputs = inputs;
         }
         self.m.telemetry.kafka_lag.reset();
-        for consumer in [&self.input, &self.keyed] {
-            let Ok(positions) = consumer.position() else { continue };
-            for e in positions.elements() {
-                let Ok((_, high)) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(1)) else {
-                    continue;
-                };
-                let pos = e.offset().to_raw().filter(|o| *o >= 0).unwrap_or(0);
-                self.m
-                    .telemetry
-                    .kafka_lag
-                    .with_label_values(&[e.topic(), &e.partition().to_string()])
-                    .set((high - pos).max(0));
+        let ctx = self.input.context();
+        let owned = ctx.owned.lock().expect("owned");
+        for ((topic, partition), f) in ctx.fetching.lock().expect("fetching").iter() {
+            let next = owned.next(*topic == ctx.keyed_topic, topic, *partition);
+            if let Some(high) = f.high {
+                let lag = (high - next.or(f.low).unwrap_or(0)).max(0);
+                self.m.telemetry.kafka_lag.with_label_values(&[topic, &partition.to_string()]).set(lag);
             }
         }
-        let owned = self.input.context().owned.lock().expect("owned");
         let bytes: usize = owned.keyed.values().map(KeyedPartition::state_bytes).sum();
         self.m.telemetry.state_bytes.set(bytes as i64);
         self.m.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
@@ -527,38 +674,46 @@ fn drop_fenced(owned: &mut Owned, fenced: &[i32], telemetry: &Telemetry) {
     }
 }
 
-/// Whether an input partition has been read to its end: `next` (the next offset to read, if
-/// any was read since it was assigned) or the consumer's position against its high watermark.
-fn caught_up(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, next: Option<i64>) -> bool {
-    let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { return false };
-    let position = next.or_else(|| {
-        let positions = consumer.position().ok()?;
-        positions.find_partition(topic, partition)?.offset().to_raw().filter(|o| *o >= 0)
-    });
-    match position {
-        Some(p) => p >= high,
-        None => low == high,
+/// Whether an input partition has been read to its end: `next` (the next offset to read, when
+/// known) against the high watermark of the broker's fetch responses.
+fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> bool {
+    match (ctx.high(topic, partition), next) {
+        ((_, Some(high)), Some(next)) => next >= high,
+        ((Some(low), Some(high)), None) => low == high,
+        _ => false,
     }
 }
 
 /// Takes one message: an input partition's event is forwarded, a keyed partition's record
-/// goes to its engine.
+/// goes to its engine. True when it came past a gap: its partition must be read again.
 fn take(
     m: &Member,
     by_topic: &BTreeMap<String, Stream>,
     decoder: &mut crate::event::LineDecoder,
     ctx: &Ctx,
     message: &BorrowedMessage<'_>,
-) {
+) -> bool {
     let payload = message.payload().unwrap_or_default();
     let mut owned = ctx.owned.lock().expect("owned");
-    if message.topic() == ctx.keyed_topic {
+    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+    let next = owned.next(topic == ctx.keyed_topic, topic, partition);
+    if ctx.arrived(topic, partition, offset, next) {
+        return true;
+    }
+    if topic == ctx.keyed_topic {
         let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
-        let Some(p) = owned.keyed.get_mut(&message.partition()) else { return skipped("not_owned") };
+        let Some(p) = owned.keyed.get_mut(&message.partition()) else {
+            skipped("not_owned");
+            return false;
+        };
         if !p.fresh(message.offset()) {
-            return skipped("before_checkpoint");
+            skipped("before_checkpoint");
+            return false;
         }
-        let Some(headers) = message.headers() else { return skipped("no_header") };
+        let Some(headers) = message.headers() else {
+            skipped("no_header");
+            return false;
+        };
         for h in headers.iter() {
             match (h.key, h.value) {
                 (forward::PROGRESS, _) => match serde_json::from_slice::<Vec<Progress>>(payload) {
@@ -573,14 +728,16 @@ fn take(
                     let Ok(offset) = offset.parse::<i64>() else { continue };
                     let stream = upstream.rsplit_once('/').and_then(|(t, _)| by_topic.get(t)).copied();
                     match decoder.decode_bytes(payload, stream) {
-                        Ok(event) => {
-                            let counter = if p.take(upstream.to_string(), offset, event) {
-                                &m.telemetry.group.taken
-                            } else {
-                                &m.telemetry.group.duplicates
-                            };
-                            counter.inc();
-                        }
+                        Ok(event) => match p.take(upstream.to_string(), offset, event) {
+                            keyed::Took::Taken => m.telemetry.group.taken.inc(),
+                            keyed::Took::Duplicate => m.telemetry.group.duplicates.inc(),
+                            keyed::Took::Late => {
+                                m.telemetry.group.taken.inc();
+                                for (rule, n) in p.late_since() {
+                                    m.telemetry.late.with_label_values(&[&rule]).inc_by(n);
+                                }
+                            }
+                        },
                         Err(e) => {
                             skipped("unreadable");
                             tracing::warn!(error = %e, "a forwarded event that cannot be read");
@@ -590,11 +747,10 @@ fn take(
                 _ => {}
             }
         }
-        return;
+        return false;
     }
-    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
     if owned.forwarder.read_before(topic, partition, offset) {
-        return;
+        return false;
     }
     match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
         Ok(event) => {
@@ -618,4 +774,20 @@ fn take(
             let _ = m.dead.blocking_send(letter);
         }
     }
+    false
+}
+
+/// Reads a partition again from its beginning ([`Fetching`]); what was read is skipped.
+fn refetch(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, reason: &str) {
+    if let Err(e) = consumer.seek(topic, partition, Offset::Beginning, Duration::from_secs(1)) {
+        tracing::warn!(topic, partition, error = %e, "cannot read the partition again from its beginning");
+        return;
+    }
+    let ctx = consumer.context();
+    if let Some(f) = ctx.fetching.lock().expect("fetching").get_mut(&(topic.to_string(), partition)) {
+        f.restarted = true;
+        f.fetch_moved = Instant::now();
+    }
+    ctx.telemetry.group.refetched.with_label_values(&[reason]).inc();
+    tracing::info!(topic, partition, reason, "reading the partition again from its beginning");
 }

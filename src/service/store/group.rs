@@ -91,3 +91,64 @@ impl Store {
         Ok(Some(stored))
     }
 }
+
+/// A group's rule set as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRules {
+    pub version: i64,
+    pub digest: String,
+    /// A JSON object: each rule file's name (relative to the rules folder) and its text.
+    pub files: String,
+    pub updated_by: String,
+    pub updated_at_ms: Millis,
+}
+
+impl Store {
+    /// The rule set of `group`, if one was published.
+    pub async fn group_rules(&self, group: &str) -> Result<Option<GroupRules>> {
+        let row = sqlx::query(
+            "SELECT version, digest, files, updated_by, updated_at_ms FROM group_rules WHERE group_name = $1",
+        )
+        .bind(group.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(GroupRules {
+            version: row.try_get(0)?,
+            digest: row.try_get(1)?,
+            files: row.try_get(2)?,
+            updated_by: row.try_get(3)?,
+            updated_at_ms: row.try_get(4)?,
+        }))
+    }
+
+    /// Replaces `group`'s rule set with `rules` (its version is ignored: the stored one is
+    /// raised by one) if the stored version is still `over` (`None`: none stored yet); returns
+    /// the new version, or `None` when another instance changed it first.
+    pub async fn publish_group_rules(&self, group: &str, over: Option<i64>, rules: &GroupRules) -> Result<Option<i64>> {
+        let (sql, version) = match over {
+            None => (
+                "INSERT INTO group_rules (group_name, version, digest, files, updated_by, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (group_name) DO NOTHING",
+                1,
+            ),
+            Some(v) => (
+                "UPDATE group_rules SET version = $2, digest = $3, files = $4, updated_by = $5, updated_at_ms = $6 \
+                 WHERE group_name = $1 AND version = $7",
+                v + 1,
+            ),
+        };
+        let mut query = sqlx::query(sql)
+            .bind(group.to_string())
+            .bind(version)
+            .bind(rules.digest.clone())
+            .bind(rules.files.clone())
+            .bind(rules.updated_by.clone())
+            .bind(rules.updated_at_ms);
+        if let Some(v) = over {
+            query = query.bind(v);
+        }
+        let done = query.execute(&self.pool).await?;
+        Ok((done.rows_affected() == 1).then_some(version))
+    }
+}
