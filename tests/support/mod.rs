@@ -45,7 +45,9 @@ impl Service {
         if !args.contains(&"--ingest-log-dir") {
             cmd.arg("--ingest-log-dir").arg(temp_dir("ingest"));
         }
-        cmd.env("VIGIL_LOG", "info").stdout(Stdio::null()).stderr(Stdio::piped());
+        // VIGIL_TEST_LOG sets the services' log filter (default info), to look into a failure.
+        let filter = std::env::var("VIGIL_TEST_LOG").unwrap_or_else(|_| "info".into());
+        cmd.env("VIGIL_LOG", filter).stdout(Stdio::null()).stderr(Stdio::piped());
         for var in [
             "VIGIL_RULES",
             "VIGIL_DATABASE_URL",

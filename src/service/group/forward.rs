@@ -61,6 +61,8 @@ struct Owned {
     idle: bool,
     /// What the keyed partitions were last told.
     reported: Option<(Option<Millis>, bool)>,
+    /// This owner's epoch of the partition, from its claim in the store.
+    epoch: i64,
 }
 
 pub struct Forwarder {
@@ -89,8 +91,8 @@ impl Forwarder {
 
     /// Starts forwarding a partition, read from its beginning: the records before `from` (the
     /// group's committed offset) are skipped.
-    pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>) {
-        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None };
+    pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>, epoch: i64) {
+        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None, epoch };
         self.owned.insert((topic.to_string(), partition), owned);
     }
 
@@ -117,6 +119,16 @@ impl Forwarder {
             self.commit(consumer, Some((topic, partition)), CommitMode::Sync);
         }
         self.owned.remove(&(topic.to_string(), partition));
+    }
+
+    /// After this instance stood still (paused, or starved) for a while: what it knew of its
+    /// partitions is old, and it may have lost them without knowing yet. None is reported idle
+    /// before it has been quiet for [`IDLE`] again, by which time a lost partition is known.
+    pub fn thawed(&mut self) {
+        for o in self.owned.values_mut() {
+            o.last_message = Instant::now();
+            o.idle = false;
+        }
     }
 
     pub fn owns(&self) -> usize {
@@ -185,8 +197,12 @@ impl Forwarder {
             }
             let now = (o.ts, o.idle);
             if all || o.reported != Some(now) {
+                if o.reported.is_some_and(|(_, idle)| idle != o.idle) {
+                    tracing::debug!(topic = %topic, partition, ts = ?o.ts, idle = o.idle, next = ?o.next, "input partition's idleness changed");
+                }
                 o.reported = Some(now);
-                reports.push(Progress { upstream: upstream_id(topic, *partition), ts: o.ts, idle: o.idle });
+                let upstream = upstream_id(topic, *partition);
+                reports.push(Progress { upstream, ts: o.ts, idle: o.idle, epoch: o.epoch });
             }
         }
         if reports.is_empty() {

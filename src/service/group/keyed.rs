@@ -38,6 +38,9 @@ pub struct Upstream {
     pub idle: bool,
     /// The last offset of it whose event this partition took.
     pub taken: Option<i64>,
+    /// The newest owner's epoch heard from: reports of older owners are ignored.
+    #[serde(default)]
+    pub epoch: i64,
     /// Since when it has been reported idle without a word against (not kept in checkpoints:
     /// a restored partition waits again).
     #[serde(skip)]
@@ -56,6 +59,10 @@ pub struct Progress {
     pub upstream: UpstreamId,
     pub ts: Option<Millis>,
     pub idle: bool,
+    /// The reporting owner's epoch of the upstream partition (raised by each owner's claim in
+    /// the store).
+    #[serde(default)]
+    pub epoch: i64,
 }
 
 /// What a keyed partition keeps beside its engine's snapshot.
@@ -188,13 +195,19 @@ impl KeyedPartition {
     }
 
     /// Takes a forwarder's progress report. Event times only move forward. Whether the
-    /// upstream partition is idle is as the latest report says: a forwarder that took the
-    /// partition over may have read it again from an older offset, and still be right that it
-    /// has read it to its end. A report from an instance that lost the partition and has not
-    /// noticed yet is set right by the owner's next one, within a second.
+    /// upstream partition is idle is as the latest report of its newest owner says: a
+    /// forwarder that took the partition over may have read it again from an older offset, and
+    /// still be right that it has read it to its end. A report from an instance that lost the
+    /// partition and has not noticed yet (paused past its session timeout) carries an older
+    /// epoch and is ignored: otherwise it could call the partition idle while nobody owns it,
+    /// between the two steps of a cooperative rebalance, and its owner's next events be late.
     pub fn progress(&mut self, reports: Vec<Progress>) {
         for r in reports {
             let u = self.kept.upstream.entry(r.upstream).or_default();
+            if r.epoch < u.epoch {
+                continue;
+            }
+            u.epoch = r.epoch;
             u.ts = u.ts.max(r.ts);
             u.idle = r.idle;
             match r.idle {
@@ -263,7 +276,7 @@ mod tests {
     }
 
     fn report(upstream: &str, ts: Option<Millis>, idle: bool) -> Progress {
-        Progress { upstream: upstream.into(), ts, idle }
+        Progress { upstream: upstream.into(), ts, idle, epoch: 1 }
     }
 
     #[test]
@@ -287,6 +300,9 @@ mod tests {
         p.progress(vec![report("t/0", Some(100), true)]);
         confirm_idle(&mut p, "t/0");
         assert_eq!(p.target(&inputs), Some(100), "all idle: the newest");
+        p.progress(vec![Progress { upstream: "t/0".into(), ts: Some(100), idle: false, epoch: 2 }]);
+        p.progress(vec![report("t/0", Some(100), true)]);
+        assert!(!p.kept.upstream["t/0"].idle, "a former owner's report is ignored");
     }
 
     #[test]
@@ -303,7 +319,10 @@ mod tests {
         assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
         assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
         assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
-        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), idle: false, taken: Some(4), idle_since: None });
+        assert_eq!(
+            p.kept.upstream["t/0"],
+            Upstream { ts: Some(40), idle: false, taken: Some(4), idle_since: None, epoch: 0 }
+        );
         let restored = KeyedPartition::new(
             Vec::new(),
             &EngineConfig::default(),

@@ -14,6 +14,7 @@
 //! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
 //! the instance holds the partition's epoch.
 
+mod fetching;
 mod forward;
 pub mod keyed;
 pub mod rules;
@@ -25,6 +26,7 @@ use super::telemetry::Telemetry;
 use crate::engine::{Engine, EngineConfig, Shard};
 use crate::plan::RulePlan;
 use crate::schema::Stream;
+use fetching::{refetch, Fetching, PartitionId};
 use forward::Forwarder;
 use keyed::{KeyedPartition, Progress, UpstreamId};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -44,10 +46,9 @@ const REPORT_EVERY: Duration = Duration::from_millis(100);
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How often the input topics' partitions, the lag and the gauges are read again.
 const SURVEY_EVERY: Duration = Duration::from_secs(5);
-/// How long librdkafka's fetch position of an owned partition may stay still, with nothing
-/// queued, while the broker has more of it, before the partition is read again from its
-/// beginning ([`Fetching`]).
-const STALLED: Duration = Duration::from_secs(3);
+/// A progress report this much later than the last one means the instance stood still
+/// (paused, starved): see [`forward::Forwarder::thawed`].
+const STOOD_STILL: Duration = Duration::from_secs(1);
 
 /// The keyed topic of a group: events by key group, between the instances.
 pub fn keyed_topic(group: &str) -> String {
@@ -105,40 +106,6 @@ impl std::ops::Deref for Ctx {
     }
 }
 
-/// How the fetching of one owned partition goes. Tansu 0.6.0 answers nothing to a fetch that
-/// starts inside a record batch, or answers from a later batch (RELIABILITY.md), and librdkafka
-/// starts one whenever it fetches a partition again from the application's position (after a
-/// rebalance, for the partitions kept). So a partition whose first message after such a
-/// restart comes past a gap, or whose fetch position stays still for [`STALLED`] with nothing
-/// queued while the broker has more of it, is read again from its beginning, what was read
-/// skipped. All but the gap come from librdkafka's statistics.
-#[derive(Debug)]
-struct Fetching {
-    /// Fetching restarted: the next message is checked for a gap.
-    restarted: bool,
-    /// The partition's offsets on the broker, as its fetch responses say: Tansu answers a
-    /// ListOffsets for the latest offset with a smaller one.
-    low: Option<i64>,
-    high: Option<i64>,
-    /// librdkafka's next offset to fetch, and when it last moved (or had messages queued).
-    fetch_next: Option<i64>,
-    fetch_moved: Instant,
-}
-
-impl Fetching {
-    fn new(restarted: bool) -> Self {
-        Fetching { restarted, low: None, high: None, fetch_next: None, fetch_moved: Instant::now() }
-    }
-
-    /// Whether fetching has stood still for [`STALLED`] short of the broker's end.
-    fn stalled(&self) -> bool {
-        let behind = self.fetch_next.zip(self.high).is_some_and(|(next, high)| next < high);
-        behind && self.fetch_moved.elapsed() >= STALLED
-    }
-}
-
-type PartitionId = (String, i32);
-
 /// What both consumers' callbacks and the loop share.
 struct Shared {
     owned: Mutex<Owned>,
@@ -158,13 +125,7 @@ impl ClientContext for Ctx {
         for (topic, t) in statistics.topics {
             for (partition, s) in t.partitions {
                 if let Some(f) = fetching.get_mut(&(topic.clone(), partition)) {
-                    f.low = Some(s.lo_offset).filter(|o| *o >= 0).or(f.low);
-                    f.high = Some(s.hi_offset).filter(|o| *o >= 0).or(f.high);
-                    let next = Some(s.next_offset).filter(|o| *o >= 0);
-                    if next != f.fetch_next || s.fetchq_cnt > 0 {
-                        f.fetch_next = next;
-                        f.fetch_moved = Instant::now();
-                    }
+                    f.observe(&s);
                 }
             }
         }
@@ -230,44 +191,6 @@ impl ConsumerContext for Ctx {
 }
 
 impl Shared {
-    /// After a rebalance of `consumer` (`list` assigned, or revoked): the partitions it keeps
-    /// are fetched again from the application's position, which may be inside a batch; those
-    /// assigned are read from their beginning.
-    fn restarted(&self, consumer: &BaseConsumer<Ctx>, list: &TopicPartitionList, assigned: bool) {
-        let mut fetching = self.fetching.lock().expect("fetching");
-        for e in list.elements() {
-            let id = (e.topic().to_string(), e.partition());
-            match assigned {
-                true => fetching.insert(id, Fetching::new(false)),
-                false => fetching.remove(&id),
-            };
-        }
-        let Ok(kept) = consumer.assignment() else { return };
-        for e in kept.elements() {
-            if list.find_partition(e.topic(), e.partition()).is_none() {
-                fetching
-                    .entry((e.topic().to_string(), e.partition()))
-                    .or_insert_with(|| Fetching::new(true))
-                    .restarted = true;
-            }
-        }
-    }
-
-    /// Notes a message at `offset` of a partition whose next offset to take is `next`; true
-    /// when it came past a gap after a restart (the partition is then read again from its
-    /// beginning).
-    fn arrived(&self, topic: &str, partition: i32, offset: i64, next: Option<i64>) -> bool {
-        let mut fetching = self.fetching.lock().expect("fetching");
-        let Some(f) = fetching.get_mut(&(topic.to_string(), partition)) else { return false };
-        std::mem::take(&mut f.restarted) && next.is_some_and(|n| offset > n)
-    }
-
-    /// The partition's high watermark from the fetch responses, when known.
-    fn high(&self, topic: &str, partition: i32) -> (Option<i64>, Option<i64>) {
-        let fetching = self.fetching.lock().expect("fetching");
-        fetching.get(&(topic.to_string(), partition)).map_or((None, None), |f| (f.low, f.high))
-    }
-
     /// Takes assigned partitions over; `committed` has the group's committed offsets.
     fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) {
         let mut owned = self.owned.lock().expect("owned");
@@ -279,8 +202,18 @@ impl Shared {
             } else {
                 let from = committed.find_partition(e.topic(), e.partition()).and_then(|c| c.offset().to_raw());
                 let from = from.filter(|o| *o >= 0);
-                owned.forwarder.assigned(e.topic(), e.partition(), from);
-                tracing::info!(topic = e.topic(), partition = e.partition(), from, "forwarding input partition");
+                // An epoch per input partition, so that the keyed partitions can tell its
+                // owner's progress reports from a former owner's.
+                let name = format!("{} {}", self.group, e.topic());
+                let (fence, _) = self.retry("claim_partition", || self.store.claim_partition(&name, e.partition()));
+                owned.forwarder.assigned(e.topic(), e.partition(), from, fence.epoch);
+                tracing::info!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    from,
+                    epoch = fence.epoch,
+                    "forwarding input partition"
+                );
             }
         }
         self.gauges(&owned);
@@ -475,7 +408,16 @@ impl Looping {
             }
             self.round();
             if self.last_report.elapsed() >= REPORT_EVERY {
+                let since = self.last_report.elapsed();
                 self.last_report = Instant::now();
+                if since >= STOOD_STILL {
+                    tracing::warn!(
+                        ms = since.as_millis() as u64,
+                        "this instance stood still: its input partitions are not reported idle until it knows it \
+                         still owns them"
+                    );
+                    self.input.context().owned.lock().expect("owned").forwarder.thawed();
+                }
                 self.report();
             }
             if self.last_checkpoint.elapsed() >= self.m.checkpoint_every {
@@ -775,19 +717,4 @@ fn take(
         }
     }
     false
-}
-
-/// Reads a partition again from its beginning ([`Fetching`]); what was read is skipped.
-fn refetch(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, reason: &str) {
-    if let Err(e) = consumer.seek(topic, partition, Offset::Beginning, Duration::from_secs(1)) {
-        tracing::warn!(topic, partition, error = %e, "cannot read the partition again from its beginning");
-        return;
-    }
-    let ctx = consumer.context();
-    if let Some(f) = ctx.fetching.lock().expect("fetching").get_mut(&(topic.to_string(), partition)) {
-        f.restarted = true;
-        f.fetch_moved = Instant::now();
-    }
-    ctx.telemetry.group.refetched.with_label_values(&[reason]).inc();
-    tracing::info!(topic, partition, reason, "reading the partition again from its beginning");
 }
