@@ -63,6 +63,18 @@ fn replayed(lines: &[String]) -> (Vec<(String, String)>, Vec<String>) {
     (all, alerts.iter().map(|a| a["rule"].as_str().unwrap_or("").to_string()).collect())
 }
 
+/// The transitions stored (`id:status`, repeats kept), and those of `expected` missing and
+/// those not expected.
+async fn stored(pool: &sqlx::PgPool, expected: &BTreeSet<String>) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(pool).await.expect("rows");
+    let got: Vec<String> = rows.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    let distinct: BTreeSet<String> = got.iter().cloned().collect();
+    let lost = expected.difference(&distinct).cloned().collect();
+    let extra = distinct.difference(expected).cloned().collect();
+    (got, lost, extra)
+}
+
 fn signal(service: &Service, sig: &str) {
     let status =
         std::process::Command::new("kill").args([sig, &service.pid().to_string()]).status().expect("kill runs");
@@ -189,12 +201,7 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         .map(|n| n as u64)
         .sum::<u64>();
     println!("late events, summed over rules and instances: {late}");
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
-    let got: Vec<String> = rows.iter().map(|(id, s)| format!("{id}:{s}")).collect();
-    let distinct: BTreeSet<String> = got.iter().cloned().collect();
-    let lost: Vec<&String> = expected.difference(&distinct).collect();
-    let extra: Vec<&String> = distinct.difference(&expected).collect();
+    let (_, lost, extra) = stored(&pool, &expected).await;
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{counters}");
     // Time waits for every input partition: no forwarded event may reach a keyed partition
     // after time has passed it (a paused instance that reported its lost partitions idle did).
@@ -211,12 +218,8 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT alert_id, status FROM alert_events").fetch_all(&pool).await.expect("rows");
-    let got: Vec<String> = rows.iter().map(|(id, s)| format!("{id}:{s}")).collect();
-    let distinct: BTreeSet<String> = got.iter().cloned().collect();
-    let lost: Vec<&String> = expected.difference(&distinct).collect();
-    let extra: Vec<&String> = distinct.difference(&expected).collect();
+    let (got, lost, extra) = stored(&pool, &expected).await;
+    let distinct: BTreeSet<&String> = got.iter().collect();
     let logs = || std::iter::once(&a).chain(&others).map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
     println!(
         "group-tally | 3 instances, 2 joins, 1 kill -9, 1 SIGSTOP | {} | {} | {} | {} | {} |",

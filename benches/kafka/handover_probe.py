@@ -11,26 +11,21 @@ the offsets of each partition that neither member read. A broker that answers a 
 offset leaves none; on Tansu 0.6.0 a partition that A kept through the rebalance stops, or skips
 a range, at the offset where librdkafka fetched it again (RELIABILITY.md).
 """
+import os
 import sys
 import threading
 import time
 import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_topic import filled_topic  # noqa: E402
 
 brokers = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:9092"
 partitions, per = 12, 2000
-topic = "handover-" + uuid.uuid4().hex[:8]
+topic = filled_topic(brokers, "handover", partitions, per)
 group = "probe-" + uuid.uuid4().hex[:6]
-admin = AdminClient({"bootstrap.servers": brokers})
-admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
-producer = Producer({"bootstrap.servers": brokers, "linger.ms": 20})
-for i in range(partitions * per):
-    producer.produce(topic, value=f"m{i}".encode(), partition=i % partitions)
-    if i % 1000 == 0:
-        producer.poll(0)
-producer.flush()
 
 
 class Member:

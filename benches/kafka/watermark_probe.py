@@ -10,24 +10,19 @@ prints what it asked and what the fetch responses said (librdkafka's cached wate
 Tansu 0.6.0 the ListOffsets answer is far below 2,000 while every record can be read and the
 fetch responses say 2,000 (RELIABILITY.md).
 """
+import os
 import sys
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_topic import filled_topic  # noqa: E402
 
 brokers = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:9092"
 partitions, per = 12, 2000
-topic = "watermark-" + uuid.uuid4().hex[:8]
-admin = AdminClient({"bootstrap.servers": brokers})
-admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
-producer = Producer({"bootstrap.servers": brokers, "linger.ms": 20})
-for i in range(partitions * per):
-    producer.produce(topic, value=f"m{i}".encode(), partition=i % partitions)
-    if i % 1000 == 0:
-        producer.poll(0)
-producer.flush()
+topic = filled_topic(brokers, "watermark", partitions, per)
 time.sleep(1)
 consumer = Consumer({"bootstrap.servers": brokers, "group.id": "probe-" + uuid.uuid4().hex[:6],
                      "enable.auto.commit": False})
