@@ -411,7 +411,7 @@ impl Looping {
                 let since = self.last_report.elapsed();
                 self.last_report = Instant::now();
                 if since >= STOOD_STILL {
-                    tracing::warn!(
+                    tracing::info!(
                         ms = since.as_millis() as u64,
                         "this instance stood still: its input partitions are not reported idle until it knows it \
                          still owns them"
