@@ -49,9 +49,7 @@ pub fn consumer(
     // events as soon as they are there. Apache Kafka answers a fetch as soon as there is a
     // message, so this only bounds how often an idle consumer asks; a broker that holds every
     // fetch for the whole wait (Tansu does) adds up to twice it to the detection latency.
-    // The statistics carry the high watermark of the fetch responses, which the member uses
-    // (Tansu's answer to a ListOffsets for it is wrong).
-    let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest"), ("statistics.interval.ms", "500")];
+    let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest")];
     client(brokers, &defaults, options)
         .set("group.id", group)
         // Offsets are committed after the checkpoint that covers them is stored.
