@@ -113,7 +113,7 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_refetched_total",
                 "Partitions read again from their beginning, by reason: gap (the first message after librdkafka \
-                 fetched the partition again came past a gap), stalled (no message while the broker has more)",
+                 fetched the partition again came past a gap), stalled (the fetch position stood still while the broker has more)",
                 &["reason"],
             ),
             fenced: plain_counter(
