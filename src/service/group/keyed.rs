@@ -33,16 +33,14 @@ pub fn upstream_id(topic: &str, partition: i32) -> UpstreamId {
 pub struct Upstream {
     /// The newest event time forwarded from it.
     pub ts: Option<Millis>,
-    /// Read to its end and quiet: it does not hold time back once that has held for
-    /// [`IDLE_CONFIRMED`].
-    pub idle: bool,
     /// The last offset of it whose event this partition took.
     pub taken: Option<i64>,
     /// The newest owner's epoch heard from: reports of older owners are ignored.
     #[serde(default)]
     pub epoch: i64,
-    /// Since when it has been reported idle without a word against (not kept in checkpoints:
-    /// a restored partition waits again).
+    /// Since when it has been reported idle (read to its end and quiet) without a word
+    /// against; it stops holding time back after [`IDLE_CONFIRMED`]. Not kept in checkpoints:
+    /// a restored partition waits again.
     #[serde(skip)]
     pub idle_since: Option<Instant>,
 }
@@ -163,7 +161,6 @@ impl KeyedPartition {
         }
         u.taken = Some(offset);
         u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
-        u.idle = false;
         u.idle_since = None;
         let ts = event.ts;
         match self.engine.push(event, &mut self.out) {
@@ -209,7 +206,6 @@ impl KeyedPartition {
             }
             u.epoch = r.epoch;
             u.ts = u.ts.max(r.ts);
-            u.idle = r.idle;
             match r.idle {
                 true => u.idle_since = u.idle_since.or_else(|| Some(Instant::now())),
                 false => u.idle_since = None,
@@ -302,7 +298,7 @@ mod tests {
         assert_eq!(p.target(&inputs), Some(100), "all idle: the newest");
         p.progress(vec![Progress { upstream: "t/0".into(), ts: Some(100), idle: false, epoch: 2 }]);
         p.progress(vec![report("t/0", Some(100), true)]);
-        assert!(!p.kept.upstream["t/0"].idle, "a former owner's report is ignored");
+        assert!(p.kept.upstream["t/0"].idle_since.is_none(), "a former owner's report is ignored");
     }
 
     #[test]
@@ -319,10 +315,7 @@ mod tests {
         assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
         assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
         assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
-        assert_eq!(
-            p.kept.upstream["t/0"],
-            Upstream { ts: Some(40), idle: false, taken: Some(4), idle_since: None, epoch: 0 }
-        );
+        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), taken: Some(4), idle_since: None, epoch: 0 });
         let restored = KeyedPartition::new(
             Vec::new(),
             &EngineConfig::default(),
