@@ -96,12 +96,6 @@ impl Forwarder {
         self.owned.insert((topic.to_string(), partition), owned);
     }
 
-    /// Whether the record at `offset` was read before: forwarded by an earlier owner of the
-    /// partition, or by this one before the partition was read again from its beginning.
-    pub fn read_before(&self, topic: &str, partition: i32, offset: i64) -> bool {
-        self.next(topic, partition).is_some_and(|next| offset < next)
-    }
-
     /// The next offset of an owned input partition to forward, when known.
     pub fn next(&self, topic: &str, partition: i32) -> Option<i64> {
         self.owned.get(&(topic.to_string(), partition)).and_then(|o| o.next)

@@ -691,7 +691,9 @@ fn take(
         }
         return false;
     }
-    if owned.forwarder.read_before(topic, partition, offset) {
+    // Read before: forwarded by an earlier owner, or by this one before the partition was read
+    // again from its beginning.
+    if next.is_some_and(|next| offset < next) {
         return false;
     }
     match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
