@@ -38,10 +38,14 @@ pub fn read_folder(dir: &Path) -> Result<RuleFiles, String> {
     let mut out = RuleFiles::new();
     for path in files {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let name = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-        out.insert(name, text);
+        out.insert(relative_name(dir, &path), text);
     }
     Ok(out)
+}
+
+/// A rule file's name as the group keeps it: relative to the folder, with `/` between parts.
+fn relative_name(dir: &Path, path: &Path) -> String {
+    path.strip_prefix(dir).unwrap_or(path).to_string_lossy().replace('\\', "/")
 }
 
 /// A digest of a rule set's files, names included.
@@ -72,8 +76,7 @@ fn write_folder(dir: &Path, files: &RuleFiles) -> Result<(), String> {
         }
     }
     for old in crate::rule_files(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
-        let name = old.strip_prefix(dir).unwrap_or(&old).to_string_lossy().replace('\\', "/");
-        if !files.contains_key(&name) {
+        if !files.contains_key(&relative_name(dir, &old)) {
             crate::ruleset::write_atomically(&old, None).map_err(|e| e.to_string())?;
         }
     }
