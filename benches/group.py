@@ -4,7 +4,7 @@ of the repartition stage.
 
     python3 benches/group.py VIGIL_BINARY EVENTS.jsonl [--rules rules/metrics] [--events 200000]
         [--brokers 127.0.0.1:9092] [--postgres postgres://postgres@127.0.0.1:5432/postgres]
-        [--instances 1,2] [--runs 2]
+        [--instances 1,2] [--workers 1] [--runs 2]
 
 The first EVENTS lines are produced once (`vigil produce`, no keys) into a fresh 12-partition
 topic. Then, for each configuration, fresh instances read the whole topic into a fresh
@@ -12,7 +12,8 @@ PostgreSQL database, and the time is taken from their start until they have take
 
 - `single`: one `vigil serve` without a group (it assigns itself every partition and runs the
   rules on one worker): no repartition stage;
-- `group xN`: N instances with `--kafka-join-group`, one worker each: every event crosses the
+- `group xN`: N instances with `--kafka-join-group`, one worker each (`--workers 1,2`: each
+  count of worker threads in turn, which run a member's keyed partitions): every event crosses the
   broker a second time, through the keyed topic, once per keyed partition of its keys. Done
   when every event is forwarded (`vigil_events_in_total`) and every forwarded record taken
   (`vigil_group_taken_total` equals `vigil_group_forwarded_total`, summed over the instances).
@@ -45,7 +46,7 @@ def psql(admin, sql):
     subprocess.run(["psql", admin, "-q", "-c", sql], check=True, stdout=subprocess.DEVNULL)
 
 
-def run(args, config, instances, topic, total):
+def run(args, config, instances, workers, topic, total):
     name = f"vigil_group_bench_{uuid.uuid4().hex[:8]}"
     psql(args.postgres, f"CREATE DATABASE {name}")
     db = args.postgres.rsplit("/", 1)[0] + "/" + name
@@ -60,7 +61,7 @@ def run(args, config, instances, topic, total):
             port = free_port()
             cmd = [args.vigil, "serve", "--rules", rules, "--database-url", db,
                    "--http-addr", f"127.0.0.1:{port}", "--kafka-brokers", args.brokers,
-                   "--kafka-group", group, "--topic", f"metric={topic}", "--workers", "1",
+                   "--kafka-group", group, "--topic", f"metric={topic}", "--workers", str(workers),
                    "--spool-dir", f"{work}/spool{i}", "--ingest-log-dir", f"{work}/ingest{i}",
                    "--max-event-future", "0s"]
             if config == "group":
@@ -110,6 +111,7 @@ def main():
     ap.add_argument("--brokers", default="127.0.0.1:9092")
     ap.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--instances", default="1,2")
+    ap.add_argument("--workers", default="1", help="worker threads of each group member, comma-separated")
     ap.add_argument("--no-single", action="store_true", help="skip the run without a group")
     ap.add_argument("--kafka-option", action="append", default=[], help="for the group members, KEY=VALUE")
     ap.add_argument("--runs", type=int, default=2)
@@ -128,15 +130,15 @@ def main():
                     "--partitions", "12", sample.name], check=True)
     print(f"produced {args.count} events into {topic} (12 partitions) in {time.monotonic() - t0:.1f} s", flush=True)
     os.unlink(sample.name)
-    configs = [("group", int(n)) for n in args.instances.split(",")]
+    configs = [("group", int(n), int(w)) for n in args.instances.split(",") for w in args.workers.split(",")]
     if not args.no_single:
-        configs.insert(0, ("single", 1))
+        configs.insert(0, ("single", 1, 1))
     print("| configuration | run | seconds | events/s |")
     print("|---|---|---|---|")
-    for config, n in configs:
+    for config, n, workers in configs:
         for r in range(args.runs):
-            secs = run(args, config, n, topic, args.count)
-            label = "single (no group)" if config == "single" else f"group x{n}"
+            secs = run(args, config, n, workers, topic, args.count)
+            label = "single (no group)" if config == "single" else f"group x{n}, {workers} worker(s)"
             print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} |", flush=True)
 
 

@@ -127,6 +127,9 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         &hook.url,
         "--webhook-timeout",
         "2s",
+        // Each instance runs its keyed partitions on two threads, whatever the machine.
+        "--workers",
+        "2",
     ]
     .iter()
     .map(|a| a.to_string())

@@ -241,12 +241,14 @@ async fn join_group(
     kafka::ensure_topics(&brokers, &topics, partitions, &config.kafka_options)
         .await
         .map_err(ServiceError::KafkaTopics)?;
+    w.telemetry.workers.set(workers(config) as i64);
     let member = group::Member {
         group: config.kafka_group.clone(),
         brokers,
         kafka_options: config.kafka_options.clone(),
         topics: config.topics.clone(),
         keyed_partitions: config.kafka_keyed_partitions,
+        workers: workers(config),
         checkpoint_every: config.checkpoint_interval,
         plans,
         engine: engine_config(config),
@@ -312,8 +314,7 @@ fn app_state(
 }
 
 fn build_engine(config: &ServeConfig, plans: Vec<crate::plan::RulePlan>) -> crate::workers::Engines {
-    let workers = config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    crate::workers::Engines::new(plans, engine_config(config), workers)
+    crate::workers::Engines::new(plans, engine_config(config), workers(config))
 }
 
 fn engine_config(config: &ServeConfig) -> crate::engine::EngineConfig {
@@ -331,6 +332,11 @@ fn engine_config(config: &ServeConfig) -> crate::engine::EngineConfig {
 
 /// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
 /// ingest log resume from.
+/// Engine threads: `--workers`, by default the number of cores.
+fn workers(config: &ServeConfig) -> usize {
+    config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 async fn restore(store: &store::Store, engine: &mut crate::workers::Engines) -> Result<Vec<Position>, ServiceError> {
     let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
         tracing::info!("no checkpoint: starting empty");

@@ -14,8 +14,9 @@
 use crate::alert::Alert;
 use crate::engine::snapshot::Snapshot;
 use crate::engine::{Engine, EngineConfig};
-use crate::event::{Event, Millis};
+use crate::event::{Event, LineDecoder, Millis};
 use crate::plan::RulePlan;
+use crate::schema::Stream;
 use crate::service::store::{Fence, PartitionCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -81,12 +82,37 @@ pub enum Took {
     Late,
 }
 
+/// A record of the keyed topic that has been read and not yet taken: the thread that runs the
+/// partition takes it ([`KeyedPartition::work`]), so that `--workers` threads share the
+/// decoding and the engines' work.
+enum Queued {
+    /// A forwarder's progress reports, as JSON.
+    Progress(Vec<u8>),
+    /// A forwarded event: its upstream partition and offset there, its topic's stream and its
+    /// line.
+    Event { upstream: UpstreamId, offset: i64, stream: Option<Stream>, line: Vec<u8> },
+}
+
+/// What became of the records a partition took since it was last asked: for the counters.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tally {
+    pub taken: u64,
+    pub duplicates: u64,
+    /// Forwarded events or progress records that cannot be read.
+    pub unreadable: u64,
+    /// Late events per rule.
+    pub late: Vec<(String, u64)>,
+}
+
 pub struct KeyedPartition {
     pub fence: Fence,
     engine: Engine,
     kept: Kept,
     /// The engine's late counts per rule, as last reported.
     late_seen: BTreeMap<String, u64>,
+    queued: Vec<Queued>,
+    decoder: LineDecoder,
+    tally: Tally,
     /// Whether anything was taken since the last checkpoint.
     pub dirty: bool,
     pub out: Vec<Alert>,
@@ -111,6 +137,9 @@ impl KeyedPartition {
             engine: Engine::new(plans, config),
             kept: Kept::default(),
             late_seen: BTreeMap::new(),
+            queued: Vec::new(),
+            decoder: LineDecoder::default(),
+            tally: Tally::default(),
             dirty: false,
             out: Vec::new(),
         };
@@ -130,7 +159,10 @@ impl KeyedPartition {
         Ok(())
     }
 
-    pub fn checkpoint(&self) -> Result<PartitionCheckpoint, String> {
+    /// The partition's checkpoint, with every record read so far taken: the next offset it
+    /// keeps is past them.
+    pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, String> {
+        self.take_queued();
         let snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
         let state = serde_json::to_string(&self.kept).map_err(|e| e.to_string())?;
         Ok(PartitionCheckpoint { snapshot, state })
@@ -152,9 +184,67 @@ impl KeyedPartition {
         true
     }
 
+    /// Queues a forwarder's progress record, to be taken by [`KeyedPartition::work`].
+    pub fn queue_progress(&mut self, json: &[u8]) {
+        self.queued.push(Queued::Progress(json.to_vec()));
+    }
+
+    /// Queues an event forwarded from `upstream` (where it was at `offset`), to be taken by
+    /// [`KeyedPartition::work`].
+    pub fn queue_event(&mut self, upstream: &str, offset: i64, stream: Option<Stream>, line: &[u8]) {
+        self.queued.push(Queued::Event { upstream: upstream.to_string(), offset, stream, line: line.to_vec() });
+    }
+
+    /// How many records are queued.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Takes the queued records, then moves time as far as `inputs` let it: alerts go to
+    /// `out`.
+    pub fn work(&mut self, inputs: &[UpstreamId]) {
+        self.take_queued();
+        self.advance(inputs);
+    }
+
+    fn take_queued(&mut self) {
+        let queued = std::mem::take(&mut self.queued);
+        for q in queued {
+            match q {
+                Queued::Progress(json) => match serde_json::from_slice::<Vec<Progress>>(&json) {
+                    Ok(reports) => self.progress(reports),
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a progress record that cannot be read");
+                    }
+                },
+                Queued::Event { upstream, offset, stream, line } => match self.decoder.decode_bytes(&line, stream) {
+                    Ok(event) => match self.take(upstream, offset, event) {
+                        Took::Taken => self.tally.taken += 1,
+                        Took::Duplicate => self.tally.duplicates += 1,
+                        Took::Late => {
+                            self.tally.taken += 1;
+                            let late = self.late_since();
+                            self.tally.late.extend(late);
+                        }
+                    },
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a forwarded event that cannot be read");
+                    }
+                },
+            }
+        }
+    }
+
+    /// What became of the records taken since the last call.
+    pub fn tally(&mut self) -> Tally {
+        std::mem::take(&mut self.tally)
+    }
+
     /// Takes a forwarded event, unless this partition took it (or a later one of its upstream
     /// partition) already.
-    pub fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> Took {
+    fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> Took {
         let u = self.kept.upstream.entry(upstream).or_default();
         if u.taken.is_some_and(|t| offset <= t) {
             return Took::Duplicate;
@@ -180,7 +270,7 @@ impl KeyedPartition {
     }
 
     /// The late events of each rule since the last call.
-    pub fn late_since(&mut self) -> Vec<(String, u64)> {
+    fn late_since(&mut self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         for (rule, n) in &self.engine.stats().late_by_rule {
             let before = self.late_seen.insert(rule.clone(), *n).unwrap_or(0);
@@ -198,7 +288,7 @@ impl KeyedPartition {
     /// partition and has not noticed yet (paused past its session timeout) carries an older
     /// epoch and is ignored: otherwise it could call the partition idle while nobody owns it,
     /// between the two steps of a cooperative rebalance, and its owner's next events be late.
-    pub fn progress(&mut self, reports: Vec<Progress>) {
+    fn progress(&mut self, reports: Vec<Progress>) {
         for r in reports {
             let u = self.kept.upstream.entry(r.upstream).or_default();
             if r.epoch < u.epoch {
@@ -233,7 +323,7 @@ impl KeyedPartition {
     }
 
     /// Moves time as far as `inputs` let it: alerts go to `out`.
-    pub fn advance(&mut self, inputs: &[UpstreamId]) {
+    fn advance(&mut self, inputs: &[UpstreamId]) {
         if let Some(target) = self.target(inputs) {
             if self.engine.watermark().is_none_or(|w| target > w) {
                 self.engine.release_to(target, &mut self.out);

@@ -18,6 +18,8 @@ mod fetching;
 mod forward;
 pub mod keyed;
 pub mod rules;
+#[cfg(test)]
+mod tests;
 
 use super::engine_loop::{EngineHealth, Input};
 use super::sources::Intake;
@@ -28,7 +30,7 @@ use crate::plan::RulePlan;
 use crate::schema::Stream;
 use fetching::{refetch, Fetching, PartitionId};
 use forward::Forwarder;
-use keyed::{KeyedPartition, Progress, UpstreamId};
+use keyed::{KeyedPartition, UpstreamId};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::types::RDKafkaRespErr;
@@ -62,6 +64,8 @@ pub struct Member {
     pub kafka_options: BTreeMap<String, String>,
     pub topics: BTreeMap<Stream, String>,
     pub keyed_partitions: u32,
+    /// Threads that run the owned keyed partitions (`--workers`).
+    pub workers: usize,
     pub checkpoint_every: Duration,
     pub plans: Vec<RulePlan>,
     pub engine: EngineConfig,
@@ -141,8 +145,8 @@ impl ConsumerContext for Ctx {
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             if e.topic() == self.keyed_topic {
-                let Some(p) = owned.keyed.remove(&e.partition()) else { continue };
-                if !lost && self.save(&p) {
+                let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
+                if !lost && self.save(&mut p) {
                     commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
                 }
                 tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
@@ -241,8 +245,10 @@ impl Shared {
     }
 
     /// Stores a keyed partition's checkpoint; false when another instance owns it now.
-    fn save(&self, p: &KeyedPartition) -> bool {
-        let checkpoint = match p.checkpoint() {
+    fn save(&self, p: &mut KeyedPartition) -> bool {
+        let checkpoint = p.checkpoint();
+        count(&self.telemetry, p.tally());
+        let checkpoint = match checkpoint {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(partition = p.fence.partition, error = %e, "cannot snapshot the partition");
@@ -435,33 +441,25 @@ impl Looping {
         drop(keyed);
     }
 
-    /// Reads what has come (of each consumer up to 512 messages, or 25 ms), then moves time on
-    /// in every keyed partition and stores their alerts.
+    /// Reads what has come (of each consumer up to 512 messages), then moves time on in every
+    /// keyed partition and stores their alerts. A consumer is not waited on while the other has
+    /// messages: when neither had any, each is waited on for up to 10 ms.
     fn round(&mut self) {
-        for consumer in [&self.input, &self.keyed] {
-            let started = Instant::now();
-            for _ in 0..512 {
-                let wait = Duration::from_millis(25).saturating_sub(started.elapsed());
-                let Some(message) = consumer.poll(wait) else { break };
-                match message {
-                    Ok(m) => {
-                        if take(&self.m, &self.by_topic, &mut self.decoder, consumer.context(), &m) {
-                            refetch(consumer, m.topic(), m.partition(), "gap");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Kafka receive failed");
-                        std::thread::sleep(Duration::from_millis(100));
-                        break;
-                    }
-                }
+        let mut read = 0;
+        for wait in [Duration::ZERO, Duration::from_millis(10)] {
+            for keyed in [false, true] {
+                read += self.read(keyed, wait);
+            }
+            if read > 0 {
+                break;
             }
         }
         let ctx = self.input.context();
         let mut owned = ctx.owned.lock().expect("owned");
+        work(&mut owned.keyed, &self.inputs, self.m.workers);
         let mut fenced = Vec::new();
         for (partition, p) in owned.keyed.iter_mut() {
-            p.advance(&self.inputs);
+            count(&self.m.telemetry, p.tally());
             if !self.store_alerts(p) {
                 fenced.push(*partition);
             }
@@ -471,6 +469,29 @@ impl Looping {
         if let Some(w) = watermark {
             self.m.health.set_watermark(w);
         }
+    }
+
+    /// Reads up to 512 messages of the input consumer, or of the keyed one when `keyed`, waiting
+    /// up to `wait` for the first; how many.
+    fn read(&mut self, keyed: bool, wait: Duration) -> usize {
+        let Looping { m, by_topic, decoder, input, keyed: keyed_consumer, .. } = self;
+        let consumer = if keyed { keyed_consumer } else { input };
+        for n in 0..512 {
+            let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
+            match polled {
+                Ok(message) => {
+                    if take(m, by_topic, decoder, consumer.context(), &message) {
+                        refetch(consumer, message.topic(), message.partition(), "gap");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kafka receive failed");
+                    std::thread::sleep(Duration::from_millis(100));
+                    return n;
+                }
+            }
+        }
+        512
     }
 
     /// Stores a partition's alerts while it holds the partition; false when another instance
@@ -607,6 +628,42 @@ impl Looping {
     }
 }
 
+/// Lets each keyed partition take what has been read for it and move time on, on up to
+/// `workers` threads: each thread runs whole partitions, the busiest first to the least loaded
+/// thread. A partition's engine keeps its own key groups, so the threads share nothing.
+fn work(keyed: &mut BTreeMap<i32, KeyedPartition>, inputs: &[UpstreamId], workers: usize) {
+    let busy = keyed.values().filter(|p| p.queued() > 0).count();
+    let workers = workers.min(busy);
+    if workers <= 1 {
+        keyed.values_mut().for_each(|p| p.work(inputs));
+        return;
+    }
+    let mut partitions: Vec<&mut KeyedPartition> = keyed.values_mut().collect();
+    partitions.sort_by_key(|p| std::cmp::Reverse(p.queued()));
+    let mut shares: Vec<(usize, Vec<&mut KeyedPartition>)> = (0..workers).map(|_| (0, Vec::new())).collect();
+    for p in partitions {
+        let least = shares.iter_mut().min_by_key(|(load, _)| *load).expect("at least two threads");
+        least.0 += p.queued() + 1;
+        least.1.push(p);
+    }
+    std::thread::scope(|scope| {
+        for (_, share) in shares {
+            scope.spawn(move || share.into_iter().for_each(|p| p.work(inputs)));
+        }
+    });
+}
+
+/// Counts what a keyed partition took.
+fn count(telemetry: &Telemetry, tally: keyed::Tally) {
+    let group = &telemetry.group;
+    group.taken.inc_by(tally.taken);
+    group.duplicates.inc_by(tally.duplicates);
+    group.skipped.with_label_values(&["unreadable"]).inc_by(tally.unreadable);
+    for (rule, n) in tally.late {
+        telemetry.late.with_label_values(&[&rule]).inc_by(n);
+    }
+}
+
 /// Drops the keyed partitions another instance owns now.
 fn drop_fenced(owned: &mut Owned, fenced: &[i32], telemetry: &Telemetry) {
     for partition in fenced {
@@ -644,11 +701,11 @@ fn take(
     }
     if topic == ctx.keyed_topic {
         let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
-        let Some(p) = owned.keyed.get_mut(&message.partition()) else {
+        let Some(p) = owned.keyed.get_mut(&partition) else {
             skipped("not_owned");
             return false;
         };
-        if !p.fresh(message.offset()) {
+        if !p.fresh(offset) {
             skipped("before_checkpoint");
             return false;
         }
@@ -658,10 +715,7 @@ fn take(
         };
         for h in headers.iter() {
             match (h.key, h.value) {
-                (forward::PROGRESS, _) => match serde_json::from_slice::<Vec<Progress>>(payload) {
-                    Ok(reports) => p.progress(reports),
-                    Err(e) => tracing::warn!(error = %e, "a progress record that cannot be read"),
-                },
+                (forward::PROGRESS, _) => p.queue_progress(payload),
                 (forward::FROM, Some(from)) => {
                     let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
                     else {
@@ -669,22 +723,7 @@ fn take(
                     };
                     let Ok(offset) = offset.parse::<i64>() else { continue };
                     let stream = upstream.rsplit_once('/').and_then(|(t, _)| by_topic.get(t)).copied();
-                    match decoder.decode_bytes(payload, stream) {
-                        Ok(event) => match p.take(upstream.to_string(), offset, event) {
-                            keyed::Took::Taken => m.telemetry.group.taken.inc(),
-                            keyed::Took::Duplicate => m.telemetry.group.duplicates.inc(),
-                            keyed::Took::Late => {
-                                m.telemetry.group.taken.inc();
-                                for (rule, n) in p.late_since() {
-                                    m.telemetry.late.with_label_values(&[&rule]).inc_by(n);
-                                }
-                            }
-                        },
-                        Err(e) => {
-                            skipped("unreadable");
-                            tracing::warn!(error = %e, "a forwarded event that cannot be read");
-                        }
-                    }
+                    p.queue_event(upstream, offset, stream, payload);
                 }
                 _ => {}
             }
