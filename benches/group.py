@@ -46,6 +46,17 @@ def psql(admin, sql):
     subprocess.run(["psql", admin, "-q", "-c", sql], check=True, stdout=subprocess.DEVNULL)
 
 
+def stop(procs):
+    """Stops the instances: SIGTERM, then SIGKILL for any still running after 15 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def run(args, config, instances, workers, topic, total):
     name = f"vigil_group_bench_{uuid.uuid4().hex[:8]}"
     psql(args.postgres, f"CREATE DATABASE {name}")
@@ -92,13 +103,7 @@ def run(args, config, instances, workers, topic, total):
             if time.monotonic() - started > args.timeout:
                 raise SystemExit(f"no end after {args.timeout} s; logs in {work}")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         psql(args.postgres, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

@@ -26,7 +26,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from group import metric, psql  # noqa: E402
+from group import metric, psql, stop  # noqa: E402
 from workers import free_port  # noqa: E402
 
 KEYED = 12
@@ -101,7 +101,8 @@ def main():
         t0 = time.monotonic()
         wait("instance A taking every event", a_done, args.timeout, procs)
         read_secs = time.monotonic() - t0
-        time.sleep(2)
+        # The state gauge is read every 5 s.
+        wait("instance A's state gauge", lambda: metric(pa, "vigil_state_bytes") > 0, 30, procs)
         state = metric(pa, "vigil_state_bytes")
         a.send_signal(signal.SIGTERM)
         a.wait(timeout=120)
@@ -123,13 +124,7 @@ def main():
         if restored <= 0:
             raise SystemExit("instance B restored nothing: instance A stored no checkpoint on SIGTERM")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         psql(args.postgres, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         shutil.rmtree(work, ignore_errors=True)
 
