@@ -98,8 +98,10 @@ def run(args, config, instances, workers, topic, total):
             except OSError:
                 continue
             if done:
+                secs = time.monotonic() - started
+                refetched = sum(metric(p, "vigil_group_refetched_total") for p in ports) if config == "group" else 0
                 shutil.rmtree(work, ignore_errors=True)
-                return time.monotonic() - started
+                return secs, refetched
             if time.monotonic() - started > args.timeout:
                 raise SystemExit(f"no end after {args.timeout} s; logs in {work}")
     finally:
@@ -138,13 +140,13 @@ def main():
     configs = [("group", int(n), int(w)) for n in args.instances.split(",") for w in args.workers.split(",")]
     if not args.no_single:
         configs.insert(0, ("single", 1, 1))
-    print("| configuration | run | seconds | events/s |")
-    print("|---|---|---|---|")
+    print("| configuration | run | seconds | events/s | partitions read again from their beginning |")
+    print("|---|---|---|---|---|")
     for config, n, workers in configs:
         for r in range(args.runs):
-            secs = run(args, config, n, workers, topic, args.count)
+            secs, refetched = run(args, config, n, workers, topic, args.count)
             label = "single (no group)" if config == "single" else f"group x{n}, {workers} worker(s)"
-            print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} |", flush=True)
+            print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} | {refetched:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -204,6 +204,8 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         .map(|n| n as u64)
         .sum::<u64>();
     println!("late events, summed over rules and instances: {late}");
+    let refetched: Vec<&str> = counters.lines().filter(|l| l.starts_with("vigil_group_refetched_total")).collect();
+    println!("partitions read again from their beginning, by instance and reason: {refetched:?}");
     let (_, lost, extra) = stored(&pool, &expected).await;
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{counters}");
     // Time waits for every input partition: no forwarded event may reach a keyed partition

@@ -52,7 +52,7 @@ pub struct GroupMetrics {
     pub duplicates: IntCounter,
     /// Records of the keyed topic read and not taken, by reason.
     pub skipped: IntCounterVec,
-    /// Partitions read again from their beginning, by reason (gap, stalled).
+    /// Partitions read again from their beginning, by reason (gap, stalled, reclaimed).
     pub refetched: IntCounterVec,
 }
 
@@ -112,8 +112,9 @@ impl GroupMetrics {
             refetched: counter(
                 registry,
                 "vigil_group_refetched_total",
-                "Partitions read again from their beginning, by reason: gap (the first message after librdkafka \
-                 fetched the partition again came past a gap), stalled (the fetch position stood still while the broker has more)",
+                "Partitions read again from their beginning, by reason: gap (the first message after the \
+                 partition was assigned, or fetched again by librdkafka, came past a gap), stalled (the fetch position stood still while the broker has more), reclaimed (a keyed partition \
+                 this instance let go when another claimed it, claimed again because Kafka still assigns it here)",
                 &["reason"],
             ),
             fenced: plain_counter(

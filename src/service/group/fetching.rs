@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 const STALLED: Duration = Duration::from_secs(3);
 
 /// How the fetching of one owned partition goes. Tansu 0.6.0 answers nothing to a fetch that
-/// starts inside a record batch, or answers from a later batch (RELIABILITY.md), and librdkafka
-/// starts one whenever it fetches a partition again from the application's position (after a
-/// rebalance, for the partitions kept). So a partition whose first message after such a
-/// restart comes past a gap, or whose fetch position stays still for [`STALLED`] with nothing
+/// starts inside a record batch, or answers from a later batch (RELIABILITY.md), and such a
+/// fetch starts whenever a member reads an assigned partition from where the last owner left
+/// it, or librdkafka fetches a kept partition again from the application's position (after a
+/// rebalance). So a partition whose first message after such a (re)start comes past a gap, or whose fetch position stays still for [`STALLED`] with nothing
 /// queued while the broker has more of it, is read again from its beginning, what was read
 /// skipped. All but the gap come from librdkafka's statistics.
 #[derive(Debug)]
@@ -57,15 +57,15 @@ impl Fetching {
 pub(super) type PartitionId = (String, i32);
 
 impl Shared {
-    /// After a rebalance of `consumer` (`list` assigned, or revoked): the partitions it keeps
-    /// are fetched again from the application's position, which may be inside a batch; those
-    /// assigned are read from their beginning.
+    /// After a rebalance of `consumer` (`list` assigned, or revoked): the partitions assigned
+    /// start where the last owner left them, and those kept are fetched again from the
+    /// application's position; either may be inside a batch.
     pub(super) fn restarted(&self, consumer: &BaseConsumer<Ctx>, list: &TopicPartitionList, assigned: bool) {
         let mut fetching = self.fetching.lock().expect("fetching");
         for e in list.elements() {
             let id = (e.topic().to_string(), e.partition());
             match assigned {
-                true => fetching.insert(id, Fetching::new(false)),
+                true => fetching.insert(id, Fetching::new(true)),
                 false => fetching.remove(&id),
             };
         }
@@ -82,11 +82,13 @@ impl Shared {
 
     /// Notes a message at `offset` of a partition whose next offset to take is `next`; true
     /// when it came past a gap after a restart (the partition is then read again from its
-    /// beginning).
+    /// beginning). Not a gap: `next` is no longer on the broker (below its first offset, as
+    /// the fetch responses say), so nothing before `offset` can be read.
     pub(super) fn arrived(&self, topic: &str, partition: i32, offset: i64, next: Option<i64>) -> bool {
         let mut fetching = self.fetching.lock().expect("fetching");
         let Some(f) = fetching.get_mut(&(topic.to_string(), partition)) else { return false };
-        std::mem::take(&mut f.restarted) && next.is_some_and(|n| offset > n)
+        let gone = |n: i64| f.low.is_some_and(|low| n < low);
+        std::mem::take(&mut f.restarted) && next.is_some_and(|n| offset > n && !gone(n))
     }
 
     /// The partition's high watermark from the fetch responses, when known.

@@ -89,8 +89,8 @@ impl Forwarder {
         }
     }
 
-    /// Starts forwarding a partition, read from its beginning: the records before `from` (the
-    /// group's committed offset) are skipped.
+    /// Starts forwarding a partition, read from `from` (the group's committed offset), or from
+    /// its beginning when Tansu cannot fetch from there: the records before `from` are skipped.
     pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>, epoch: i64) {
         let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None, epoch };
         self.owned.insert((topic.to_string(), partition), owned);

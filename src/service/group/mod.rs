@@ -14,6 +14,7 @@
 //! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
 //! the instance holds the partition's epoch.
 
+mod fencing;
 mod fetching;
 mod forward;
 pub mod keyed;
@@ -114,6 +115,8 @@ impl std::ops::Deref for Ctx {
 struct Shared {
     owned: Mutex<Owned>,
     fetching: Mutex<BTreeMap<PartitionId, Fetching>>,
+    /// Keyed partitions let go because another instance claimed them, and when ([`fencing`]).
+    let_go: Mutex<BTreeMap<i32, Instant>>,
     keyed_topic: String,
     group: String,
     engine: EngineConfig,
@@ -145,6 +148,7 @@ impl ConsumerContext for Ctx {
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             if e.topic() == self.keyed_topic {
+                self.settled(e.partition());
                 let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
                 if !lost && self.save(&mut p) {
                     commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
@@ -158,12 +162,14 @@ impl ConsumerContext for Ctx {
         self.gauges(&owned);
     }
 
-    /// As the default (cooperative: incremental), except that assigned partitions are read
-    /// from their beginning: Tansu 0.6.0 answers nothing to a fetch that starts inside a record
-    /// batch (RELIABILITY.md), and a committed offset can be anywhere in one. What was read
-    /// before is skipped here instead: input records below the group's committed offset, keyed
-    /// records below the checkpoint's. The cost: a hand-over reads again what the broker keeps
-    /// of the partition.
+    /// As the default (cooperative: incremental), with each assigned partition read from where
+    /// this member takes it over: an input partition from the group's committed offset, a keyed
+    /// partition from its checkpoint's next offset (from the beginning when there is none). On
+    /// Apache Kafka that is all. Tansu 0.6.0 answers a fetch that starts inside a record batch
+    /// with nothing or with a later batch (RELIABILITY.md), and an offset can be anywhere in a
+    /// batch: the partition's first message is checked for a gap, and its fetching for standing
+    /// still ([`Fetching`]); either makes it read from its beginning, what was read before
+    /// skipped.
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, list: &mut TopicPartitionList) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
@@ -174,9 +180,11 @@ impl ConsumerContext for Ctx {
                         TopicPartitionList::new()
                     }
                 };
-                self.assigned(list, &committed);
-                if let Err(e) = list.set_all_offsets(Offset::Beginning) {
-                    tracing::warn!(error = %e, "cannot set the start offsets");
+                for (topic, partition, from) in self.assigned(list, &committed) {
+                    let from = if from > 0 { Offset::Offset(from) } else { Offset::Beginning };
+                    if let Err(e) = list.set_partition_offset(&topic, partition, from) {
+                        tracing::warn!(%topic, partition, error = %e, "cannot set the start offset");
+                    }
                 }
                 if let Err(e) = consumer.incremental_assign(list) {
                     tracing::error!(error = %e, "cannot take the assigned partitions");
@@ -195,13 +203,17 @@ impl ConsumerContext for Ctx {
 }
 
 impl Shared {
-    /// Takes assigned partitions over; `committed` has the group's committed offsets.
-    fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) {
+    /// Takes assigned partitions over; `committed` has the group's committed offsets. Returns
+    /// where to read each from: the next offset it has not taken (0 when none is known).
+    fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) -> Vec<(String, i32, i64)> {
         let mut owned = self.owned.lock().expect("owned");
+        let mut starts = Vec::new();
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&["assigned"]).inc();
             if e.topic() == self.keyed_topic {
+                self.settled(e.partition());
                 let p = self.claim(e.partition(), &owned.plans);
+                starts.push((e.topic().to_string(), e.partition(), p.next_offset()));
                 owned.keyed.insert(e.partition(), p);
             } else {
                 let from = committed.find_partition(e.topic(), e.partition()).and_then(|c| c.offset().to_raw());
@@ -211,6 +223,7 @@ impl Shared {
                 let name = format!("{} {}", self.group, e.topic());
                 let (fence, _) = self.retry("claim_partition", || self.store.claim_partition(&name, e.partition()));
                 owned.forwarder.assigned(e.topic(), e.partition(), from, fence.epoch);
+                starts.push((e.topic().to_string(), e.partition(), from.unwrap_or(0)));
                 tracing::info!(
                     topic = e.topic(),
                     partition = e.partition(),
@@ -221,6 +234,7 @@ impl Shared {
             }
         }
         self.gauges(&owned);
+        starts
     }
 
     /// Takes a keyed partition over: its epoch raised, its state restored from the store.
@@ -319,6 +333,7 @@ impl Member {
         let ctx = Ctx(Arc::new(Shared {
             owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
             fetching: Mutex::new(BTreeMap::new()),
+            let_go: Mutex::new(BTreeMap::new()),
             keyed_topic: keyed_topic.clone(),
             group: self.group.clone(),
             engine: self.engine.clone(),
@@ -413,6 +428,7 @@ impl Looping {
                 self.survey();
             }
             self.round();
+            fencing::reclaim(&self.keyed);
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
                 self.last_report = Instant::now();
@@ -464,7 +480,7 @@ impl Looping {
                 fenced.push(*partition);
             }
         }
-        drop_fenced(&mut owned, &fenced, &self.m.telemetry);
+        ctx.drop_fenced(&mut owned, &fenced);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
         if let Some(w) = watermark {
             self.m.health.set_watermark(w);
@@ -569,7 +585,7 @@ impl Looping {
                 fenced.push(*partition);
             }
         }
-        drop_fenced(&mut owned, &fenced, &self.m.telemetry);
+        ctx.drop_fenced(&mut owned, &fenced);
     }
 
     fn control(&mut self, input: Input) {
@@ -661,15 +677,6 @@ fn count(telemetry: &Telemetry, tally: keyed::Tally) {
     group.skipped.with_label_values(&["unreadable"]).inc_by(tally.unreadable);
     for (rule, n) in tally.late {
         telemetry.late.with_label_values(&[&rule]).inc_by(n);
-    }
-}
-
-/// Drops the keyed partitions another instance owns now.
-fn drop_fenced(owned: &mut Owned, fenced: &[i32], telemetry: &Telemetry) {
-    for partition in fenced {
-        owned.keyed.remove(partition);
-        telemetry.group.fenced.inc();
-        tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
     }
 }
 
