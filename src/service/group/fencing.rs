@@ -6,11 +6,13 @@
 //! partition go. If Kafka then settles the partition on the instance that let it go, nobody
 //! runs it: its records are read and skipped (`not_owned`), and its keys' alerts are lost.
 //!
-//! So a partition let go this way is claimed again after [`RECLAIM_AFTER`] if Kafka still
-//! assigns it here: restored from the newest checkpoint in the store, and read again from its
-//! beginning (what the checkpoint covers is skipped). While two members both hold it, they take
-//! it from each other in turn, each restoring the other's checkpoint, and only the holder of
-//! the epoch writes; that stops when the assignment settles.
+//! So a partition let go this way is claimed again if, [`RECLAIM_AFTER`] later, Kafka still
+//! assigns it here and its owner in the store has not claimed it or stored its checkpoint for
+//! three checkpoint intervals (an owner that runs a partition stores one every interval: the
+//! progress reports change it). It is restored from the newest checkpoint in the store and read
+//! again from its beginning (what the checkpoint covers is skipped). An owner that is alive is
+//! left alone: the two would otherwise take the partition from each other in turn until Kafka
+//! settles its assignment.
 
 use super::fetching::refetch;
 use super::{Ctx, Owned, Shared};
@@ -43,7 +45,7 @@ impl Shared {
 
 /// Claims again the keyed partitions let go at least [`RECLAIM_AFTER`] ago that Kafka still
 /// assigns to `consumer`.
-pub(super) fn reclaim(consumer: &BaseConsumer<Ctx>) {
+pub(super) fn reclaim(consumer: &BaseConsumer<Ctx>, checkpoint_every: Duration) {
     let ctx = consumer.context();
     let due: Vec<i32> = {
         let let_go = ctx.let_go.lock().expect("let go");
@@ -58,6 +60,21 @@ pub(super) fn reclaim(consumer: &BaseConsumer<Ctx>) {
         if assignment.find_partition(&ctx.keyed_topic, partition).is_none() {
             continue;
         }
+        let saved_at = ctx.runtime.block_on(ctx.store.partition_saved_at(&ctx.group, partition));
+        let stale = (checkpoint_every * 3).max(RECLAIM_AFTER).as_millis() as i64;
+        match saved_at {
+            Ok(Some(at)) if crate::event::now_ms() - at < stale => {
+                // Its owner runs it: look again later, in case Kafka leaves it here.
+                ctx.let_go.lock().expect("let go").insert(partition, Instant::now());
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(partition, error = %e, "cannot read when the keyed partition was last checkpointed");
+                ctx.let_go.lock().expect("let go").insert(partition, Instant::now());
+                continue;
+            }
+        }
         {
             let mut owned = ctx.owned.lock().expect("owned");
             if owned.keyed.contains_key(&partition) {
@@ -67,7 +84,10 @@ pub(super) fn reclaim(consumer: &BaseConsumer<Ctx>) {
             owned.keyed.insert(partition, p);
             ctx.gauges(&owned);
         }
-        tracing::warn!(partition, "Kafka still assigns here a keyed partition this instance let go: claimed again");
+        tracing::warn!(
+            partition,
+            "Kafka still assigns here a keyed partition this instance let go, and its owner has stopped: claimed again"
+        );
         refetch(consumer, &ctx.keyed_topic, partition, "reclaimed");
     }
 }

@@ -428,7 +428,7 @@ impl Looping {
                 self.survey();
             }
             self.round();
-            fencing::reclaim(&self.keyed);
+            fencing::reclaim(&self.keyed, self.m.checkpoint_every);
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
                 self.last_report = Instant::now();

@@ -28,13 +28,15 @@ impl Store {
     /// writes fail from now on) and returns the new owner's fence with the partition's
     /// checkpoint, if it has one.
     pub async fn claim_partition(&self, group: &str, partition: i32) -> Result<(Fence, Option<PartitionCheckpoint>)> {
+        // A claim counts as a sign of life, as a checkpoint does ([`Store::partition_saved_at`]).
         let row = sqlx::query(
-            "INSERT INTO group_partitions (group_name, part, epoch) VALUES ($1, $2, 1) \
-             ON CONFLICT (group_name, part) DO UPDATE SET epoch = group_partitions.epoch + 1 \
+            "INSERT INTO group_partitions (group_name, part, epoch, taken_at_ms) VALUES ($1, $2, 1, $3) \
+             ON CONFLICT (group_name, part) DO UPDATE SET epoch = group_partitions.epoch + 1, taken_at_ms = $3 \
              RETURNING epoch, snapshot, state",
         )
         .bind(group.to_string())
         .bind(partition)
+        .bind(crate::event::now_ms())
         .fetch_one(&self.pool)
         .await?;
         let epoch: i64 = row.try_get(0)?;
@@ -42,6 +44,18 @@ impl Store {
         let state: Option<String> = row.try_get(2)?;
         let checkpoint = snapshot.zip(state).map(|(snapshot, state)| PartitionCheckpoint { snapshot, state });
         Ok((Fence { group: group.to_string(), partition, epoch }, checkpoint))
+    }
+
+    /// When the owner of a partition last claimed it or stored its checkpoint (wall clock),
+    /// if ever: an owner that runs the partition stores a checkpoint every interval.
+    pub async fn partition_saved_at(&self, group: &str, partition: i32) -> Result<Option<Millis>> {
+        let row: Option<(Option<i64>,)> =
+            sqlx::query_as("SELECT taken_at_ms FROM group_partitions WHERE group_name = $1 AND part = $2")
+                .bind(group.to_string())
+                .bind(partition)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.and_then(|(at,)| at))
     }
 
     /// Replaces a partition's checkpoint when `fence` still owns it; false when it does not.
