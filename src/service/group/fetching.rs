@@ -15,9 +15,10 @@ const STALLED: Duration = Duration::from_secs(3);
 /// starts inside a record batch, or answers from a later batch (RELIABILITY.md), and such a
 /// fetch starts whenever a member reads an assigned partition from where the last owner left
 /// it, or librdkafka fetches a kept partition again from the application's position (after a
-/// rebalance). So a partition whose first message after such a (re)start comes past a gap, or whose fetch position stays still for [`STALLED`] with nothing
-/// queued while the broker has more of it, is read again from its beginning, what was read
-/// skipped. All but the gap come from librdkafka's statistics.
+/// rebalance). So a partition whose first message after such a (re)start comes past a gap, or
+/// whose fetch position stays still for [`STALLED`] with nothing queued while the broker has
+/// more of it, is read again from its beginning, what was read skipped. All but the gap come
+/// from librdkafka's statistics.
 #[derive(Debug)]
 pub(super) struct Fetching {
     /// Fetching restarted: the next message is checked for a gap.
