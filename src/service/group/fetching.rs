@@ -23,6 +23,9 @@ const STALLED: Duration = Duration::from_secs(3);
 pub(super) struct Fetching {
     /// Fetching restarted: the next message is checked for a gap.
     pub(super) restarted: bool,
+    /// The last gap in the middle of a keyed partition that made it be read again: seen again
+    /// after that, it is taken as the broker's.
+    gap_read_again: Option<i64>,
     /// The partition's offsets on the broker, as its fetch responses say: Tansu answers a
     /// ListOffsets for the latest offset with a smaller one.
     pub(super) low: Option<i64>,
@@ -34,7 +37,14 @@ pub(super) struct Fetching {
 
 impl Fetching {
     pub(super) fn new(restarted: bool) -> Self {
-        Fetching { restarted, low: None, high: None, fetch_next: None, fetch_moved: Instant::now() }
+        Fetching {
+            restarted,
+            gap_read_again: None,
+            low: None,
+            high: None,
+            fetch_next: None,
+            fetch_moved: Instant::now(),
+        }
     }
 
     /// Takes what librdkafka's statistics say of the partition.
@@ -82,14 +92,26 @@ impl Shared {
     }
 
     /// Notes a message at `offset` of a partition whose next offset to take is `next`; true
-    /// when it came past a gap after a restart (the partition is then read again from its
-    /// beginning). Not a gap: `next` is no longer on the broker (below its first offset, as
-    /// the fetch responses say), so nothing before `offset` can be read.
+    /// when it came past a gap (the partition is then read again from its beginning, and the
+    /// message is not taken): after a restart, or in the middle of a keyed partition, once per
+    /// gap. The keyed topic is written by Vigil's forwarders alone, without transactions, so
+    /// on Apache Kafka its offsets have no gaps; on Tansu one gap of one offset was seen in six
+    /// loaded runs of the group test. Not a gap: `next` is no longer on the broker (below its
+    /// first offset, as the fetch responses say), so nothing before `offset` can be read.
     pub(super) fn arrived(&self, topic: &str, partition: i32, offset: i64, next: Option<i64>) -> bool {
         let mut fetching = self.fetching.lock().expect("fetching");
         let Some(f) = fetching.get_mut(&(topic.to_string(), partition)) else { return false };
+        let restarted = std::mem::take(&mut f.restarted);
         let gone = |n: i64| f.low.is_some_and(|low| n < low);
-        std::mem::take(&mut f.restarted) && next.is_some_and(|n| offset > n && !gone(n))
+        let Some(n) = next.filter(|n| offset > *n && !gone(*n)) else { return false };
+        if restarted {
+            return true;
+        }
+        if topic == self.keyed_topic && f.gap_read_again != Some(n) {
+            f.gap_read_again = Some(n);
+            return true;
+        }
+        false
     }
 
     /// The partition's high watermark from the fetch responses, when known.
