@@ -55,25 +55,24 @@ pub(super) fn reclaim(consumer: &BaseConsumer<Ctx>, checkpoint_every: Duration) 
         return;
     }
     let Ok(assignment) = consumer.assignment() else { return };
+    let stale = (checkpoint_every * 3).max(RECLAIM_AFTER).as_millis() as i64;
     for partition in due {
         ctx.settled(partition);
         if assignment.find_partition(&ctx.keyed_topic, partition).is_none() {
             continue;
         }
-        let saved_at = ctx.runtime.block_on(ctx.store.partition_saved_at(&ctx.group, partition));
-        let stale = (checkpoint_every * 3).max(RECLAIM_AFTER).as_millis() as i64;
-        match saved_at {
-            Ok(Some(at)) if crate::event::now_ms() - at < stale => {
-                // Its owner runs it: look again later, in case Kafka leaves it here.
-                ctx.let_go.lock().expect("let go").insert(partition, Instant::now());
-                continue;
-            }
-            Ok(_) => {}
+        let owner_alive = match ctx.runtime.block_on(ctx.store.partition_saved_at(&ctx.group, partition)) {
+            Ok(saved_at) => saved_at.is_some_and(|at| crate::event::now_ms() - at < stale),
             Err(e) => {
                 tracing::warn!(partition, error = %e, "cannot read when the keyed partition was last checkpointed");
-                ctx.let_go.lock().expect("let go").insert(partition, Instant::now());
-                continue;
+                true
             }
+        };
+        if owner_alive {
+            // Its owner runs it (or the store cannot say): look again later, in case Kafka
+            // leaves it here.
+            ctx.let_go.lock().expect("let go").insert(partition, Instant::now());
+            continue;
         }
         {
             let mut owned = ctx.owned.lock().expect("owned");
