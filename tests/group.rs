@@ -197,13 +197,20 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         let wanted = |l: &&str| l.starts_with("vigil_group_") || l.starts_with("vigil_events_late");
         counters += &format!("{}:\n{}\n", s.url, m.lines().filter(wanted).collect::<Vec<_>>().join("\n"));
     }
-    let late = counters
-        .lines()
-        .filter(|l| l.starts_with("vigil_events_late_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|n| n as u64)
-        .sum::<u64>();
+    let summed = |name: &str| {
+        counters
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|n| n as u64)
+            .sum::<u64>()
+    };
+    let late = summed("vigil_events_late_total");
     println!("late events, summed over rules and instances: {late}");
+    // The fleet-wide rule runs in two stages: its windows' summaries met in a stage two.
+    let summaries = summed("vigil_group_summaries_taken_total");
+    println!("summaries taken by stage two, summed over the instances: {summaries}");
+    assert!(summaries > 0, "no summary reached a stage two\n{counters}");
     let refetched: Vec<&str> = counters.lines().filter(|l| l.starts_with("vigil_group_refetched_total")).collect();
     println!("partitions read again from their beginning, by instance and reason: {refetched:?}");
     let (_, lost, extra) = stored(&pool, &expected).await;

@@ -17,6 +17,10 @@ pub struct EngineConfig {
     /// The key groups this engine owns, when several engines split one rule set's state
     /// (`--workers`); by default all of them.
     pub shard: Shard,
+    /// Whether rules with a cluster step run in two stages, as instances that share their keys
+    /// run them: their windows summarised where their events are, and judged where the
+    /// summaries meet ([`super::stage_two`]).
+    pub two_stage: bool,
 }
 
 /// Which of the [`KEY_GROUPS`](super::keys::KEY_GROUPS) key groups an engine owns: those whose

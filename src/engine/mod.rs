@@ -38,7 +38,9 @@ pub mod scorer;
 mod sequence;
 mod sequence_plan;
 pub mod snapshot;
+pub mod stage_two;
 mod state;
+mod summary;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -185,7 +187,7 @@ impl Engine {
             }
         }
         let regexes = Arc::new(regexes);
-        let (operators, layout) = physical::build(&plans, config.limits, &regexes);
+        let (operators, layout) = physical::build(&plans, config.limits, &regexes, config.two_stage);
         let n = operators.len();
         let key_of: Vec<KeyOf> =
             operators.iter().zip(&layout.served).map(|(op, served)| KeyOf::of(served, op.as_ref())).collect();
@@ -453,6 +455,19 @@ impl Engine {
         self.buffer.push(Pending { ts, event, arrival: self.arrivals });
         let target = release_target(self.max_ts.unwrap_or(Millis::MIN), self.config.lateness_ms);
         self.release(target, out);
+    }
+
+    /// The summaries of the windows that stage-one operators closed since the last call
+    /// ([`stage_two`]), by operator, each operator's in the order of its windows.
+    pub fn take_summaries(&mut self) -> Vec<stage_two::Summary> {
+        let mut out = Vec::new();
+        for (op, served) in self.operators.iter_mut().zip(&self.layout.served) {
+            for mut summary in op.take_summaries() {
+                summary.op = served.id.0.clone();
+                out.push(summary);
+            }
+        }
+        out
     }
 
     /// The key groups whose state `event` reaches: for each operator whose filter it passes,

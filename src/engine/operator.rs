@@ -31,6 +31,10 @@ pub trait Operator: Send {
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error>;
     /// Puts back a state [`Operator::snapshot`] made, by an operator built from the same rules.
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error>;
+    /// A stage-one operator's closed windows since the last call ([`super::stage_two`]).
+    fn take_summaries(&mut self) -> Vec<super::summary::Summary> {
+        Vec::new()
+    }
     /// Keys dropped so far, per rule and reason (`cap`, `idle` or `memory`).
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {
         Vec::new()

@@ -42,9 +42,43 @@ pub struct Layout {
     pub gate: Gate,
 }
 
+/// The windowed rules of `plans`, one builder per state: rules whose windowed state is the same
+/// computation share one operator (SAQL's master-dependent scheme). With `two_stage`, rules
+/// with a cluster step share only with each other, so that their operator can be split in two
+/// ([`super::stage_two`]).
+pub fn window_builders(
+    plans: &[Arc<RulePlan>],
+    two_stage: bool,
+    regexes: &Arc<RegexCache>,
+) -> Vec<window::WindowOperatorBuilder> {
+    let mut shared: HashMap<String, usize> = HashMap::new();
+    let mut windows: Vec<window::WindowOperatorBuilder> = Vec::new();
+    for plan in plans {
+        let Some(w) = plan.model.windowed() else { continue };
+        let mut state = window::shared_state(plan, w);
+        if two_stage && plan.model.cluster().is_some() {
+            state.push_str(" cluster");
+        }
+        match shared.get(&state) {
+            Some(&i) => windows[i].add(plan.clone()),
+            None => {
+                shared.insert(state, windows.len());
+                windows.push(window::WindowOperatorBuilder::new(plan.clone(), w, regexes.clone()));
+            }
+        }
+    }
+    windows
+}
+
 /// Builds the operators and the layout for `plans`. Rules whose windowed state is the same
-/// computation share one operator (SAQL's master-dependent scheme).
-pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>) -> (Vec<Box<dyn Operator>>, Layout) {
+/// computation share one operator ([`window_builders`]); with `two_stage`, the operators of
+/// rules with a cluster step that can be split in two are their stage one.
+pub fn build(
+    plans: &[Arc<RulePlan>],
+    limits: Limits,
+    regexes: &Arc<RegexCache>,
+    two_stage: bool,
+) -> (Vec<Box<dyn Operator>>, Layout) {
     let mut operators: Vec<Box<dyn Operator>> = Vec::new();
     let mut served: Vec<Served> = Vec::new();
     let mut routes: [StreamRoutes; Stream::COUNT] = Default::default();
@@ -58,8 +92,6 @@ pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>)
             filters.len() - 1
         }))
     };
-    let mut shared: HashMap<String, usize> = HashMap::new();
-    let mut windows: Vec<window::WindowOperatorBuilder> = Vec::new();
     for plan in plans {
         let (op, kind): (Box<dyn Operator>, OperatorKind) = match &plan.model {
             ModelPlan::SingleEvent => {
@@ -69,19 +101,8 @@ pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>)
                 Box::new(sequence::SequenceOperator::new(plan.clone(), seq, regexes.clone(), limits)),
                 OperatorKind::Sequence,
             ),
-            ModelPlan::TimeSeries(w)
-            | ModelPlan::Invariant(w, _)
-            | ModelPlan::Outlier(w, _)
-            | ModelPlan::Scored(w, _) => {
-                let state = window::shared_state(plan, w);
-                match shared.get(&state) {
-                    Some(&i) => windows[i].add(plan.clone()),
-                    None => {
-                        shared.insert(state, windows.len());
-                        windows.push(window::WindowOperatorBuilder::new(plan.clone(), w, regexes.clone()));
-                    }
-                }
-                continue;
+            ModelPlan::TimeSeries(..) | ModelPlan::Invariant(..) | ModelPlan::Outlier(..) | ModelPlan::Scored(..) => {
+                continue
             }
         };
         let index = operators.len();
@@ -92,15 +113,14 @@ pub fn build(plans: &[Arc<RulePlan>], limits: Limits, regexes: &Arc<RegexCache>)
             routes[src.stream as usize].add(src, required_for(plan, i), target);
         }
     }
-    for builder in windows {
+    for builder in window_builders(plans, two_stage, regexes) {
         let index = operators.len();
         let first = builder.plans()[0].clone();
         let target = Target { op: index, source: 0, filter: filter_of(&first, 0) };
         routes[first.sources[0].stream as usize].add(&first.sources[0], required_for(&first, 0), target);
-        let plans = builder.plans().to_vec();
-        let ids: Vec<StateId> = plans.iter().map(|p| p.state_id()).collect();
-        served.push(Served { plans, id: StateId(structural_hash(&ids)), kind: OperatorKind::Window });
-        operators.push(Box::new(builder.build(limits)));
+        served.push(Served { plans: builder.plans().to_vec(), id: builder.id(), kind: OperatorKind::Window });
+        let stage = if two_stage && builder.splittable() { window::Stage::Summarise } else { window::Stage::Whole };
+        operators.push(Box::new(builder.build_stage(limits, stage)));
     }
     let gate = Gate::new(&routes, &filters);
     (operators, Layout { served, routes, filters, gate })

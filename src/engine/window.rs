@@ -8,6 +8,11 @@
 //! as it needs to remember (its history, or its invariant's training) and no active alert is
 //! forgotten.
 
+mod parts;
+mod stages;
+
+pub use stages::{Pending, Stage};
+
 use super::alerting::Alerting;
 use super::eval::{eval, holds, ClusterResult, Env, History, NumberTest, RegexCache};
 use super::invariant::Baseline;
@@ -17,11 +22,11 @@ use super::operator::Operator;
 use super::outlier;
 use super::scorer::Scores;
 use super::state::Acc;
-use crate::alert::{Alert, Evidence, MAX_EVIDENCE};
-use crate::event::{format_time, Event, Millis, Value};
+use crate::alert::{Alert, Evidence};
+use crate::event::{Event, Millis, Value};
 use crate::plan::{GroupKey, RulePlan, ScorePlan, SourcePlan, StatePlan, TExprKind, WindowPlan, WindowedPlan};
-use serde_json::Value as Json;
-use std::collections::{BTreeMap, HashMap};
+use parts::{compare_keys, evidence, in_key_order, rebuild_positions, stand_in};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What makes two rules' windowed states the same computation: the pattern and its filter,
@@ -74,7 +79,24 @@ impl WindowOperatorBuilder {
         &self.plans
     }
 
+    /// Whether the operator can be split in two stages ([`Stage`]).
+    pub fn splittable(&self) -> bool {
+        WindowOperator::splittable(&self.plans, &self.windowed.state)
+    }
+
+    /// The operator's state identity: what its checkpointed state is kept under.
+    pub fn id(&self) -> crate::plan::StateId {
+        let ids: Vec<crate::plan::StateId> = self.plans.iter().map(|p| p.state_id()).collect();
+        crate::plan::StateId(crate::plan::structural_hash(&ids))
+    }
+
     pub fn build(self, limits: super::config::Limits) -> WindowOperator {
+        self.build_stage(limits, Stage::Whole)
+    }
+
+    /// The operator for one stage of a rule split in two ([`Stage`]).
+    pub fn build_stage(self, limits: super::config::Limits, stage: Stage) -> WindowOperator {
+        let peers_by_key = stages::peers_by_key(&self.plans, &self.windowed.state, self.plans[0].sources[0].stream);
         let first = self.plans[0].clone();
         let WindowedPlan { window, state } = self.windowed;
         let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
@@ -124,6 +146,10 @@ impl WindowOperatorBuilder {
             .unwrap_or(0);
         let settle_closes = u32::try_from((history as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
         WindowOperator {
+            stage,
+            peers_by_key,
+            summaries: Vec::new(),
+            pending: Pending::default(),
             quiet_closes: 0,
             settle_closes,
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
@@ -240,6 +266,14 @@ impl Dependent {
 }
 
 pub struct WindowOperator {
+    stage: Stage,
+    /// When summarising: whether a group's peer group (its cluster step's `per`) is a function
+    /// of its key, so that summaries can go to the stage-two partition of their peer group.
+    peers_by_key: bool,
+    /// When summarising: the closed windows not yet taken ([`WindowOperator::take_summaries`]).
+    summaries: Vec<super::summary::Summary>,
+    /// When judging: the summaries of windows not closed yet.
+    pending: Pending,
     /// The single pattern, as a one-element slice for [`Env`].
     source: Vec<SourcePlan>,
     /// Positions of the pattern's entity key fields.
@@ -309,6 +343,50 @@ impl WindowOperator {
         n
     }
 
+    /// A judging operator's summaries of one window, by key, with a group added for each key
+    /// new in them.
+    fn summarised_groups(&mut self, groups: Vec<(Key, Arc<[Value]>)>) -> HashMap<Key, Arc<[Value]>> {
+        for (key, _) in &groups {
+            self.insert_group(key.clone());
+        }
+        groups.into_iter().collect()
+    }
+
+    /// Adds a group for `key`, with nothing in it yet, unless there is one; over the cap, the
+    /// groups idle longest make room first.
+    fn insert_group(&mut self, key: Key) {
+        if self.groups.contains_key(&key) {
+            return;
+        }
+        if self.groups.len() >= self.max_keys {
+            self.evict();
+        }
+        let rules = self.dependents.len();
+        let scores: Box<[Option<Scores>]> = if self.has_scores {
+            self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect()
+        } else {
+            Box::default()
+        };
+        // Quiet closes count from the newest group, so that every group has been through them
+        // (its history full of empty windows) before any are skipped.
+        self.quiet_closes = 0;
+        self.groups.insert(
+            key,
+            Group {
+                // Sized once: a tumbling window has one open at a time, a sliding one
+                // size/slide.
+                open: OpenWindows::with_capacity((self.size / self.slide).max(1) as usize, self.empty.len()),
+                history: History::new(),
+                last_event: None,
+                idle: 0,
+                active: false,
+                // Only rules with an invariant keep a baseline per group.
+                baselines: if self.has_invariant { vec![Baseline::default(); rules].into() } else { Box::default() },
+                scores,
+            },
+        );
+    }
+
     fn group_key(&self, event: &Event) -> Key {
         let events = [Some(event)];
         let env = Env::events(&self.source, &events, &self.regexes);
@@ -329,12 +407,18 @@ impl WindowOperator {
     }
 
     /// Closes the window ending at `end` for every group and lets each dependent rule judge it.
-    fn close(&mut self, end: Millis, out: &mut Vec<Alert>) {
+    /// A judging operator takes the groups' results from `incoming` (the summaries of the
+    /// window) instead of their open windows: a group new in them is added first.
+    fn close(&mut self, end: Millis, incoming: Option<Vec<(Key, Arc<[Value]>)>>, out: &mut Vec<Alert>) {
         let start = end - self.size;
+        let mut incoming = incoming.map(|groups| self.summarised_groups(groups));
         let empty = &self.empty;
         let mut any_active = false;
-        for group in self.groups.values_mut() {
-            let results = group.open.close(start);
+        for (key, group) in self.groups.iter_mut() {
+            let results = match incoming.as_mut() {
+                Some(summaries) => summaries.remove(key),
+                None => group.open.close(start),
+            };
             group.active = results.is_some();
             any_active |= group.active;
             let results = results.unwrap_or_else(|| empty.iter().map(Acc::result).collect());
@@ -431,11 +515,14 @@ impl WindowOperator {
             ms => (ms / self.slide).clamp(1, i64::from(u32::MAX)) as u32,
         };
         let dependents = &self.dependents;
+        let pending = &self.pending;
         let mut expired = 0;
         self.groups.retain(|key, g| {
             let active = dependents.iter().any(|d| d.alerting.is_active(key));
-            let remembered = g.idle < remember || !g.open.is_empty() || active;
-            let idle_out = g.idle >= idle_windows && g.open.is_empty() && !active;
+            // A judging operator's group has summaries of windows to come instead.
+            let open = !g.open.is_empty() || pending.awaits(key);
+            let remembered = g.idle < remember || open || active;
+            let idle_out = g.idle >= idle_windows && !open && !active;
             expired += u64::from(remembered && idle_out);
             remembered && !idle_out
         });
@@ -480,116 +567,12 @@ impl WindowOperator {
     }
 }
 
-/// Field positions that the key values of a group fill in a stand-in event, if every group key
-/// is an entity or a plain field of the pattern's event.
-fn rebuild_positions(state: &StatePlan, stream: crate::schema::Stream) -> Option<Vec<usize>> {
-    use crate::plan::TExprKind;
-    let mut out = Vec::new();
-    for k in &state.group_by {
-        match k {
-            GroupKey::Entity { kind, .. } => {
-                out.extend(kind.key_fields().iter().map(|f| crate::event::field_position(stream, f)))
-            }
-            GroupKey::Value(e) => match &e.kind {
-                TExprKind::EventField { index, .. } | TExprKind::EntityField { index, .. }
-                    if *index != crate::event::TS_INDEX =>
-                {
-                    out.push(*index)
-                }
-                _ => return None,
-            },
-        }
-    }
-    Some(out)
-}
-
-/// The event a group's alert reads its key values from: its latest event if it keeps one, or
-/// else `scratch`, a blank event of the pattern's stream, with the key's values written where
-/// they came from.
-fn stand_in<'e>(
-    last: &'e Option<Arc<Event>>,
-    rebuild: &Option<Vec<usize>>,
-    key: &Key,
-    scratch: &'e mut Event,
-) -> &'e Event {
-    if let Some(e) = last {
-        return e;
-    }
-    if let Some(positions) = rebuild {
-        for (pos, v) in positions.iter().zip(&key.0) {
-            if let Some(slot) = scratch.fields.get_mut(*pos) {
-                *slot = v.clone();
-            }
-        }
-    }
-    scratch
-}
-
-/// Puts the alerts of one close, from `first` on, in the order of their groups' keys (`runs`:
-/// each group's key and the range of its alerts), a group's own in the order of the rules: a
-/// stable order makes the alerts of one close come out the same on every run.
-fn in_key_order(out: &mut Vec<Alert>, first: usize, mut runs: Vec<(&Key, usize, usize)>) {
-    if runs.len() <= 1 {
-        return;
-    }
-    runs.sort_by(|a, b| compare_keys(a.0, b.0));
-    let mut rank = vec![0; out.len() - first];
-    for (n, &(_, from, to)) in runs.iter().enumerate() {
-        rank[from - first..to - first].fill(n);
-    }
-    let mut alerts: Vec<(usize, Alert)> = rank.into_iter().zip(out.drain(first..)).collect();
-    alerts.sort_by_key(|(n, _)| *n);
-    out.extend(alerts.into_iter().map(|(_, alert)| alert));
-}
-
-fn compare_keys(a: &Key, b: &Key) -> std::cmp::Ordering {
-    a.0.iter().zip(&b.0).map(|(x, y)| x.tie_order(y)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
-}
-
-/// The windows behind an alert: the group's state in its recent windows, newest first, and the
-/// baseline or cluster summary it was judged against.
-fn evidence(
-    names: &[String],
-    history: &History,
-    end: Millis,
-    size: Millis,
-    slide: Millis,
-    baselines: Option<&BTreeMap<String, Value>>,
-    cluster: Option<&ClusterResult>,
-) -> Vec<Evidence> {
-    let mut out: Vec<Evidence> = history
-        .iter()
-        .take(MAX_EVIDENCE - 1)
-        .enumerate()
-        .map(|(ago, values)| {
-            let window_end = end - ago as Millis * slide;
-            let mut obj = serde_json::Map::new();
-            obj.insert("window".into(), Json::from(ago));
-            obj.insert("start".into(), Json::String(format_time(window_end - size)));
-            obj.insert("end".into(), Json::String(format_time(window_end)));
-            for (name, v) in names.iter().zip(values.iter()) {
-                obj.insert(name.clone(), v.to_json());
-            }
-            Evidence::Json(Json::Object(obj))
-        })
-        .collect();
-    if let Some(b) = baselines {
-        let obj: serde_json::Map<String, Json> = b.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
-        out.push(Evidence::Json(serde_json::json!({ "baseline": obj })));
-    }
-    if let Some(c) = cluster {
-        out.push(Evidence::Json(serde_json::json!({ "cluster": {
-            "outlier": c.outlier, "score": Value::Num(c.score).to_json(), "median": c.median,
-            "mean": c.mean, "mad": c.mad, "size": c.size, "peers": &*c.peers,
-        }})));
-    }
-    out
-}
-
 impl Operator for WindowOperator {
     fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
-        // A cluster step compares every group of a window: its state is one whole.
-        let fleet_wide = self.dependents.iter().any(|d| matches!(d.plan.model, crate::plan::ModelPlan::Outlier(..)));
+        // A cluster step compares every group of a window: its state is one whole, unless a
+        // second stage judges the summaries of its groups.
+        let fleet_wide = self.stage == Stage::Whole
+            && self.dependents.iter().any(|d| matches!(d.plan.model, crate::plan::ModelPlan::Outlier(..)));
         self.rebuild.clone().filter(|p| !p.is_empty() && !fleet_wide)
     }
 
@@ -633,33 +616,8 @@ impl Operator for WindowOperator {
             Some(group) => add(group, &self.empty, self.slide),
             None => {
                 let key = self.group_key(event);
-                if self.groups.len() >= self.max_keys && !self.groups.contains_key(&key) {
-                    self.evict();
-                }
-                let baselines = self.dependents.len();
-                let has_invariant = self.has_invariant;
-                let scores: Box<[Option<Scores>]> = if self.has_scores {
-                    self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect()
-                } else {
-                    Box::default()
-                };
-                let open_windows = (self.size / self.slide).max(1) as usize;
-                let fields = self.empty.len();
-                // Quiet closes count from the newest group, so that every group has been
-                // through them (its history full of empty windows) before any are skipped.
-                self.quiet_closes = 0;
-                let group = self.groups.entry(key).or_insert_with(|| Group {
-                    // Sized once: a tumbling window has one open at a time, a sliding one
-                    // size/slide.
-                    open: OpenWindows::with_capacity(open_windows, fields),
-                    history: History::new(),
-                    last_event: None,
-                    idle: 0,
-                    active: false,
-                    // Only rules with an invariant keep a baseline per group.
-                    baselines: if has_invariant { vec![Baseline::default(); baselines].into() } else { Box::default() },
-                    scores,
-                });
+                self.insert_group(key.clone());
+                let group = self.groups.get_mut(&key).expect("inserted");
                 add(group, &self.empty, self.slide);
             }
         }
@@ -669,11 +627,20 @@ impl Operator for WindowOperator {
             self.next_close = Some(first_end);
         }
     }
-
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
         while let Some(end) = self.next_close.filter(|end| end - 1 <= watermark) {
-            self.close(end, out);
+            match self.stage {
+                Stage::Whole => self.close(end, None, out),
+                Stage::Summarise => self.summarise(end),
+                Stage::Judge => {
+                    let incoming = self.pending.take(end);
+                    self.close(end, Some(incoming), out);
+                }
+            }
             self.next_close = (!self.groups.is_empty()).then_some(end + self.slide);
+            if self.stage == Stage::Judge {
+                self.next_close = self.pending.closed(end, self.next_close);
+            }
         }
     }
 
@@ -690,7 +657,10 @@ impl Operator for WindowOperator {
         if self.quiet_closes < self.settle_closes {
             return;
         }
-        let busy = self.groups.values().filter_map(|g| g.open.first_start()).min().map(|start| start + self.size);
+        let busy = match self.stage {
+            Stage::Judge => self.pending.first_end(),
+            _ => self.groups.values().filter_map(|g| g.open.first_start()).min().map(|start| start + self.size),
+        };
         // The last quiet close: final (its end is at most horizon + 1) and before the first busy
         // one. The closes before it are skipped; it is made.
         let last = busy.map_or(horizon.saturating_add(1), |b| (b - self.slide).min(horizon.saturating_add(1)));
@@ -745,6 +715,10 @@ impl Operator for WindowOperator {
             d.alerting.restore_quiet(q);
         }
         Ok(())
+    }
+
+    fn take_summaries(&mut self) -> Vec<super::summary::Summary> {
+        std::mem::take(&mut self.summaries)
     }
 
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {

@@ -327,6 +327,8 @@ fn engine_config(config: &ServeConfig) -> crate::engine::EngineConfig {
         // Event time never runs ahead of the wall clock: no event can make the present late.
         clock: Some(Arc::new(crate::engine::SystemClock)),
         shard: Default::default(),
+        // A group member sets it (`src/service/group`): one engine judges a window whole.
+        two_stage: false,
     }
 }
 

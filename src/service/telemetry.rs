@@ -48,8 +48,12 @@ pub struct GroupMetrics {
     pub forwarded: IntCounter,
     /// Forwarded events the keyed partitions took (those sent again after a hand-over once).
     pub taken: IntCounter,
-    /// Forwarded events a keyed partition had taken already (sent again after a hand-over).
+    /// Forwarded events, and summaries, a keyed partition had taken already (sent again after a
+    /// hand-over).
     pub duplicates: IntCounter,
+    /// Summaries of fleet-wide rules' windows sent to their stage two, and taken there.
+    pub summaries: IntCounter,
+    pub summaries_taken: IntCounter,
     /// Records of the keyed topic read and not taken, by reason.
     pub skipped: IntCounterVec,
     /// Partitions read again from their beginning, by reason (gap, stalled, reclaimed).
@@ -100,7 +104,17 @@ impl GroupMetrics {
             duplicates: plain_counter(
                 registry,
                 "vigil_group_duplicates_total",
-                "Forwarded events a keyed partition had taken already (sent again after a hand-over), dropped",
+                "Forwarded events and summaries a keyed partition had taken already (sent again after a hand-over), dropped",
+            ),
+            summaries: plain_counter(
+                registry,
+                "vigil_group_summaries_total",
+                "Summaries of fleet-wide rules' windows sent by stage one to the keyed partition of their stage two",
+            ),
+            summaries_taken: plain_counter(
+                registry,
+                "vigil_group_summaries_taken_total",
+                "Summaries stage two took (one sent again after a hand-over counts once, with the duplicates)",
             ),
             skipped: counter(
                 registry,

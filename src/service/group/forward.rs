@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 pub const FROM: &str = "vigil-from";
 /// Header of a progress record, whose payload is a JSON list of [`Progress`].
 pub const PROGRESS: &str = "vigil-progress";
+/// Header of a stage one's summary of a fleet-wide rule's window, whose payload is a
+/// [`SummaryRecord`](super::keyed::SummaryRecord) (postcard).
+pub const SUMMARY: &str = "vigil-summary";
+/// Header of a stage one's report, whose payload is a
+/// [`StageReport`](super::keyed::StageReport) (postcard).
+pub const STAGE: &str = "vigil-stage";
 /// An input partition with no new message for this long, read to its end, is idle.
 const IDLE: Duration = Duration::from_secs(1);
 /// How often every owned input partition is reported, changed or not: a report that an
@@ -153,6 +159,30 @@ impl Forwarder {
             o.last_message = Instant::now();
             o.idle = false;
         }
+    }
+
+    /// Sends a record of a keyed partition's own (`header`: [`SUMMARY`] or [`STAGE`]) to the
+    /// keyed partition `partition`, or to every one when `None`.
+    pub fn send_stage(&self, partition: Option<i32>, header: &'static str, payload: &[u8]) {
+        let partitions = match partition {
+            Some(p) => p..p + 1,
+            None => 0..self.partitions as i32,
+        };
+        for p in partitions {
+            let headers = OwnedHeaders::new().insert(Header { key: header, value: Some(&[][..]) });
+            self.send(p, payload, headers);
+        }
+    }
+
+    /// Waits until the broker has every record sent so far; false when that takes too long or a
+    /// record was lost. A keyed partition's checkpoint is stored only after the summaries sent
+    /// before it are delivered: they are not sent again once it is.
+    pub fn delivered(&self) -> bool {
+        if let Err(e) = self.producer.flush(Duration::from_secs(30)) {
+            tracing::warn!(error = %e, "records sent are still on their way");
+            return false;
+        }
+        self.producer.context().failed.load(Ordering::Relaxed) == 0
     }
 
     fn send(&self, partition: i32, payload: &[u8], headers: OwnedHeaders) {

@@ -10,9 +10,15 @@
 //!   as its forwarder reports it), so no event is late because another partition ran ahead.
 //!   An upstream partition its forwarder reports idle (read to its end, and quiet) does not
 //!   hold time back; when every one is idle, time moves to the newest of them.
+//!
+//! A keyed partition is also a stage one and a stage two of the fleet-wide rules
+//! ([`crate::engine::stage_two`]): its engine summarises their windows, which go to the stage
+//! two of their peer group in another keyed partition (or this one), and it reports how far its
+//! engine has got to every partition, after the summaries.
 
 use crate::alert::Alert;
 use crate::engine::snapshot::Snapshot;
+use crate::engine::stage_two::{StageTwo, Summary, TookSummary};
 use crate::engine::{Engine, EngineConfig};
 use crate::event::{Event, LineDecoder, Millis};
 use crate::plan::RulePlan;
@@ -70,6 +76,26 @@ struct Kept {
     /// The next offset of the keyed partition to take.
     next_offset: i64,
     upstream: BTreeMap<UpstreamId, Upstream>,
+    /// Where the stage two's state starts in the checkpoint's snapshot, after the engine's
+    /// (none in checkpoints of builds without it).
+    #[serde(default)]
+    stage_two_at: Option<usize>,
+}
+
+/// A summary of a stage one's window, as the keyed topic carries it (postcard).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SummaryRecord {
+    /// The keyed partition that sent it.
+    pub source: i32,
+    pub summary: Summary,
+}
+
+/// How far a keyed partition's stage one has got, as the keyed topic carries it (postcard):
+/// it follows the summaries of every window before.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StageReport {
+    pub source: i32,
+    pub watermark: Millis,
 }
 
 /// What became of a forwarded event.
@@ -88,6 +114,10 @@ pub enum Took {
 enum Queued {
     /// A forwarder's progress reports, as JSON.
     Progress(Vec<u8>),
+    /// A stage one's summary ([`SummaryRecord`]).
+    Summary(Vec<u8>),
+    /// A stage one's report ([`StageReport`]).
+    Stage(Vec<u8>),
     /// A forwarded event: its upstream partition and offset there, its topic's stream and its
     /// line.
     Event { upstream: UpstreamId, offset: i64, stream: Option<Stream>, line: Vec<u8> },
@@ -98,6 +128,8 @@ enum Queued {
 pub struct Tally {
     pub taken: u64,
     pub duplicates: u64,
+    /// Summaries taken by stage two.
+    pub summaries: u64,
     /// Forwarded events or progress records that cannot be read.
     pub unreadable: u64,
     /// Late events per rule.
@@ -107,6 +139,11 @@ pub struct Tally {
 pub struct KeyedPartition {
     pub fence: Fence,
     engine: Engine,
+    stage_two: StageTwo,
+    /// Summaries for stage two to send, by keyed partition: the member sends them.
+    outgoing: Vec<(i32, Vec<u8>)>,
+    /// The engine's watermark as last reported to the stage twos.
+    reported: Option<Millis>,
     kept: Kept,
     /// The engine's late counts per rule, as last reported.
     late_seen: BTreeMap<String, u64>,
@@ -134,6 +171,9 @@ impl KeyedPartition {
         let config = EngineConfig { lateness_ms: HELD, clock: None, ..config.clone() };
         let mut p = KeyedPartition {
             fence,
+            stage_two: StageTwo::new(&plans, &config, config.shard.count as u32),
+            outgoing: Vec::new(),
+            reported: None,
             engine: Engine::new(plans, config),
             kept: Kept::default(),
             late_seen: BTreeMap::new(),
@@ -154,8 +194,12 @@ impl KeyedPartition {
 
     fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), String> {
         self.kept = serde_json::from_str(&c.state).map_err(|e| e.to_string())?;
-        let snapshot = Snapshot::from_bytes(&c.snapshot).map_err(|e| e.to_string())?;
+        let at = self.kept.stage_two_at.unwrap_or(c.snapshot.len()).min(c.snapshot.len());
+        let snapshot = Snapshot::from_bytes(&c.snapshot[..at]).map_err(|e| e.to_string())?;
         self.engine.restore(snapshot).map_err(|e| e.to_string())?;
+        if self.kept.stage_two_at.is_some() {
+            self.stage_two.restore(&c.snapshot[at..]).map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 
@@ -163,7 +207,12 @@ impl KeyedPartition {
     /// keeps is past them.
     pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, String> {
         self.take_queued();
-        let snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
+        let mut snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
+        self.kept.stage_two_at = None;
+        if !self.stage_two.is_empty() {
+            self.kept.stage_two_at = Some(snapshot.len());
+            snapshot.extend(self.stage_two.snapshot().map_err(|e| e.to_string())?);
+        }
         let state = serde_json::to_string(&self.kept).map_err(|e| e.to_string())?;
         Ok(PartitionCheckpoint { snapshot, state })
     }
@@ -200,11 +249,56 @@ impl KeyedPartition {
         self.queued.len()
     }
 
-    /// Takes the queued records, then moves time as far as `inputs` let it: alerts go to
-    /// `out`.
+    /// Queues a stage one's summary or report (`report`), to be taken by
+    /// [`KeyedPartition::work`].
+    pub fn queue_stage(&mut self, report: bool, bytes: &[u8]) {
+        self.queued.push(if report { Queued::Stage(bytes.to_vec()) } else { Queued::Summary(bytes.to_vec()) });
+    }
+
+    /// Takes the queued records, then moves time as far as `inputs` let it, then stage two as
+    /// far as every stage one has reported: alerts go to `out`, summaries to the outgoing ones.
     pub fn work(&mut self, inputs: &[UpstreamId]) {
         self.take_queued();
         self.advance(inputs);
+        self.summarise();
+        self.stage_two.advance(&mut self.out);
+    }
+
+    /// The engine's summaries as records, by the keyed partition of their operator and peer
+    /// group.
+    fn summarise(&mut self) {
+        let partitions = self.engine.config().shard.count.max(1) as u32;
+        for summary in self.engine.take_summaries() {
+            let mut by_partition: BTreeMap<i32, Vec<_>> = BTreeMap::new();
+            for g in summary.groups {
+                let group = crate::engine::keys::key_group_of(&(&summary.op, &g.peers));
+                by_partition.entry((group % partitions) as i32).or_default().push(g);
+            }
+            for (partition, groups) in by_partition {
+                let summary = Summary { op: summary.op.clone(), end: summary.end, groups };
+                let record = SummaryRecord { source: self.fence.partition, summary };
+                match postcard::to_stdvec(&record) {
+                    Ok(bytes) => self.outgoing.push((partition, bytes)),
+                    Err(e) => tracing::error!(error = %e, "a summary cannot be encoded"),
+                }
+            }
+        }
+    }
+
+    /// The summaries to send, by keyed partition, in their order.
+    pub fn take_outgoing(&mut self) -> Vec<(i32, Vec<u8>)> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// A report for every stage two of how far this partition's stage one has got, when it
+    /// got further since the last one (none when the rules have no stage two).
+    pub fn stage_report(&mut self) -> Option<Vec<u8>> {
+        let watermark = self.engine.watermark().filter(|_| !self.stage_two.is_empty())?;
+        if self.reported.is_some_and(|r| r >= watermark) {
+            return None;
+        }
+        self.reported = Some(watermark);
+        postcard::to_stdvec(&StageReport { source: self.fence.partition, watermark }).ok()
     }
 
     fn take_queued(&mut self) {
@@ -216,6 +310,24 @@ impl KeyedPartition {
                     Err(e) => {
                         self.tally.unreadable += 1;
                         tracing::warn!(error = %e, "a progress record that cannot be read");
+                    }
+                },
+                Queued::Summary(bytes) => match postcard::from_bytes::<SummaryRecord>(&bytes) {
+                    Ok(r) => match self.stage_two.take(r.source, r.summary) {
+                        TookSummary::Taken => self.tally.summaries += 1,
+                        TookSummary::Duplicate => self.tally.duplicates += 1,
+                        TookSummary::Unknown => tracing::debug!(source = r.source, "a summary of a rule not run here"),
+                    },
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a summary that cannot be read");
+                    }
+                },
+                Queued::Stage(bytes) => match postcard::from_bytes::<StageReport>(&bytes) {
+                    Ok(r) => self.stage_two.report(r.source, r.watermark),
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a stage report that cannot be read");
                     }
                 },
                 Queued::Event { upstream, offset, stream, line } => match self.decoder.decode_bytes(&line, stream) {
@@ -338,11 +450,12 @@ impl KeyedPartition {
 
     pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
         self.dirty = true;
+        self.stage_two.reload(&plans, self.engine.config());
         self.engine.reload(plans)
     }
 
     pub fn state_bytes(&self) -> usize {
-        self.engine.state_bytes()
+        self.engine.state_bytes() + self.stage_two.state_bytes()
     }
 }
 

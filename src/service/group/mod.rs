@@ -145,12 +145,14 @@ impl ConsumerContext for Ctx {
         let lost = consumer.assignment_lost();
         let kind = if lost { "lost" } else { "revoked" };
         let mut owned = self.owned.lock().expect("owned");
+        // The summaries a checkpoint's stage one has sent must be delivered before it is stored.
+        let delivered = lost || owned.forwarder.delivered();
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             if e.topic() == self.keyed_topic {
                 self.settled(e.partition());
                 let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
-                if !lost && self.save(&mut p) {
+                if !lost && delivered && self.save(&mut p) {
                     commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
                 }
                 tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
@@ -321,10 +323,13 @@ fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, p: &KeyedPartition, m
 impl Member {
     /// Runs the member on its own thread until `stop`; `control` brings rule reloads.
     pub fn spawn(
-        self,
+        mut self,
         control: mpsc::Receiver<Input>,
         stop: watch::Receiver<bool>,
     ) -> Result<std::thread::JoinHandle<()>, rdkafka::error::KafkaError> {
+        // Fleet-wide rules run in two stages over the keyed partitions: the router sends their
+        // events by group key, like any other rule's.
+        self.engine.two_stage = true;
         let keyed_topic = keyed_topic(&self.group);
         let producer =
             super::kafka::forwarding_producer(&self.brokers, &self.kafka_options, forward::Deliveries::default())?;
@@ -474,7 +479,12 @@ impl Looping {
         let mut owned = ctx.owned.lock().expect("owned");
         work(&mut owned.keyed, &self.inputs, self.m.workers);
         let mut fenced = Vec::new();
-        for (partition, p) in owned.keyed.iter_mut() {
+        let Owned { keyed, forwarder, .. } = &mut *owned;
+        for (partition, p) in keyed.iter_mut() {
+            for (to, summary) in p.take_outgoing() {
+                forwarder.send_stage(Some(to), forward::SUMMARY, &summary);
+                self.m.telemetry.group.summaries.inc();
+            }
             count(&self.m.telemetry, p.tally());
             if !self.store_alerts(p) {
                 fenced.push(*partition);
@@ -550,6 +560,12 @@ impl Looping {
         let mut owned = consumer.context().owned.lock().expect("owned");
         let ctx = consumer.context();
         owned.forwarder.report(|topic, partition, next| caught_up(ctx, topic, partition, next));
+        let Owned { keyed, forwarder, .. } = &mut *owned;
+        for p in keyed.values_mut() {
+            if let Some(report) = p.stage_report() {
+                forwarder.send_stage(None, forward::STAGE, &report);
+            }
+        }
         if self.last_commit.elapsed() >= COMMIT_EVERY {
             self.last_commit = Instant::now();
             owned.forwarder.commit(consumer, None, CommitMode::Async);
@@ -573,6 +589,10 @@ impl Looping {
     fn checkpoint_all(&mut self) {
         let ctx = self.keyed.context();
         let mut owned = ctx.owned.lock().expect("owned");
+        if !owned.forwarder.delivered() {
+            tracing::warn!("checkpoints wait until the summaries sent are delivered");
+            return;
+        }
         let mut fenced = Vec::new();
         for (partition, p) in owned.keyed.iter_mut() {
             if !p.dirty {
@@ -674,6 +694,7 @@ fn count(telemetry: &Telemetry, tally: keyed::Tally) {
     let group = &telemetry.group;
     group.taken.inc_by(tally.taken);
     group.duplicates.inc_by(tally.duplicates);
+    group.summaries_taken.inc_by(tally.summaries);
     group.skipped.with_label_values(&["unreadable"]).inc_by(tally.unreadable);
     for (rule, n) in tally.late {
         telemetry.late.with_label_values(&[&rule]).inc_by(n);
@@ -723,6 +744,8 @@ fn take(
         for h in headers.iter() {
             match (h.key, h.value) {
                 (forward::PROGRESS, _) => p.queue_progress(payload),
+                (forward::SUMMARY, _) => p.queue_stage(false, payload),
+                (forward::STAGE, _) => p.queue_stage(true, payload),
                 (forward::FROM, Some(from)) => {
                     let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
                     else {

@@ -72,3 +72,130 @@ fn a_checkpoint_takes_what_was_read_first() {
     let tally = restored.tally();
     assert_eq!((tally.duplicates, tally.taken), (1, 1), "the checkpoint holds the last offset taken");
 }
+
+/// The sample's lines with a progress report after each `every` lines (an input partition
+/// `t/0` whose forwarder reports its newest time), and one past the end at the end.
+fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
+    let ts = |line: &str| crate::event::decode(line, None).map(|e| e.ts).ok();
+    for (n, line) in lines.iter().enumerate() {
+        p.queue_event("t/0", (from + n) as i64, None, line.as_bytes());
+    }
+    let newest = if end { Some(i64::MAX / 8) } else { lines.iter().filter_map(|l| ts(l)).max() };
+    let report = Progress { upstream: "t/0".into(), ts: newest, idle: false, epoch: 1 };
+    p.queue_progress(serde_json::to_string(&[report]).expect("report").as_bytes());
+}
+
+/// Runs the partitions until no stage-one record is left to deliver: each partition's
+/// summaries go to their stage two, and its reports to every partition, in the order sent.
+fn run_stages(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(Option<i32>, bool, Vec<u8>)> {
+    let mut sent = Vec::new();
+    loop {
+        work(keyed, &["t/0".to_string()], 2);
+        let mut sends = Vec::new();
+        for p in keyed.values_mut() {
+            sends.extend(p.take_outgoing().into_iter().map(|(to, s)| (Some(to), false, s)));
+            sends.extend(p.stage_report().map(|r| (None, true, r)));
+        }
+        if sends.is_empty() {
+            return sent;
+        }
+        deliver(keyed, &sends);
+        sent.extend(sends);
+    }
+}
+
+fn deliver(keyed: &mut BTreeMap<i32, KeyedPartition>, sends: &[(Option<i32>, bool, Vec<u8>)]) {
+    for (to, report, bytes) in sends {
+        for (n, p) in keyed.iter_mut() {
+            if to.is_none_or(|t| t == *n) {
+                p.queue_stage(*report, bytes);
+            }
+        }
+    }
+}
+
+/// Every alert of the partitions, as (rule, id, status), sorted.
+fn alerts(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(String, String, crate::alert::Status)> {
+    let mut out: Vec<_> =
+        keyed.values_mut().flat_map(|p| p.out.drain(..)).map(|a| (a.rule.to_string(), a.id, a.status)).collect();
+    out.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
+    out
+}
+
+fn two_stage_partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
+    let inputs = crate::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    let plans: Vec<_> = crate::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
+    (0..count)
+        .map(|index| {
+            let config = EngineConfig { shard: Shard { index, count }, two_stage: true, ..EngineConfig::default() };
+            let fence = Fence { group: "g".into(), partition: index as i32, epoch: 1 };
+            (index as i32, KeyedPartition::new(plans.clone(), &config, fence, None))
+        })
+        .collect()
+}
+
+#[test]
+fn fleet_wide_rules_judged_in_a_second_stage_raise_the_alerts_of_one_engine() {
+    let mut whole = partitions(4);
+    work(&mut whole, &["t/0".to_string()], 1);
+    let want = alerts(&mut whole);
+    let outliers = want.iter().filter(|(rule, ..)| rule == "machine_load_outlier" || rule == "straggler_task").count();
+    assert!(outliers >= 2, "the sample raises fleet-wide outliers: {want:?}");
+
+    let text = std::fs::read_to_string("samples/datacenter.jsonl").expect("sample events");
+    let lines: Vec<&str> = text.lines().collect();
+    let mut staged = two_stage_partitions(4);
+    for p in staged.values_mut() {
+        fed(p, &lines, 0, true);
+    }
+    let sent = run_stages(&mut staged);
+    let summaries = sent.iter().filter(|(_, report, _)| !report).count();
+    assert!(summaries > 10, "stage one sent summaries: {summaries}");
+    let targets: std::collections::BTreeSet<_> = sent.iter().filter_map(|(to, ..)| *to).collect();
+    assert!(targets.len() >= 2, "to the stage two of more than one peer group: {targets:?}");
+    assert_eq!(alerts(&mut staged), want);
+}
+
+#[test]
+fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
+    let mut whole = partitions(3);
+    work(&mut whole, &["t/0".to_string()], 1);
+    let want = alerts(&mut whole);
+
+    let text = std::fs::read_to_string("samples/datacenter.jsonl").expect("sample events");
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let mut staged = two_stage_partitions(3);
+    for p in staged.values_mut() {
+        fed(p, first, 0, false);
+    }
+    let sent = run_stages(&mut staged);
+    let mut got = alerts(&mut staged);
+    // Every partition is restored from its checkpoint, as by the next owner after a hand-over.
+    let mut restored: BTreeMap<i32, KeyedPartition> = BTreeMap::new();
+    for (n, p) in staged.iter_mut() {
+        let checkpoint = p.checkpoint().expect("checkpoint");
+        let plans = crate::compile_all(&crate::read_rule_files(std::path::Path::new("rules")).expect("rules"))
+            .into_iter()
+            .flat_map(|c| c.plans)
+            .collect();
+        let config =
+            EngineConfig { shard: Shard { index: *n as usize, count: 3 }, two_stage: true, ..Default::default() };
+        restored.insert(*n, KeyedPartition::new(plans, &config, p.fence.clone(), Some(&checkpoint)));
+    }
+    // What the sources sent before comes again (a source restored from an older checkpoint
+    // sends its summaries again): none is taken twice.
+    deliver(&mut restored, &sent);
+    for p in restored.values_mut() {
+        p.work(&["t/0".to_string()]);
+        let tally = p.tally();
+        assert_eq!(tally.summaries, 0, "summaries sent again are not taken");
+    }
+    for p in restored.values_mut() {
+        fed(p, second, first.len(), true);
+    }
+    run_stages(&mut restored);
+    got.extend(alerts(&mut restored));
+    got.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
+    assert_eq!(got, want);
+}
