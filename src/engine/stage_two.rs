@@ -19,6 +19,7 @@ pub use super::summary::{Summarised, Summary};
 
 use super::config::EngineConfig;
 use super::eval::RegexCache;
+use super::keys::Key;
 use super::window::{Pending, Stage, WindowOperator};
 use super::Operator;
 use crate::alert::Alert;
@@ -27,6 +28,12 @@ use crate::plan::RulePlan;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The keyed partition (of `partitions`) whose stage two judges the groups of operator `op` in
+/// peer group `peers`: the same in every process and version.
+pub fn partition_of(op: &str, peers: &Key, partitions: u32) -> i32 {
+    (super::keys::key_group_of(&(op, peers)) % partitions.max(1)) as i32
+}
 
 /// One split operator's stage two.
 struct Judge {

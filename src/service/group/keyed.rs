@@ -18,7 +18,7 @@
 
 use crate::alert::Alert;
 use crate::engine::snapshot::Snapshot;
-use crate::engine::stage_two::{StageTwo, Summary, TookSummary};
+use crate::engine::stage_two::{self, StageTwo, Summary, TookSummary};
 use crate::engine::{Engine, EngineConfig};
 use crate::event::{Event, LineDecoder, Millis};
 use crate::plan::RulePlan;
@@ -271,8 +271,7 @@ impl KeyedPartition {
         for summary in self.engine.take_summaries() {
             let mut by_partition: BTreeMap<i32, Vec<_>> = BTreeMap::new();
             for g in summary.groups {
-                let group = crate::engine::keys::key_group_of(&(&summary.op, &g.peers));
-                by_partition.entry((group % partitions) as i32).or_default().push(g);
+                by_partition.entry(stage_two::partition_of(&summary.op, &g.peers, partitions)).or_default().push(g);
             }
             for (partition, groups) in by_partition {
                 let summary = Summary { op: summary.op.clone(), end: summary.end, groups };
