@@ -183,3 +183,66 @@ impl StageTwo {
         self.judges.iter().map(|j| j.op.state_bytes()).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Engine;
+
+    /// A rule per peer group in `pers` (`;` between them), over one state.
+    fn plans(pers: &str, group_by: &str) -> Vec<RulePlan> {
+        let src: String = pers
+            .split(';')
+            .enumerate()
+            .map(|(n, per)| {
+                format!(
+                    "rule r{n} {{ task t use machine m as e #time(1 min) state ss {{ load := sum(e.cpu) }} \
+                     group by {group_by} cluster(points = all(ss.load) per {per}, method = mad(3.5)) \
+                     alert cluster.outlier }}\n"
+                )
+            })
+            .collect();
+        let c = crate::compile("r.saql", src.as_bytes());
+        assert!(c.is_ok(), "{:?}", c.diagnostics);
+        c.plans
+    }
+
+    /// The summaries of two machines' first window, from an engine that runs `plans` in two
+    /// stages.
+    fn summaries(plans: Vec<RulePlan>) -> Vec<Summary> {
+        let mut engine = Engine::new(plans, EngineConfig { two_stage: true, ..Default::default() });
+        let mut out = Vec::new();
+        for (ts, machine) in [(1_000, "m1"), (2_000, "m2"), (61_000, "m1")] {
+            let line = format!(
+                r#"{{"stream":"task_usage","ts":{ts},"job_id":"j","task_index":0,"machine_id":"{machine}","cluster":"c1","cpu":0.5}}"#
+            );
+            engine.push(crate::event::decode(&line, None).expect("event"), &mut out);
+        }
+        engine.release_to(61_000, &mut out);
+        engine.take_summaries()
+    }
+
+    #[test]
+    fn summaries_go_to_the_stage_two_of_their_peer_group_when_the_key_tells_it() {
+        let by_cluster = summaries(plans("e.cluster", "m, e.cluster"));
+        assert_eq!(by_cluster.len(), 1, "one window closed");
+        let s = &by_cluster[0];
+        assert_eq!(s.groups.len(), 2);
+        assert!(s.groups.iter().all(|g| g.peers == Key(vec![crate::event::Value::str("c1")])), "{s:?}");
+        // Two rules over one state that compare groups within different peer groups: one stage
+        // two judges every group.
+        let two = summaries(plans("e.cluster; m.machine_id", "m, e.cluster"));
+        assert_eq!(two.len(), 1, "one operator for both rules");
+        assert_eq!(two[0].groups.len(), 2);
+        assert!(two[0].groups.iter().all(|g| g.peers.0.is_empty()), "{two:?}");
+    }
+
+    #[test]
+    fn a_rule_grouped_by_a_computed_key_is_not_split() {
+        let split = StageTwo::new(&plans("e.cluster", "m, e.cluster"), &EngineConfig::default(), 4);
+        assert!(!split.is_empty());
+        let computed = StageTwo::new(&plans("m.machine_id", "m, e.cpu > 0.5"), &EngineConfig::default(), 4);
+        assert!(computed.is_empty(), "its stand-in event cannot be made from its key");
+        assert!(summaries(plans("m.machine_id", "m, e.cpu > 0.5")).is_empty());
+    }
+}
