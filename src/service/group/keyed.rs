@@ -249,10 +249,15 @@ impl KeyedPartition {
         self.queued.len()
     }
 
-    /// Queues a stage one's summary or report (`report`), to be taken by
+    /// Queues a stage one's summary ([`SummaryRecord`]), to be taken by
     /// [`KeyedPartition::work`].
-    pub fn queue_stage(&mut self, report: bool, bytes: &[u8]) {
-        self.queued.push(if report { Queued::Stage(bytes.to_vec()) } else { Queued::Summary(bytes.to_vec()) });
+    pub fn queue_summary(&mut self, bytes: &[u8]) {
+        self.queued.push(Queued::Summary(bytes.to_vec()));
+    }
+
+    /// Queues a stage one's report ([`StageReport`]), to be taken by [`KeyedPartition::work`].
+    pub fn queue_stage_report(&mut self, bytes: &[u8]) {
+        self.queued.push(Queued::Stage(bytes.to_vec()));
     }
 
     /// Takes the queued records, then moves time as far as `inputs` let it, then stage two as

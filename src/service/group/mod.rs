@@ -744,8 +744,8 @@ fn take(
         for h in headers.iter() {
             match (h.key, h.value) {
                 (forward::PROGRESS, _) => p.queue_progress(payload),
-                (forward::SUMMARY, _) => p.queue_stage(false, payload),
-                (forward::STAGE, _) => p.queue_stage(true, payload),
+                (forward::SUMMARY, _) => p.queue_summary(payload),
+                (forward::STAGE, _) => p.queue_stage_report(payload),
                 (forward::FROM, Some(from)) => {
                     let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
                     else {

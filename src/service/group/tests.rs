@@ -73,8 +73,8 @@ fn a_checkpoint_takes_what_was_read_first() {
     assert_eq!((tally.duplicates, tally.taken), (1, 1), "the checkpoint holds the last offset taken");
 }
 
-/// The sample's lines with a progress report after each `every` lines (an input partition
-/// `t/0` whose forwarder reports its newest time), and one past the end at the end.
+/// Queues `lines` as the events of input partition `t/0` from offset `from`, then its
+/// forwarder's report of the newest time among them (of a time past everything when `end`).
 fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
     let ts = |line: &str| crate::event::decode(line, None).map(|e| e.ts).ok();
     for (n, line) in lines.iter().enumerate() {
@@ -108,7 +108,11 @@ fn deliver(keyed: &mut BTreeMap<i32, KeyedPartition>, sends: &[(Option<i32>, boo
     for (to, report, bytes) in sends {
         for (n, p) in keyed.iter_mut() {
             if to.is_none_or(|t| t == *n) {
-                p.queue_stage(*report, bytes);
+                if *report {
+                    p.queue_stage_report(bytes);
+                } else {
+                    p.queue_summary(bytes);
+                }
             }
         }
     }
