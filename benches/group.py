@@ -19,7 +19,9 @@ PostgreSQL database, and the time is taken from their start until they have take
   (`vigil_group_taken_total` equals `vigil_group_forwarded_total`, summed over the instances).
 
 The difference between `single` and `group x1` is the repartition stage's cost. Needs a running
-broker (scripts/test.sh starts Tansu) and PostgreSQL. Prints one table row per run.
+Apache Kafka broker (`scripts/kafka.sh start`) and PostgreSQL. With `--broker-pid-file` (the
+`pid` file of a node that scripts/kafka.sh started), the broker's own CPU time over each run is
+read from /proc and printed beside it. Prints one table row per run.
 """
 import argparse
 import os
@@ -57,6 +59,15 @@ def stop(procs):
             p.kill()
 
 
+def cpu_seconds(pid):
+    """User and system CPU time of a process so far, from /proc (None without a pid)."""
+    if pid is None:
+        return None
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(args, config, instances, workers, topic, total):
     name = f"vigil_group_bench_{uuid.uuid4().hex[:8]}"
     psql(args.postgres, f"CREATE DATABASE {name}")
@@ -67,6 +78,7 @@ def run(args, config, instances, workers, topic, total):
     rules = shutil.copytree(args.rules, f"{work}/rules")
     procs, ports = [], []
     started = time.monotonic()
+    broker_cpu = cpu_seconds(args.broker_pid)
     try:
         for i in range(instances):
             port = free_port()
@@ -99,9 +111,10 @@ def run(args, config, instances, workers, topic, total):
                 continue
             if done:
                 secs = time.monotonic() - started
-                refetched = sum(metric(p, "vigil_group_refetched_total") for p in ports) if config == "group" else 0
+                broker = cpu_seconds(args.broker_pid)
+                broker = None if broker is None else broker - broker_cpu
                 shutil.rmtree(work, ignore_errors=True)
-                return secs, refetched
+                return secs, broker
             if time.monotonic() - started > args.timeout:
                 raise SystemExit(f"no end after {args.timeout} s; logs in {work}")
     finally:
@@ -123,7 +136,12 @@ def main():
     ap.add_argument("--kafka-option", action="append", default=[], help="for the group members, KEY=VALUE")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take")
+    ap.add_argument("--broker-pid-file", help="the broker's pid file, to measure its CPU time")
     args = ap.parse_args()
+    args.broker_pid = None
+    if args.broker_pid_file:
+        with open(args.broker_pid_file) as f:
+            args.broker_pid = int(f.read().strip())
     sample = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
     with open(args.events) as f:
         for i, line in enumerate(f):
@@ -140,13 +158,14 @@ def main():
     configs = [("group", int(n), int(w)) for n in args.instances.split(",") for w in args.workers.split(",")]
     if not args.no_single:
         configs.insert(0, ("single", 1, 1))
-    print("| configuration | run | seconds | events/s | partitions read again from their beginning |")
+    print("| configuration | run | seconds | events/s | broker CPU seconds |")
     print("|---|---|---|---|---|")
     for config, n, workers in configs:
         for r in range(args.runs):
-            secs, refetched = run(args, config, n, workers, topic, args.count)
+            secs, broker = run(args, config, n, workers, topic, args.count)
             label = "single (no group)" if config == "single" else f"group x{n}, {workers} worker(s)"
-            print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} | {refetched:.0f} |", flush=True)
+            broker = "-" if broker is None else f"{broker:.1f}"
+            print(f"| {label} | {r + 1} | {secs:.2f} | {args.count / secs:,.0f} | {broker} |", flush=True)
 
 
 if __name__ == "__main__":

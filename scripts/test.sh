@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: `scripts/test.sh`.
 #
-# Needs: a Rust toolchain, python3, and PostgreSQL at 127.0.0.1:5432 with trust auth (started with
-# pg_ctlcluster if it is installed but down). Installs the Tansu Kafka broker with cargo when it
-# is missing (about 13 minutes, once), starts it on a free port for the run, and stops it after.
-# Installs Debian's Chromium (apt-get) and playwright-core (npm ci) for the browser tests when
-# they are missing; needs Node.js 18 or later.
+# Needs: a Rust toolchain, python3, Java 17 or later with Maven, Node.js 18 or later, and
+# Debian's apt-get (run as root, or with sudo) for what is missing. Installs and starts what the
+# tests need: PostgreSQL (Debian's `postgresql`, a cluster with trust auth on 127.0.0.1:5432,
+# and a second cluster for the fault test that stops its database), Apache Kafka's own broker
+# (scripts/kafka.sh: fetched from Maven Central once, run in KRaft mode on free ports for the
+# run and stopped after), Debian's Chromium and playwright-core (npm ci) for the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -14,21 +15,53 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is needed: install Rust (rustup or your package manager)" >&2
   exit 1
 fi
-
-# PostgreSQL: the local server the end-to-end tests create their databases in.
-export VIGIL_TEST_POSTGRES="${VIGIL_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/postgres}"
-if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
-  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
-    echo "starting PostgreSQL"
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start || true
+sudo_=""
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo_="sudo"
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" -eq 0 ]; then
+    $sudo_ apt-get update -q
+    apt_updated=1
   fi
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -q "$@"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# PostgreSQL: the local server the end-to-end tests create their databases in. Debian's package
+# makes a cluster on 5432 when it installs; the tests connect over TCP without a password, so
+# that cluster gets trust auth for loopback (lines of our own at the top of its pg_hba.conf).
+export VIGIL_TEST_POSTGRES="${VIGIL_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/postgres}"
+if ! command -v pg_createcluster >/dev/null 2>&1 || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+  echo "installing PostgreSQL (apt-get)"
+  apt_install postgresql
+fi
+pg_version="$(ls /etc/postgresql | sort -n | tail -n 1)"
+if ! pg_lsclusters -h | awk '{print $3}' | grep -qx 5432; then
+  echo "creating the PostgreSQL cluster main on 127.0.0.1:5432"
+  $sudo_ pg_createcluster "$pg_version" main -p 5432 -- --auth=trust >/dev/null
+fi
+main_cluster="$(pg_lsclusters -h | awk '$3 == 5432 {print $1" "$2; exit}')"
+hba="/etc/postgresql/${main_cluster// //}/pg_hba.conf"
+if ! grep -q '^# vigil tests' "$hba"; then
+  echo "PostgreSQL ${main_cluster}: trust auth for loopback TCP (${hba})"
+  { printf '# vigil tests: loopback without a password\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n'; cat "$hba"; } > "$hba.new"
+  $sudo_ cp "$hba.new" "$hba"
+  rm -f "$hba.new"
+  pg_ctlcluster --skip-systemctl-redirect $main_cluster reload 2>/dev/null || true
+fi
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  echo "starting PostgreSQL ${main_cluster}"
+  $sudo_ pg_ctlcluster --skip-systemctl-redirect $main_cluster start || true
 fi
 for _ in $(seq 1 30); do
   pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && break
   sleep 1
 done
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
-  echo "PostgreSQL is needed at 127.0.0.1:5432 (trust auth); set VIGIL_TEST_POSTGRES to use another" >&2
+  echo "PostgreSQL did not start at 127.0.0.1:5432; set VIGIL_TEST_POSTGRES to use another" >&2
   exit 1
 fi
 
@@ -36,8 +69,7 @@ fi
 # above is never stopped). Made once with Debian's pg_createcluster.
 skip_pg_fault=()
 fault_cluster=vigil_fault
-pg_version="$(ls /etc/postgresql 2>/dev/null | head -n 1 || true)"
-if [ -n "$pg_version" ] && command -v pg_createcluster >/dev/null 2>&1; then
+if command -v pg_createcluster >/dev/null 2>&1; then
   if ! pg_lsclusters -h | awk '{print $2}' | grep -qx "$fault_cluster"; then
     echo "creating the PostgreSQL cluster ${fault_cluster} for the fault suite"
     pg_createcluster "$pg_version" "$fault_cluster" -p "${VIGIL_TEST_PG_CLUSTER_PORT:-54329}" -- --auth=trust >/dev/null
@@ -58,9 +90,7 @@ fi
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing Chromium for the browser tests (apt-get)"
-  sudo_=""
-  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo_="sudo"
-  $sudo_ apt-get update -q && $sudo_ apt-get install -y -q chromium chromium-driver
+  apt_install chromium chromium-driver
 fi
 if ! command -v node >/dev/null 2>&1; then
   echo "Node.js 18 or later is needed for the browser tests (npm, and node --test)" >&2
@@ -71,30 +101,16 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# Kafka: Tansu, an Apache Kafka-compatible broker, from crates.io.
-if ! command -v tansu >/dev/null 2>&1; then
-  echo "installing the Tansu Kafka broker (cargo install, once)"
-  cargo install tansu --locked --features dynostore,libsql,postgres
-fi
-kafka_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 19092)
+# Kafka: Apache Kafka's own broker in KRaft mode (scripts/kafka.sh), on a free port for the run.
+# The group tests that kill a broker start their own three-node cluster with the same script.
+kafka_port="$(free_port)"
 mkdir -p target
-tansu broker \
-  --listener-url "tcp://127.0.0.1:${kafka_port}" \
-  --advertised-listener-url "tcp://127.0.0.1:${kafka_port}" \
-  --storage-engine memory://tansu/ > target/tansu.log 2>&1 &
-tansu_pid=$!
-trap 'kill "$tansu_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 30); do
-  (exec 3<>"/dev/tcp/127.0.0.1/${kafka_port}") 2>/dev/null && break
-  sleep 1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/${kafka_port}") 2>/dev/null; then
-  echo "the Tansu broker did not start; its log:" >&2
-  cat target/tansu.log >&2
-  exit 1
-fi
+kafka_dir="$PWD/target/kafka-test"
+scripts/kafka.sh start --port "$kafka_port" --dir "$kafka_dir"
+trap 'scripts/kafka.sh stop --dir "$kafka_dir" || true' EXIT
 export VIGIL_TEST_KAFKA="127.0.0.1:${kafka_port}"
-echo "Kafka (Tansu) at ${VIGIL_TEST_KAFKA}, PostgreSQL at 127.0.0.1:5432"
+export VIGIL_KAFKA_SCRIPT="$PWD/scripts/kafka.sh"
+echo "Kafka (Apache Kafka) at ${VIGIL_TEST_KAFKA}, PostgreSQL at 127.0.0.1:5432"
 
 # Habits: formatted as rustfmt.toml says, and no clippy warning.
 cargo fmt --check
@@ -115,7 +131,7 @@ cat target/tmp/fault-tally.md 2>/dev/null || true
 # comparison's scripts need Flink, and the group probe confluent-kafka, which the tests do
 # not install: they are only parsed.
 cargo test --locked --benches
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/kafka/*.py benches/workers.py
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/workers.py
 # The web console in a real browser, against the binary built above; screenshots are written
 # to target/browser-artifacts.
 VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs

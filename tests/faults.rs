@@ -1,5 +1,5 @@
-//! The fault-injection suite: the real `vigil serve` against a real Kafka broker (Tansu), a real
-//! PostgreSQL and a real webhook receiver, with faults injected from outside: `kill -9` of the
+//! The fault-injection suite: the real `vigil serve` against a real Kafka broker (Apache Kafka),
+//! a real PostgreSQL and a real webhook receiver, with faults injected from outside: `kill -9` of the
 //! service at random points, the broker stopped and started, PostgreSQL stopped and started, a
 //! webhook that answers 500 and times out. Each case compares the alerts in the store and the
 //! webhook's idempotency keys with those of a clean `vigil replay` of the same events.
@@ -398,32 +398,18 @@ async fn kill_9_during_http_ingest_loses_no_acknowledged_event() {
 
 // ---- broker restart --------------------------------------------------------------------------
 
-/// A Tansu broker of the test's own, keeping its data in SQLite so that it survives a restart.
+/// An Apache Kafka broker of the test's own (scripts/kafka.sh), in a folder of its own so that
+/// its data survives a restart.
 struct Broker {
-    child: std::process::Child,
     port: u16,
     dir: std::path::PathBuf,
 }
 
 impl Broker {
     fn start(dir: &std::path::Path, port: u16) -> Broker {
-        let listener = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new("tansu")
-            .args(["broker", "--listener-url", &listener, "--advertised-listener-url", &listener])
-            .args(["--storage-engine", "sqlite://tansu.db"])
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(
-                std::fs::File::create(dir.join("tansu.log")).map_or_else(|_| std::process::Stdio::null(), Into::into),
-            )
-            .spawn()
-            .expect("tansu runs (scripts/test.sh installs it)");
-        let deadline = std::time::Instant::now() + PATIENCE;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "tansu did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Broker { child, port, dir: dir.to_path_buf() }
+        let port_arg = port.to_string();
+        kafka_script(&["start", "--port", &port_arg, "--dir", &dir.display().to_string()]);
+        Broker { port, dir: dir.to_path_buf() }
     }
 
     fn brokers(&self) -> String {
@@ -432,23 +418,17 @@ impl Broker {
 
     /// Stops it as an operator would (SIGTERM), then starts it again on the same data.
     fn restart(&mut self, down_for: Duration) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().ok().flatten().is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = self.child.kill();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let dir = self.dir.display().to_string();
+        kafka_script(&["stop", "--dir", &dir]);
         std::thread::sleep(down_for);
-        *self = Broker::start(&self.dir.clone(), self.port);
+        kafka_script(&["start", "--keep", "--dir", &dir]);
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let dir = self.dir.display().to_string();
+        let _ = std::process::Command::new(kafka_script_path()).args(["stop", "--dir", &dir]).status();
     }
 }
 
@@ -457,7 +437,7 @@ fn free_port() -> u16 {
 }
 
 #[tokio::test]
-#[ignore = "needs Tansu and PostgreSQL: run scripts/test.sh"]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
 async fn a_broker_restart_loses_and_repeats_nothing() {
     const RESTARTS: usize = 2;
     let dir = temp_dir("broker");

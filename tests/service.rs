@@ -1,5 +1,5 @@
 //! End-to-end tests of `vigil serve`: the real binary, real HTTP, a real webhook receiver, SQLite
-//! files, and (in the tests marked as needing them) a real Kafka broker (Tansu) and the local
+//! files, and (in the tests marked as needing them) a real Kafka broker (Apache Kafka) and the local
 //! PostgreSQL. `scripts/test.sh` starts the broker and runs them all.
 
 mod support;

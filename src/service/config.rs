@@ -208,6 +208,8 @@ settings! {
         "Kafka consumer group";
     kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS",
         "Partitions of the topic that carries events by key between instances that share a group (--kafka-join-group); set when the topic is created";
+    kafka_instance_id: String [] = parse_nonempty, env "VIGIL_KAFKA_INSTANCE_ID",
+        "This instance's static membership in its group (--kafka-join-group; Kafka's group.instance.id): restarted within the session timeout, it gets its partitions back without a rebalance. Unique per instance and kept across restarts (a pod's name)";
     webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL",
         "Where alerts are POSTed, in Alertmanager's webhook format";
     api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN",

@@ -47,8 +47,7 @@ pub fn consumer(
 ) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
     // librdkafka waits up to 500 ms for a fetch to fill by default; an alerting system wants
     // events as soon as they are there. Apache Kafka answers a fetch as soon as there is a
-    // message, so this only bounds how often an idle consumer asks; a broker that holds every
-    // fetch for the whole wait (Tansu does) adds up to twice it to the detection latency.
+    // message, so this only bounds how often an idle consumer asks.
     let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest")];
     client(brokers, &defaults, options)
         .set("group.id", group)
@@ -60,19 +59,25 @@ pub fn consumer(
 
 /// The consumer of a group member (`--kafka-join-group`): it joins the group with the
 /// cooperative-sticky strategy, so that a rebalance moves only the partitions that change
-/// owner, and with dynamic membership. On Tansu 0.6 (RELIABILITY.md, "The broker's group
-/// protocol") the eager strategies leave a dead member's partitions unowned, and static
-/// membership never settles.
+/// owner. With an `instance_id` it is a static member (`group.instance.id`): the broker keeps its
+/// partitions for it across a restart within the session timeout, with no rebalance, and it
+/// leaves the group only when that timeout passes (librdkafka sends no LeaveGroup for a static
+/// member), so a clean stop waits for it too.
 pub fn group_consumer<C: rdkafka::consumer::ConsumerContext>(
     brokers: &str,
     group: &str,
+    instance_id: Option<&str>,
     options: &BTreeMap<String, String>,
     context: C,
 ) -> Result<rdkafka::consumer::BaseConsumer<C>, rdkafka::error::KafkaError> {
-    // The statistics carry the high watermark of the fetch responses, which the member uses
-    // (Tansu's answer to a ListOffsets for it is wrong).
+    // The statistics carry the watermarks of the fetch responses: when an input partition has
+    // been read to its end, and the lag, with no request of its own.
     let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest"), ("statistics.interval.ms", "500")];
-    client(brokers, &defaults, options)
+    let mut config = client(brokers, &defaults, options);
+    if let Some(id) = instance_id {
+        config.set("group.instance.id", id);
+    }
+    config
         .set("group.id", group)
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("enable.auto.commit", "false")
@@ -81,20 +86,21 @@ pub fn group_consumer<C: rdkafka::consumer::ConsumerContext>(
 }
 
 /// The producer that forwards events to a group's keyed topic: it retries without end (the
-/// offsets it forwards from are committed only once it has delivered), with one request in
-/// flight per connection so that a retry cannot reorder an input partition's records. With a
-/// broker that supports idempotent producers, `enable.idempotence=true` keeps the order with up
-/// to 5 in flight (`--kafka-option`).
+/// offsets it forwards from are committed only once it has delivered), idempotent, so that a
+/// retry neither reorders an input partition's records nor writes one twice, with up to 5
+/// requests in flight. (A broker without idempotent producers needs
+/// `--kafka-option enable.idempotence=false --kafka-option max.in.flight.requests.per.connection=1`.)
 pub fn forwarding_producer<C: rdkafka::producer::ProducerContext>(
     brokers: &str,
     options: &BTreeMap<String, String>,
     context: C,
 ) -> Result<rdkafka::producer::ThreadedProducer<C>, rdkafka::error::KafkaError> {
-    let defaults = [("linger.ms", "5"), ("message.timeout.ms", "0"), ("max.in.flight.requests.per.connection", "1")];
+    let defaults = [("linger.ms", "5"), ("message.timeout.ms", "0"), ("enable.idempotence", "true")];
     client(brokers, &defaults, options).create_with_context(context)
 }
 
-/// Creates the topics that do not exist yet (one replica, `partitions` partitions), for
+/// Creates the topics that do not exist yet (`partitions` partitions, as many replicas as the
+/// broker's `default.replication.factor`), for
 /// brokers without automatic topic creation. Existing topics are left as they are.
 pub async fn ensure_topics(
     brokers: &str,
@@ -106,7 +112,7 @@ pub async fn ensure_topics(
     use rdkafka::client::DefaultClientContext;
     use rdkafka::types::RDKafkaErrorCode;
     let admin: AdminClient<DefaultClientContext> = client(brokers, &[], options).create()?;
-    let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1))).collect();
+    let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(-1))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in admin.create_topics(&new, &options).await? {
         match result {

@@ -246,6 +246,7 @@ async fn join_group(
         group: config.kafka_group.clone(),
         brokers,
         kafka_options: config.kafka_options.clone(),
+        instance_id: config.kafka_instance_id.clone(),
         topics: config.topics.clone(),
         keyed_partitions: config.kafka_keyed_partitions,
         workers: workers(config),

@@ -56,8 +56,6 @@ pub struct GroupMetrics {
     pub summaries_taken: IntCounter,
     /// Records of the keyed topic read and not taken, by reason.
     pub skipped: IntCounterVec,
-    /// Partitions read again from their beginning, by reason (gap, stalled, reclaimed).
-    pub refetched: IntCounterVec,
 }
 
 impl GroupMetrics {
@@ -121,14 +119,6 @@ impl GroupMetrics {
                 "vigil_group_skipped_total",
                 "Records of the keyed topic read and not taken, by reason (not_owned, before_checkpoint: read again \
                  after a hand-over, no_header, unreadable)",
-                &["reason"],
-            ),
-            refetched: counter(
-                registry,
-                "vigil_group_refetched_total",
-                "Partitions read again from their beginning, by reason: gap (the first message after the \
-                 partition was assigned, or fetched again by librdkafka, came past a gap), stalled (the fetch position stood still while the broker has more), reclaimed (a keyed partition \
-                 this instance let go when another claimed it, claimed again because Kafka still assigns it here)",
                 &["reason"],
             ),
             fenced: plain_counter(

@@ -278,6 +278,19 @@ pub fn kafka_brokers() -> String {
     std::env::var("VIGIL_TEST_KAFKA").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
+/// The script that runs Apache Kafka for the tests (`VIGIL_KAFKA_SCRIPT`, or the repo's own).
+pub fn kafka_script_path() -> std::path::PathBuf {
+    std::env::var_os("VIGIL_KAFKA_SCRIPT")
+        .map(Into::into)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh"))
+}
+
+/// Runs scripts/kafka.sh with `args`; it returns once the brokers it starts answer.
+pub fn kafka_script(args: &[&str]) {
+    let status = std::process::Command::new(kafka_script_path()).args(args).status().expect("scripts/kafka.sh runs");
+    assert!(status.success(), "scripts/kafka.sh {args:?} failed");
+}
+
 pub fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(unique(name));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -290,11 +303,16 @@ pub fn sqlite_url(dir: &std::path::Path) -> String {
 
 /// The alerts `vigil replay` of the shipped rules prints for `lines`, one JSON object each.
 pub fn replay_alerts(lines: &[String]) -> Vec<Json> {
+    replay_alerts_with(lines, &rules_dir())
+}
+
+/// The alerts of `vigil replay --rules RULES` over `lines`.
+pub fn replay_alerts_with(lines: &[String], rules: &str) -> Vec<Json> {
     let dir = temp_dir("expected");
     let file = dir.join("events.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
-        .args(["replay", "--rules", &rules_dir(), file.to_str().expect("utf-8")])
+        .args(["replay", "--rules", rules, file.to_str().expect("utf-8")])
         .output()
         .expect("replay runs");
     std::fs::remove_dir_all(&dir).ok();

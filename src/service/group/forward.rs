@@ -6,8 +6,8 @@
 //! delivered every record sent before, and after a crash the next owner of an input partition
 //! sends again what came after its last committed offset. The keyed partitions take an
 //! upstream offset once ([`super::keyed::KeyedPartition::take`]), which makes it exactly once.
-//! Records of one input partition reach a keyed partition in their order: one request in
-//! flight per broker connection, so that a retry cannot overtake.
+//! Records of one input partition reach a keyed partition in their order: the producer is
+//! idempotent, so that a retry cannot overtake ([`crate::service::kafka::forwarding_producer`]).
 
 use super::keyed::{upstream_id, Progress};
 use crate::engine::Engine;
@@ -95,8 +95,8 @@ impl Forwarder {
         }
     }
 
-    /// Starts forwarding a partition, read from `from` (the group's committed offset), or from
-    /// its beginning when Tansu cannot fetch from there: the records before `from` are skipped.
+    /// Starts forwarding a partition, read from `from` (the group's committed offset; from its
+    /// beginning when none).
     pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>, epoch: i64) {
         let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None, epoch };
         self.owned.insert((topic.to_string(), partition), owned);

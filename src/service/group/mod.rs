@@ -14,13 +14,12 @@
 //! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
 //! the instance holds the partition's epoch.
 
-mod fencing;
-mod fetching;
 mod forward;
 pub mod keyed;
 pub mod rules;
 #[cfg(test)]
 mod tests;
+mod watermarks;
 
 use super::engine_loop::{EngineHealth, Input};
 use super::sources::Intake;
@@ -29,7 +28,6 @@ use super::telemetry::Telemetry;
 use crate::engine::{Engine, EngineConfig, Shard};
 use crate::plan::RulePlan;
 use crate::schema::Stream;
-use fetching::{refetch, Fetching, PartitionId};
 use forward::Forwarder;
 use keyed::{KeyedPartition, UpstreamId};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -41,6 +39,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
+use watermarks::{PartitionId, Watermarks};
 
 /// How often the forwarder reports progress.
 const REPORT_EVERY: Duration = Duration::from_millis(100);
@@ -63,6 +62,8 @@ pub struct Member {
     pub group: String,
     pub brokers: String,
     pub kafka_options: BTreeMap<String, String>,
+    /// Static membership (`--kafka-instance-id`): Kafka's `group.instance.id` of both consumers.
+    pub instance_id: Option<String>,
     pub topics: BTreeMap<Stream, String>,
     pub keyed_partitions: u32,
     /// Threads that run the owned keyed partitions (`--workers`).
@@ -114,9 +115,7 @@ impl std::ops::Deref for Ctx {
 /// What both consumers' callbacks and the loop share.
 struct Shared {
     owned: Mutex<Owned>,
-    fetching: Mutex<BTreeMap<PartitionId, Fetching>>,
-    /// Keyed partitions let go because another instance claimed them, and when ([`fencing`]).
-    let_go: Mutex<BTreeMap<i32, Instant>>,
+    watermarks: Mutex<BTreeMap<PartitionId, Watermarks>>,
     keyed_topic: String,
     group: String,
     engine: EngineConfig,
@@ -128,11 +127,11 @@ struct Shared {
 
 impl ClientContext for Ctx {
     fn stats(&self, statistics: rdkafka::Statistics) {
-        let mut fetching = self.fetching.lock().expect("fetching");
+        let mut watermarks = self.watermarks.lock().expect("watermarks");
         for (topic, t) in statistics.topics {
             for (partition, s) in t.partitions {
-                if let Some(f) = fetching.get_mut(&(topic.clone(), partition)) {
-                    f.observe(&s);
+                if let Some(w) = watermarks.get_mut(&(topic.clone(), partition)) {
+                    w.observe(&s);
                 }
             }
         }
@@ -150,7 +149,6 @@ impl ConsumerContext for Ctx {
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             if e.topic() == self.keyed_topic {
-                self.settled(e.partition());
                 let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
                 if !lost && delivered && self.save(&mut p) {
                     commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
@@ -166,12 +164,7 @@ impl ConsumerContext for Ctx {
 
     /// As the default (cooperative: incremental), with each assigned partition read from where
     /// this member takes it over: an input partition from the group's committed offset, a keyed
-    /// partition from its checkpoint's next offset (from the beginning when there is none). On
-    /// Apache Kafka that is all. Tansu 0.6.0 answers a fetch that starts inside a record batch
-    /// with nothing or with a later batch (RELIABILITY.md), and an offset can be anywhere in a
-    /// batch: the partition's first message is checked for a gap, and its fetching for standing
-    /// still ([`Fetching`]); either makes it read from its beginning, what was read before
-    /// skipped.
+    /// partition from its checkpoint's next offset (from the beginning when there is none).
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, list: &mut TopicPartitionList) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
@@ -200,7 +193,7 @@ impl ConsumerContext for Ctx {
             }
             other => tracing::warn!(error = ?other, "rebalance failed"),
         }
-        self.restarted(consumer, list, err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
+        self.owned_partitions_changed(list, err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
     }
 }
 
@@ -213,7 +206,6 @@ impl Shared {
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&["assigned"]).inc();
             if e.topic() == self.keyed_topic {
-                self.settled(e.partition());
                 let p = self.claim(e.partition(), &owned.plans);
                 starts.push((e.topic().to_string(), e.partition(), p.next_offset()));
                 owned.keyed.insert(e.partition(), p);
@@ -305,6 +297,15 @@ impl Shared {
         }
     }
 
+    /// Drops the keyed partitions another instance claimed: that instance writes for them now.
+    fn drop_fenced(&self, owned: &mut Owned, fenced: &[i32]) {
+        for partition in fenced {
+            owned.keyed.remove(partition);
+            self.telemetry.group.fenced.inc();
+            tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
+        }
+    }
+
     fn gauges(&self, owned: &Owned) {
         let g = &self.telemetry.group.owned_partitions;
         g.with_label_values(&[&self.keyed_topic]).set(owned.keyed.len() as i64);
@@ -337,8 +338,7 @@ impl Member {
         let forwarder = Forwarder::new(router, producer, keyed_topic.clone(), self.keyed_partitions);
         let ctx = Ctx(Arc::new(Shared {
             owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
-            fetching: Mutex::new(BTreeMap::new()),
-            let_go: Mutex::new(BTreeMap::new()),
+            watermarks: Mutex::new(BTreeMap::new()),
             keyed_topic: keyed_topic.clone(),
             group: self.group.clone(),
             engine: self.engine.clone(),
@@ -350,8 +350,9 @@ impl Member {
         // Two consumers, in two groups: the input topics' partitions, and the keyed topic's,
         // are each spread over the instances. In one group the assignor balances the total
         // count only, and one instance could end with every keyed partition.
-        let input = super::kafka::group_consumer(&self.brokers, &self.group, &self.kafka_options, ctx.clone())?;
-        let keyed = super::kafka::group_consumer(&self.brokers, &keyed_topic, &self.kafka_options, ctx)?;
+        let id = self.instance_id.as_deref();
+        let input = super::kafka::group_consumer(&self.brokers, &self.group, id, &self.kafka_options, ctx.clone())?;
+        let keyed = super::kafka::group_consumer(&self.brokers, &keyed_topic, id, &self.kafka_options, ctx)?;
         Ok(std::thread::Builder::new()
             .name("vigil-group".into())
             .spawn(move || Looping::new(self, input, keyed).run(control, stop))
@@ -433,7 +434,6 @@ impl Looping {
                 self.survey();
             }
             self.round();
-            fencing::reclaim(&self.keyed, self.m.checkpoint_every);
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
                 self.last_report = Instant::now();
@@ -505,11 +505,7 @@ impl Looping {
         for n in 0..512 {
             let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
             match polled {
-                Ok(message) => {
-                    if take(m, by_topic, decoder, consumer.context(), &message) {
-                        refetch(consumer, message.topic(), message.partition(), "gap");
-                    }
-                }
+                Ok(message) => take(m, by_topic, decoder, consumer.context(), &message),
                 Err(e) => {
                     tracing::warn!(error = %e, "Kafka receive failed");
                     std::thread::sleep(Duration::from_millis(100));
@@ -555,7 +551,6 @@ impl Looping {
     /// Reports the input partitions' progress to the keyed partitions, and now and then
     /// commits what has been forwarded.
     fn report(&mut self) {
-        self.refetch_stalled();
         let consumer = &self.input;
         let mut owned = consumer.context().owned.lock().expect("owned");
         let ctx = consumer.context();
@@ -569,20 +564,6 @@ impl Looping {
         if self.last_commit.elapsed() >= COMMIT_EVERY {
             self.last_commit = Instant::now();
             owned.forwarder.commit(consumer, None, CommitMode::Async);
-        }
-    }
-
-    /// Reads again from their beginning the owned partitions whose fetching stands still
-    /// ([`Fetching`]).
-    fn refetch_stalled(&self) {
-        let ctx = self.input.context();
-        let stalled: Vec<PartitionId> = {
-            let fetching = ctx.fetching.lock().expect("fetching");
-            fetching.iter().filter(|(_, f)| f.stalled()).map(|(id, _)| id.clone()).collect()
-        };
-        for (topic, partition) in stalled {
-            let consumer = if topic == ctx.keyed_topic { &self.keyed } else { &self.input };
-            refetch(consumer, &topic, partition, "stalled");
         }
     }
 
@@ -651,10 +632,10 @@ impl Looping {
         self.m.telemetry.kafka_lag.reset();
         let ctx = self.input.context();
         let owned = ctx.owned.lock().expect("owned");
-        for ((topic, partition), f) in ctx.fetching.lock().expect("fetching").iter() {
+        for ((topic, partition), w) in ctx.watermarks.lock().expect("watermarks").iter() {
             let next = owned.next(*topic == ctx.keyed_topic, topic, *partition);
-            if let Some(high) = f.high {
-                let lag = (high - next.or(f.low).unwrap_or(0)).max(0);
+            if let Some(high) = w.high {
+                let lag = (high - next.or(w.low).unwrap_or(0)).max(0);
                 self.m.telemetry.kafka_lag.with_label_values(&[topic, &partition.to_string()]).set(lag);
             }
         }
@@ -704,7 +685,7 @@ fn count(telemetry: &Telemetry, tally: keyed::Tally) {
 /// Whether an input partition has been read to its end: `next` (the next offset to read, when
 /// known) against the high watermark of the broker's fetch responses.
 fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> bool {
-    match (ctx.high(topic, partition), next) {
+    match (ctx.watermarks(topic, partition), next) {
         ((_, Some(high)), Some(next)) => next >= high,
         ((Some(low), Some(high)), None) => low == high,
         _ => false,
@@ -712,34 +693,31 @@ fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> bo
 }
 
 /// Takes one message: an input partition's event is forwarded, a keyed partition's record
-/// goes to its engine. True when it came past a gap: its partition must be read again.
+/// goes to its engine.
 fn take(
     m: &Member,
     by_topic: &BTreeMap<String, Stream>,
     decoder: &mut crate::event::LineDecoder,
     ctx: &Ctx,
     message: &BorrowedMessage<'_>,
-) -> bool {
+) {
     let payload = message.payload().unwrap_or_default();
     let mut owned = ctx.owned.lock().expect("owned");
     let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
     let next = owned.next(topic == ctx.keyed_topic, topic, partition);
-    if ctx.arrived(topic, partition, offset, next) {
-        return true;
-    }
     if topic == ctx.keyed_topic {
         let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
         let Some(p) = owned.keyed.get_mut(&partition) else {
             skipped("not_owned");
-            return false;
+            return;
         };
         if !p.fresh(offset) {
             skipped("before_checkpoint");
-            return false;
+            return;
         }
         let Some(headers) = message.headers() else {
             skipped("no_header");
-            return false;
+            return;
         };
         for h in headers.iter() {
             match (h.key, h.value) {
@@ -758,12 +736,12 @@ fn take(
                 _ => {}
             }
         }
-        return false;
+        return;
     }
     // Read before: forwarded by an earlier owner, or by this one before the partition was read
     // again from its beginning.
     if next.is_some_and(|next| offset < next) {
-        return false;
+        return;
     }
     match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
         Ok(event) => {
@@ -787,5 +765,4 @@ fn take(
             let _ = m.dead.blocking_send(letter);
         }
     }
-    false
 }
