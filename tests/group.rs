@@ -194,6 +194,20 @@ fn free_ports(count: u16, controllers: u16) -> u16 {
     }
 }
 
+/// Waits until an instance runs keyed partitions: a fault injected into it then moves them.
+async fn owns_keyed_partitions(service: &Service) {
+    eventually("the instance to be faulted runs keyed partitions", || async {
+        let m = metrics(&service.url).await;
+        let owned = m
+            .lines()
+            .filter(|l| l.starts_with("vigil_group_owned_partitions{") && l.contains("-keyed\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        (owned > 0.0).then_some(())
+    })
+    .await;
+}
+
 /// One run of a group through faults.
 struct Case {
     label: &'static str,
@@ -295,6 +309,7 @@ async fn run_case(case: Case) {
             (8, _) => others.push(Service::start(&args)),
             // Killed mid-window, with no goodbye: its partitions move once the broker sees it gone.
             (16, _) => {
+                owns_keyed_partitions(&others[0]).await;
                 others[0].kill();
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 others[0] = Service::start(&args);
@@ -304,6 +319,7 @@ async fn run_case(case: Case) {
             // Paused past its session timeout: the others take its partitions; when it goes on
             // it must find them lost, and write nothing for them.
             (24, _) => {
+                owns_keyed_partitions(&others[1]).await;
                 signal(&others[1], "-STOP");
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 signal(&others[1], "-CONT");

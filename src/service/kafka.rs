@@ -5,6 +5,7 @@ use crate::schema::Stream;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -166,26 +167,46 @@ pub async fn produce(
                     tokio::time::sleep(wait).await;
                 }
             }
-            let topic = topic.unwrap_or(event.stream.name()).to_string();
+            let topic = topic.unwrap_or(event.stream.name());
             let payload = event.to_json().to_string();
-            let producer = producer.clone();
-            in_flight.push(async move {
-                producer
-                    .send(FutureRecord::<(), _>::to(&topic).payload(&payload), Duration::from_secs(30))
-                    .await
-                    .map(|_| ())
-                    .map_err(|(e, _)| e)
-            });
+            // Enqueued in librdkafka at once (a paced send must leave now, not when the next
+            // future is polled); a full queue waits for deliveries.
+            let delivery = loop {
+                match producer.send_result(FutureRecord::<(), _>::to(topic).payload(&payload)) {
+                    Ok(delivery) => break delivery,
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                        _,
+                    )) => match in_flight.next().await {
+                        Some(r) => delivered(r)?,
+                        None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    },
+                    Err((e, _)) => return Err(e.into()),
+                }
+            };
+            in_flight.push(delivery);
             while in_flight.len() >= 10_000 {
                 if let Some(r) = in_flight.next().await {
-                    r?;
+                    delivered(r)?;
                 }
             }
             sent += 1;
         }
     }
     while let Some(r) = in_flight.next().await {
-        r?;
+        delivered(r)?;
     }
     Ok((sent, malformed))
+}
+
+/// What became of one record `vigil produce` sent.
+/// (`Err(_)`: the producer went away before it said, which is a cancellation.)
+fn delivered<Gone>(
+    result: Result<rdkafka::producer::future_producer::OwnedDeliveryResult, Gone>,
+) -> Result<(), KafkaError> {
+    match result {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(e.into()),
+        Err(_) => Err(rdkafka::error::KafkaError::Canceled.into()),
+    }
 }

@@ -494,6 +494,7 @@ impl Looping {
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
         if let Some(w) = watermark {
             self.m.health.set_watermark(w);
+            self.m.telemetry.watermark_lag_ms.set(crate::event::now_ms().saturating_sub(w));
         }
     }
 
