@@ -5,7 +5,8 @@
 //! cargo run --release --example e2e_latency -- BROKERS POSTGRES_URL [RATE] [SECONDS] [VIGIL_FLAGS...]
 //! ```
 //!
-//! Starts `target/release/vigil serve` against the broker and the database, then produces
+//! Starts `target/release/vigil serve` (or `$VIGIL_BIN`) against the broker and the database,
+//! then produces
 //! `task_usage` events stamped with the wall clock at RATE events/s for SECONDS. A filter rule
 //! fires on about one event in a thousand; each alert is timed from its event's timestamp (when
 //! the event was produced) to its arrival on the alert stream, which is after it was stored in
@@ -48,7 +49,7 @@ async fn main() {
         .expect("topic");
 
     let (mut child, url) = support::start_vigil(
-        Command::new("target/release/vigil")
+        Command::new(std::env::var("VIGIL_BIN").unwrap_or_else(|_| "target/release/vigil".into()))
             .args(["serve", "--http-addr", "127.0.0.1:0", "--lateness", "0s", "--kafka-group", &topic])
             .args(["--rules", dir.to_str().expect("utf-8"), "--database-url", db, "--kafka-brokers", brokers])
             .args(["--topic", &format!("task_usage={topic}")])

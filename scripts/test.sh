@@ -127,11 +127,22 @@ rm -f target/tmp/fault-tally.md
 cargo test --locked --lib --bins --tests -- --include-ignored "${skip_pg_fault[@]}"
 echo "fault injection (fault | injected | expected | stored | lost | duplicated | delivered | undelivered | repeated calls):"
 cat target/tmp/fault-tally.md 2>/dev/null || true
-# The benchmarks, once each in test mode: they build and run, they are not timed. The Flink
-# comparison's scripts need Flink, and the group probe confluent-kafka, which the tests do
-# not install: they are only parsed.
+# The benchmarks, once each in test mode: they build and run, they are not timed. The Kafka
+# ones run small against the test broker with the debug build (BENCHMARKS.md has the numbers
+# of the release build): the end-to-end latency, Kafka to engine with one and two group
+# members (with the broker's CPU), and a failover with static membership. The Flink
+# comparison's scripts need Flink, which the tests do not install: they are only parsed.
 cargo test --locked --benches
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/workers.py
+e2e_db="vigil_e2e_smoke"
+psql "$VIGIL_TEST_POSTGRES" -q -c "DROP DATABASE IF EXISTS ${e2e_db} WITH (FORCE)" -c "CREATE DATABASE ${e2e_db}"
+VIGIL_BIN=target/debug/vigil cargo run --locked --quiet --example e2e_latency -- \
+  "$VIGIL_TEST_KAFKA" "${VIGIL_TEST_POSTGRES%/*}/${e2e_db}" 2000 3
+psql "$VIGIL_TEST_POSTGRES" -q -c "DROP DATABASE IF EXISTS ${e2e_db} WITH (FORCE)"
+python3 benches/group.py target/debug/vigil samples/datacenter.jsonl --rules rules --events 5993 --runs 1 \
+  --instances 1,2 --brokers "$VIGIL_TEST_KAFKA" --postgres "$VIGIL_TEST_POSTGRES" --broker-pid-file "$kafka_dir/node1/pid"
+python3 benches/failover.py target/debug/vigil --brokers "$VIGIL_TEST_KAFKA" --postgres "$VIGIL_TEST_POSTGRES" \
+  --modes static-restart --session-timeouts 6000 --runs 1
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/workers.py benches/restore.py benches/azure_events.py
 # The web console in a real browser, against the binary built above; screenshots are written
 # to target/browser-artifacts.
 VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs

@@ -489,3 +489,51 @@ async fn a_reload_that_changes_only_what_a_rule_says_keeps_its_state() {
     .await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `vigil produce --speed 1x` sends each event when it is due, not once the file has been read:
+/// the first of two events 8 s apart is on the broker while the second waits.
+#[tokio::test]
+#[ignore = "needs Apache Kafka: run scripts/test.sh"]
+async fn paced_produce_sends_each_event_when_it_is_due() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let brokers = kafka_brokers();
+    let topic = unique("paced");
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 1, &Default::default())
+        .await
+        .expect("topic");
+    let dir = temp_dir("paced");
+    let file = dir.join("events.jsonl");
+    let event =
+        |ts: &str, host: &str| format!(r#"{{"stream":"metric","ts":"{ts}","host":"{host}","name":"cpu","value":1}}"#);
+    std::fs::write(
+        &file,
+        event("2026-01-01T00:00:00Z", "first") + "\n" + &event("2026-01-01T00:00:08Z", "second") + "\n",
+    )
+    .expect("write");
+    let mut producer = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["produce", "--brokers", &brokers, "--topic", &topic, "--speed", "1x"])
+        .arg(&file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("vigil produce runs");
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", unique("paced_reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut partitions = rdkafka::TopicPartitionList::new();
+    partitions.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning).expect("partition");
+    consumer.assign(&partitions).expect("assign");
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.recv())
+        .await
+        .expect("the first event reaches the broker before the second is due")
+        .expect("a message");
+    let payload = String::from_utf8_lossy(first.payload().unwrap_or_default()).to_string();
+    assert!(payload.contains("\"first\""), "{payload}");
+    assert!(producer.try_wait().expect("status").is_none(), "vigil produce still waits for the second event");
+    let status = producer.wait().expect("vigil produce ends");
+    assert!(status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}

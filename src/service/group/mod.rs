@@ -127,11 +127,13 @@ struct Shared {
 
 impl ClientContext for Ctx {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        let up: std::collections::HashSet<i32> =
+            statistics.brokers.values().filter(|b| b.state == "UP").map(|b| b.nodeid).collect();
         let mut watermarks = self.watermarks.lock().expect("watermarks");
         for (topic, t) in statistics.topics {
             for (partition, s) in t.partitions {
                 if let Some(w) = watermarks.get_mut(&(topic.clone(), partition)) {
-                    w.observe(&s);
+                    w.observe(&s, &up);
                 }
             }
         }
