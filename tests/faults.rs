@@ -470,6 +470,54 @@ async fn a_broker_restart_loses_and_repeats_nothing() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A single instance on a broker that has never had a consumer group: its first look-up of the
+/// group's committed offsets makes the broker create its offsets topic and is answered
+/// NOT_COORDINATOR meanwhile. librdkafka, left to look them up itself, never fetched such a
+/// partition (`benches/group.py` on a fresh broker: no event taken in 600 s).
+#[tokio::test]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn a_fresh_broker_is_read_from_its_first_offset_lookup_on() {
+    let dir = temp_dir("fresh_broker");
+    let broker = Broker::start(&dir, free_port());
+    let lines = job_lines(10);
+    // As `vigil produce --create-topics` then `vigil serve` do on a new deployment: the events
+    // wait in a 12-partition topic before the first consumer asks for its group's offsets.
+    let topic = unique("fresh");
+    vigil::service::kafka::ensure_topics(&broker.brokers(), std::slice::from_ref(&topic), 12, &Default::default())
+        .await
+        .expect("topic");
+    produce_to(&broker.brokers(), &topic, &lines.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let (db_name, db_url) = create_database().await;
+    let group = unique("group");
+    let service = Service::start(&[
+        "--rules",
+        &rules_dir(),
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &broker.brokers(),
+        "--kafka-group",
+        &group,
+        "--topic",
+        &format!("task_event={topic}"),
+    ]);
+    // Every event taken in (the partitions' interleaving decides which are late, not this).
+    let taken = || async {
+        let m = metrics(&service.url).await;
+        m.lines()
+            .filter(|l| l.starts_with("vigil_events_in_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as usize
+    };
+    eventually("every event of the fresh broker taken in", || async { (taken().await >= lines.len()).then_some(()) })
+        .await;
+    assert_eq!(taken().await, lines.len(), "{}", service.log());
+    drop(service);
+    drop(broker);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 // ---- PostgreSQL stopped and started ----------------------------------------------------------
 
 /// The PostgreSQL cluster this test may stop: `VIGIL_TEST_PG_CLUSTER` ("VERSION NAME", for

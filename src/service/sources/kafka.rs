@@ -31,13 +31,19 @@ const RESCAN: Duration = Duration::from_secs(10);
 
 /// The partitions of `topics` that are not in `assigned`, each starting at its offset in
 /// `start` (from the checkpoint), else at the group's committed offset (else the earliest).
+/// The committed offsets are read here, not left to librdkafka (`Offset::Stored`): when its
+/// OffsetFetch is answered NOT_COORDINATOR, as on a fresh broker while it creates its offsets
+/// topic, librdkafka leaves the partition unfetched for good (librdkafka issue 5586). A
+/// partition whose committed offset cannot be read now is left for a look a second later (true
+/// with the list).
 fn new_partitions(
     consumer: &StreamConsumer,
     topics: &[String],
     assigned: &BTreeSet<(String, i32)>,
     start: &BTreeMap<(String, i32), i64>,
-) -> rdkafka::TopicPartitionList {
+) -> (rdkafka::TopicPartitionList, bool) {
     let mut list = rdkafka::TopicPartitionList::new();
+    let mut ask = rdkafka::TopicPartitionList::new();
     for topic in topics {
         let partitions = match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
             Ok(m) => m
@@ -59,13 +65,41 @@ fn new_partitions(
             if assigned.contains(&key) {
                 continue;
             }
-            let offset = start.get(&key).map_or(Offset::Stored, |o| Offset::Offset(*o));
-            if let Err(e) = list.add_partition_offset(topic, p, offset) {
-                tracing::warn!(%topic, partition = p, error = %e, "cannot assign the partition");
+            match start.get(&key) {
+                Some(o) => add(&mut list, topic, p, Offset::Offset(*o)),
+                None => add(&mut ask, topic, p, Offset::Invalid),
             }
         }
     }
-    list
+    if ask.count() == 0 {
+        return (list, false);
+    }
+    let (asked, before) = (ask.count(), list.count());
+    match consumer.committed_offsets(ask, Duration::from_secs(10)) {
+        Ok(committed) => {
+            for e in committed.elements() {
+                if let Err(error) = e.error() {
+                    let (topic, partition) = (e.topic(), e.partition());
+                    tracing::warn!(topic, partition, %error, "cannot read the committed offset; looking again in 1s");
+                    continue;
+                }
+                let from = match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+                    _ => Offset::Beginning,
+                };
+                add(&mut list, e.topic(), e.partition(), from);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the group's committed offsets; looking again in 1s"),
+    }
+    let left = list.count() - before < asked;
+    (list, left)
+}
+
+fn add(list: &mut rdkafka::TopicPartitionList, topic: &str, partition: i32, offset: Offset) {
+    if let Err(e) = list.add_partition_offset(topic, partition, offset) {
+        tracing::warn!(%topic, partition, error = %e, "cannot assign the partition");
+    }
 }
 
 /// What the consumer needs besides the Kafka client.
@@ -96,9 +130,12 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             m = consumer.recv(), if !assigned.is_empty() => m,
             _ = rescan.tick() => {
                 let (c, n, a, s) = (consumer.clone(), names.clone(), assigned.clone(), start.clone());
-                let Ok(list) = tokio::task::spawn_blocking(move || new_partitions(&c, &n, &a, &s)).await else {
+                let Ok((list, left)) = tokio::task::spawn_blocking(move || new_partitions(&c, &n, &a, &s)).await else {
                     return;
                 };
+                if left {
+                    rescan.reset_after(Duration::from_secs(1));
+                }
                 if list.count() > 0 {
                     match consumer.incremental_assign(&list) {
                         Ok(()) => {
