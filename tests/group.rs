@@ -219,6 +219,9 @@ struct Case {
     fleet_rule: &'static str,
     /// A three-broker cluster of the case's own, one broker of which is killed and started again.
     cluster: Option<Cluster>,
+    /// The faults' cousins instead: the `kill -9` lands in the rebalance a join starts, and two
+    /// members are stopped at once.
+    cousins: bool,
 }
 
 /// Feeds a case's events to three instances of a group, in about 40 chunks cut between event
@@ -307,6 +310,22 @@ async fn run_case(case: Case) {
         match (i, &case.cluster) {
             (5, _) => others.push(Service::start(&args)),
             (8, _) => others.push(Service::start(&args)),
+            // Right after the third member joined: killed while the group rebalances for it.
+            (9, _) if case.cousins => {
+                others[0].kill();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                others[0] = Service::start(&args);
+            }
+            (16, _) if case.cousins => {}
+            // Two of three members paused at once, past their session timeout: one runs all.
+            (24, _) if case.cousins => {
+                for other in &others {
+                    owns_keyed_partitions(other).await;
+                }
+                others.iter().for_each(|o| signal(o, "-STOP"));
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                others.iter().for_each(|o| signal(o, "-CONT"));
+            }
             // Killed mid-window, with no goodbye: its partitions move once the broker sees it gone.
             (16, _) => {
                 owns_keyed_partitions(&others[0]).await;
@@ -429,6 +448,7 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
         streams: &["task_event", "task_usage"],
         fleet_rule: "machine_load_outlier",
         cluster: None,
+        cousins: false,
     };
     run_case(case).await;
 }
@@ -445,11 +465,28 @@ async fn metrics_of_a_group_through_a_kill_and_a_pause_raise_no_false_silence() 
         streams: &["metric"],
         fleet_rule: "fleet_cpu_outlier",
         cluster: None,
+        cousins: false,
     };
     run_case(case).await;
 }
 
-/// As above, on three brokers, one of which is killed (the leaders of its partitions move) and
+/// The metric case through a `kill -9` during a rebalance and two members paused at once.
+#[tokio::test]
+#[ignore = "needs Apache Kafka, PostgreSQL and ../shared/data: run scripts/test.sh"]
+async fn a_group_through_a_kill_in_a_rebalance_and_two_pauses_at_once_is_exact() {
+    let case = Case {
+        label: "NAB CloudWatch metrics, a kill in a rebalance, two paused at once",
+        timed: cloudwatch_workload(),
+        rules: metric_rules(),
+        streams: &["metric"],
+        fleet_rule: "fleet_cpu_outlier",
+        cluster: None,
+        cousins: true,
+    };
+    run_case(case).await;
+}
+
+/// The metric case on three brokers, one of which is killed (the leaders of its partitions move) and
 /// started again.
 #[tokio::test]
 #[ignore = "needs Apache Kafka (three brokers of its own), PostgreSQL and ../shared/data: run scripts/test.sh"]
@@ -461,6 +498,7 @@ async fn a_group_through_a_broker_killed_of_three_loses_and_invents_nothing() {
         streams: &["metric"],
         fleet_rule: "fleet_cpu_outlier",
         cluster: Some(Cluster::start()),
+        cousins: false,
     };
     run_case(case).await;
 }
