@@ -86,6 +86,16 @@ pub fn group_consumer<C: rdkafka::consumer::ConsumerContext>(
         .create_with_context(context)
 }
 
+/// A client that only asks the brokers for partitions' offsets (in no group).
+pub fn offsets_client(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<rdkafka::consumer::BaseConsumer, rdkafka::error::KafkaError> {
+    let mut options = options.clone();
+    options.retain(|k, _| k != "group.instance.id");
+    client(brokers, &[], &options).create()
+}
+
 /// The producer that forwards events to a group's keyed topic: it retries without end (the
 /// offsets it forwards from are committed only once it has delivered), idempotent, so that a
 /// retry neither reorders an input partition's records nor writes one twice, with up to 5

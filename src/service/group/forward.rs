@@ -64,9 +64,10 @@ struct Owned {
     /// The newest event time read.
     ts: Option<Millis>,
     last_message: Instant,
-    idle: bool,
+    /// Where it had been read to when it was found read to its end and quiet: it is idle.
+    idle_at: Option<i64>,
     /// What the keyed partitions were last told.
-    reported: Option<(Option<Millis>, bool)>,
+    reported: Option<(Option<Millis>, Option<i64>)>,
     /// This owner's epoch of the partition, from its claim in the store.
     epoch: i64,
 }
@@ -98,7 +99,7 @@ impl Forwarder {
     /// Starts forwarding a partition, read from `from` (the group's committed offset; from its
     /// beginning when none).
     pub fn assigned(&mut self, topic: &str, partition: i32, from: Option<i64>, epoch: i64) {
-        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle: false, reported: None, epoch };
+        let owned = Owned { next: from, ts: None, last_message: Instant::now(), idle_at: None, reported: None, epoch };
         self.owned.insert((topic.to_string(), partition), owned);
     }
 
@@ -127,7 +128,7 @@ impl Forwarder {
     pub fn thawed(&mut self) {
         for o in self.owned.values_mut() {
             o.last_message = Instant::now();
-            o.idle = false;
+            o.idle_at = None;
         }
     }
 
@@ -157,7 +158,7 @@ impl Forwarder {
             o.next = Some(offset + 1);
             o.ts = o.ts.max(ts);
             o.last_message = Instant::now();
-            o.idle = false;
+            o.idle_at = None;
         }
     }
 
@@ -207,26 +208,28 @@ impl Forwarder {
     }
 
     /// Tells every keyed partition how far the owned input partitions have got, when that
-    /// changed, and all of them now and then ([`REPORT_ALL`]). `caught_up` says whether an input partition has been read to its end; it is
-    /// asked only of partitions quiet for a while.
-    pub fn report(&mut self, mut caught_up: impl FnMut(&str, i32, Option<i64>) -> bool) {
+    /// changed, and all of them now and then ([`REPORT_ALL`]). `caught_up` says where an input
+    /// partition ends when it has been read to its end (none when not); it is asked only of
+    /// partitions quiet for a while.
+    pub fn report(&mut self, mut caught_up: impl FnMut(&str, i32, Option<i64>) -> Option<i64>) {
         let mut reports = Vec::new();
         let all = self.reported_all.elapsed() >= REPORT_ALL;
         if all {
             self.reported_all = Instant::now();
         }
         for ((topic, partition), o) in self.owned.iter_mut() {
-            if !o.idle && o.last_message.elapsed() >= IDLE && caught_up(topic, *partition, o.next) {
-                o.idle = true;
+            if o.idle_at.is_none() && o.last_message.elapsed() >= IDLE {
+                o.idle_at = caught_up(topic, *partition, o.next);
             }
-            let now = (o.ts, o.idle);
+            let now = (o.ts, o.idle_at);
             if all || o.reported != Some(now) {
-                if o.reported.is_some_and(|(_, idle)| idle != o.idle) {
-                    tracing::debug!(topic = %topic, partition, ts = ?o.ts, idle = o.idle, next = ?o.next, "input partition's idleness changed");
+                if o.reported.is_some_and(|(_, idle_at)| idle_at != o.idle_at) {
+                    tracing::debug!(topic = %topic, partition, ts = ?o.ts, idle_at = ?o.idle_at, next = ?o.next, "input partition's idleness changed");
                 }
                 o.reported = Some(now);
                 let upstream = upstream_id(topic, *partition);
-                reports.push(Progress { upstream, ts: o.ts, idle: o.idle, epoch: o.epoch });
+                let (idle, next) = (o.idle_at.is_some(), o.idle_at.or(o.next));
+                reports.push(Progress { upstream, ts: o.ts, idle, next, epoch: o.epoch });
             }
         }
         if reports.is_empty() {

@@ -9,13 +9,15 @@
 //! - time is the least of the upstream partitions' progress (each upstream's newest event time,
 //!   as its forwarder reports it), so no event is late because another partition ran ahead.
 //!   An upstream partition its forwarder reports idle (read to its end, and quiet) does not
-//!   hold time back; when every one is idle, time moves to the newest of them.
+//!   hold time back once the broker confirms that it still ends where the forwarder had read
+//!   it to ([`super::ends`]); when every one is idle, time moves to the newest of them.
 //!
 //! A keyed partition is also a stage one and a stage two of the fleet-wide rules
 //! ([`crate::engine::stage_two`]): its engine summarises their windows, which go to the stage
 //! two of their peer group in another keyed partition (or this one), and it reports how far its
 //! engine has got to every partition, after the summaries.
 
+use super::ends::EndOffsets;
 use crate::alert::Alert;
 use crate::engine::snapshot::Snapshot;
 use crate::engine::stage_two::{self, StageTwo, Summary, TookSummary};
@@ -26,7 +28,7 @@ use crate::schema::Stream;
 use crate::service::store::{Fence, PartitionCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// An upstream partition: an input topic's partition, as `topic/partition`.
 pub type UpstreamId = String;
@@ -45,18 +47,23 @@ pub struct Upstream {
     /// The newest owner's epoch heard from: reports of older owners are ignored.
     #[serde(default)]
     pub epoch: i64,
-    /// Since when it has been reported idle (read to its end and quiet) without a word
-    /// against; it stops holding time back after [`IDLE_CONFIRMED`]. Not kept in checkpoints:
-    /// a restored partition waits again.
+    /// Where it had been read to when it was reported idle (read to its end and quiet),
+    /// without a word against since. Not kept in checkpoints: a restored partition waits for
+    /// the next report.
     #[serde(skip)]
-    pub idle_since: Option<Instant>,
+    pub idle_at: Option<i64>,
 }
 
-/// How long an upstream partition must be reported idle, with no report or event against it,
-/// before it stops holding time back. Its owner reports it every second: an instance that lost
-/// the partition while paused, and reports it idle before it notices, is contradicted within
-/// that time (otherwise the owner's events that follow could be late).
-const IDLE_CONFIRMED: Duration = Duration::from_secs(3);
+/// Time held back by upstream partitions reported idle, until the broker says whether they
+/// still end where they were read to: the end offsets must have been asked after `since`.
+#[derive(Debug)]
+struct Claim {
+    /// How far time moves when they do.
+    to: Millis,
+    /// The idle partitions passed, and where each had been read to.
+    idle: Vec<(UpstreamId, i64)>,
+    since: Instant,
+}
 
 /// A forwarder's report on one upstream partition: what a progress record carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,6 +71,10 @@ pub struct Progress {
     pub upstream: UpstreamId,
     pub ts: Option<Millis>,
     pub idle: bool,
+    /// The next offset of the upstream partition to read: with `idle`, where its end was.
+    /// (Reports of builds without it are never taken as idle.)
+    #[serde(default)]
+    pub next: Option<i64>,
     /// The reporting owner's epoch of the upstream partition (raised by each owner's claim in
     /// the store).
     #[serde(default)]
@@ -150,6 +161,10 @@ pub struct KeyedPartition {
     queued: Vec<Queued>,
     decoder: LineDecoder,
     tally: Tally,
+    /// Time waiting for the broker's end offsets to pass idle upstream partitions.
+    claim: Option<Claim>,
+    /// Whether [`Self::claim`] needs an answer asked after it.
+    wants_ends: bool,
     /// Whether anything was taken since the last checkpoint.
     pub dirty: bool,
     pub out: Vec<Alert>,
@@ -180,6 +195,8 @@ impl KeyedPartition {
             queued: Vec::new(),
             decoder: LineDecoder::default(),
             tally: Tally::default(),
+            claim: None,
+            wants_ends: false,
             dirty: false,
             out: Vec::new(),
         };
@@ -260,11 +277,12 @@ impl KeyedPartition {
         self.queued.push(Queued::Stage(bytes.to_vec()));
     }
 
-    /// Takes the queued records, then moves time as far as `inputs` let it, then stage two as
-    /// far as every stage one has reported: alerts go to `out`, summaries to the outgoing ones.
-    pub fn work(&mut self, inputs: &[UpstreamId]) {
+    /// Takes the queued records, then moves time as far as `inputs` let it (past idle ones as
+    /// far as `ends` confirm), then stage two as far as every stage one has reported: alerts go
+    /// to `out`, summaries to the outgoing ones.
+    pub fn work(&mut self, inputs: &[UpstreamId], ends: &EndOffsets) {
         self.take_queued();
-        self.advance(inputs);
+        self.advance(inputs, ends);
         self.summarise();
         self.stage_two.advance(&mut self.out);
     }
@@ -367,7 +385,7 @@ impl KeyedPartition {
         }
         u.taken = Some(offset);
         u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
-        u.idle_since = None;
+        u.idle_at = None;
         let ts = event.ts;
         match self.engine.push(event, &mut self.out) {
             true => Took::Taken,
@@ -402,8 +420,7 @@ impl KeyedPartition {
     /// forwarder that took the partition over may have read it again from an older offset, and
     /// still be right that it has read it to its end. A report from an instance that lost the
     /// partition and has not noticed yet (paused past its session timeout) carries an older
-    /// epoch and is ignored: otherwise it could call the partition idle while nobody owns it,
-    /// between the two steps of a cooperative rebalance, and its owner's next events be late.
+    /// epoch and is ignored.
     fn progress(&mut self, reports: Vec<Progress>) {
         for r in reports {
             let u = self.kept.upstream.entry(r.upstream).or_default();
@@ -412,40 +429,82 @@ impl KeyedPartition {
             }
             u.epoch = r.epoch;
             u.ts = u.ts.max(r.ts);
-            match r.idle {
-                true => u.idle_since = u.idle_since.or_else(|| Some(Instant::now())),
-                false => u.idle_since = None,
-            }
+            u.idle_at = r.next.filter(|_| r.idle);
         }
     }
 
-    /// How far every upstream partition in `inputs` lets time move: the least progress of
-    /// those not idle (less a millisecond, which may get more events), or when all are idle
-    /// the newest; none while one not idle has reported nothing.
-    fn target(&self, inputs: &[UpstreamId]) -> Option<Millis> {
-        let (mut active, mut newest) = (None::<Millis>, None::<Millis>);
+    /// How far time may move with every upstream partition in `inputs` holding it back: the
+    /// least progress (less a millisecond, which may get more events); none while one has
+    /// reported no event.
+    fn held_target(&self, inputs: &[UpstreamId]) -> Option<Millis> {
+        let mut least = None::<Millis>;
+        for id in inputs {
+            let ts = self.kept.upstream.get(id)?.ts?;
+            least = Some(least.map_or(ts, |l| l.min(ts)));
+        }
+        least.map(|l| l.saturating_sub(1))
+    }
+
+    /// How far time could move if the upstream partitions reported idle did not hold it back:
+    /// the least progress of the others (less a millisecond), or when all are idle the newest;
+    /// with the idle ones and where each was read to. None while one has reported nothing, or
+    /// one not idle has reported no event.
+    fn idle_target(&self, inputs: &[UpstreamId]) -> Option<(Millis, Vec<(UpstreamId, i64)>)> {
+        let (mut active, mut newest, mut idle) = (None::<Millis>, None::<Millis>, Vec::new());
         for id in inputs {
             let u = self.kept.upstream.get(id)?;
             newest = newest.max(u.ts);
-            if u.idle_since.is_none_or(|s| s.elapsed() < IDLE_CONFIRMED) {
-                let ts = u.ts?;
-                active = Some(active.map_or(ts, |a| a.min(ts)));
+            match u.idle_at {
+                Some(at) => idle.push((id.clone(), at)),
+                None => {
+                    let ts = u.ts?;
+                    active = Some(active.map_or(ts, |a| a.min(ts)));
+                }
             }
         }
-        match active {
-            Some(a) => Some(a.saturating_sub(1)),
-            None => newest,
-        }
+        let to = match active {
+            Some(a) => a.saturating_sub(1),
+            None => newest?,
+        };
+        Some((to, idle))
     }
 
-    /// Moves time as far as `inputs` let it: alerts go to `out`.
-    fn advance(&mut self, inputs: &[UpstreamId]) {
-        if let Some(target) = self.target(inputs) {
+    /// Moves time as far as `inputs` let it: alerts go to `out`. Past upstream partitions
+    /// reported idle only in two steps: a claim of how far, then end offsets asked after it
+    /// that show each still ends where it was read to (else the claim is dropped, and made
+    /// again from what has been reported since).
+    fn advance(&mut self, inputs: &[UpstreamId], ends: &EndOffsets) {
+        let mut target = self.held_target(inputs);
+        if let Some(claim) = &self.claim {
+            if ends.asked.is_some_and(|asked| asked >= claim.since) {
+                let still = |(id, at): &(UpstreamId, i64)| {
+                    let idle = self.kept.upstream.get(id).is_some_and(|u| u.idle_at == Some(*at));
+                    idle && ends.offsets.get(id).is_some_and(|end| end <= at)
+                };
+                if claim.idle.iter().all(still) {
+                    target = target.max(Some(claim.to));
+                }
+                self.claim = None;
+            }
+        }
+        let now = self.engine.watermark().max(target);
+        if self.claim.is_none() {
+            if let Some((to, idle)) = self.idle_target(inputs).filter(|(to, _)| now.is_none_or(|w| *to > w)) {
+                self.claim = Some(Claim { to, idle, since: Instant::now() });
+            }
+        }
+        self.wants_ends = self.claim.is_some();
+        if let Some(target) = target {
             if self.engine.watermark().is_none_or(|w| target > w) {
                 self.engine.release_to(target, &mut self.out);
                 self.dirty = true;
             }
         }
+    }
+
+    /// Whether the partition waits for end offsets asked from now on.
+    pub fn wants_ends(&self) -> bool {
+        self.wants_ends
     }
 
     pub fn watermark(&self) -> Option<Millis> {
@@ -472,40 +531,69 @@ mod tests {
         KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, None)
     }
 
-    /// As if `upstream` had been reported idle for long enough.
-    fn confirm_idle(p: &mut KeyedPartition, upstream: &str) {
-        let u = p.kept.upstream.get_mut(upstream).expect("reported");
-        u.idle_since = Instant::now().checked_sub(IDLE_CONFIRMED);
+    /// A report on `upstream`; idle when read to `idle_at`.
+    fn report(upstream: &str, ts: Option<Millis>, idle_at: Option<i64>) -> Progress {
+        Progress { upstream: upstream.into(), ts, idle: idle_at.is_some(), next: idle_at, epoch: 1 }
     }
 
-    fn report(upstream: &str, ts: Option<Millis>, idle: bool) -> Progress {
-        Progress { upstream: upstream.into(), ts, idle, epoch: 1 }
+    /// End offsets asked now.
+    fn ends(offsets: &[(&str, i64)]) -> EndOffsets {
+        let offsets = offsets.iter().map(|(id, o)| (id.to_string(), *o)).collect();
+        EndOffsets { asked: Some(Instant::now()), offsets }
     }
 
     #[test]
     fn time_is_the_least_progress_of_the_upstream_partitions_not_idle() {
         let mut p = partition();
         let inputs = vec!["t/0".to_string(), "t/1".to_string()];
-        p.progress(vec![report("t/0", Some(100), false)]);
-        assert_eq!(p.target(&inputs), None, "t/1 has reported nothing");
-        p.progress(vec![report("t/1", Some(50), false)]);
-        assert_eq!(p.target(&inputs), Some(49));
-        p.progress(vec![report("t/1", Some(40), false)]);
-        assert_eq!(p.target(&inputs), Some(49), "time does not go back");
-        p.progress(vec![report("t/1", Some(45), true)]);
-        assert_eq!(p.target(&inputs), Some(49), "idle, not yet for long enough");
-        confirm_idle(&mut p, "t/1");
-        assert_eq!(p.target(&inputs), Some(99), "an idle partition does not hold time back");
-        p.progress(vec![report("t/1", Some(45), false)]);
-        p.progress(vec![report("t/1", Some(45), true)]);
-        assert_eq!(p.target(&inputs), Some(49), "a report against it starts the wait again");
-        confirm_idle(&mut p, "t/1");
-        p.progress(vec![report("t/0", Some(100), true)]);
-        confirm_idle(&mut p, "t/0");
-        assert_eq!(p.target(&inputs), Some(100), "all idle: the newest");
-        p.progress(vec![Progress { upstream: "t/0".into(), ts: Some(100), idle: false, epoch: 2 }]);
-        p.progress(vec![report("t/0", Some(100), true)]);
-        assert!(p.kept.upstream["t/0"].idle_since.is_none(), "a former owner's report is ignored");
+        let none = EndOffsets::default();
+        p.progress(vec![report("t/0", Some(100), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), None, "t/1 has reported nothing");
+        p.progress(vec![report("t/1", Some(50), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), Some(49));
+        p.progress(vec![report("t/1", Some(40), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), Some(49), "time does not go back");
+        assert!(!p.wants_ends());
+
+        let asked_before = ends(&[("t/1", 7)]);
+        p.progress(vec![report("t/1", Some(45), Some(7))]);
+        p.advance(&inputs, &asked_before);
+        assert_eq!(p.watermark(), Some(49), "idle, not yet confirmed by the broker");
+        assert!(p.wants_ends());
+        p.advance(&inputs, &asked_before);
+        assert_eq!(p.watermark(), Some(49), "end offsets asked before the claim confirm nothing");
+        p.advance(&inputs, &ends(&[("t/1", 9)]));
+        assert_eq!(p.watermark(), Some(49), "written to since it was read to its end: not idle");
+        assert!(p.wants_ends(), "a new claim waits for the next answer");
+        p.advance(&inputs, &ends(&[("t/1", 7)]));
+        assert_eq!(p.watermark(), Some(99), "an idle partition does not hold time back");
+
+        p.progress(vec![report("t/0", Some(100), Some(3))]);
+        p.advance(&inputs, &none);
+        p.advance(&inputs, &ends(&[("t/0", 3)]));
+        assert_eq!(p.watermark(), Some(99), "an end offset missing confirms nothing");
+        p.advance(&inputs, &ends(&[("t/0", 3), ("t/1", 7)]));
+        assert_eq!(p.watermark(), Some(100), "all idle: the newest");
+
+        p.progress(vec![Progress { upstream: "t/0".into(), ts: Some(100), idle: false, next: None, epoch: 2 }]);
+        p.progress(vec![report("t/0", Some(100), Some(3))]);
+        assert!(p.kept.upstream["t/0"].idle_at.is_none(), "a former owner's report is ignored");
+    }
+
+    #[test]
+    fn an_idle_partition_that_takes_an_event_holds_time_again() {
+        let mut p = partition();
+        let inputs = vec!["t/0".to_string(), "t/1".to_string()];
+        p.progress(vec![report("t/0", Some(100), None), report("t/1", Some(50), Some(4))]);
+        p.advance(&inputs, &EndOffsets::default());
+        let event = crate::event::decode(r#"{"stream":"metric","ts":60,"host":"h","name":"m","value":1}"#, None)
+            .expect("event");
+        assert_eq!(p.take("t/1".into(), 4, event), Took::Taken);
+        p.advance(&inputs, &ends(&[("t/1", 4)]));
+        assert_eq!(p.watermark(), Some(59), "the claim is dropped: t/1 is no longer idle at 4");
     }
 
     #[test]
@@ -522,7 +610,7 @@ mod tests {
         assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
         assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
         assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
-        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), taken: Some(4), idle_since: None, epoch: 0 });
+        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), taken: Some(4), idle_at: None, epoch: 0 });
         let restored = KeyedPartition::new(
             Vec::new(),
             &EngineConfig::default(),

@@ -14,6 +14,7 @@
 //! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
 //! the instance holds the partition's epoch.
 
+mod ends;
 mod forward;
 pub mod keyed;
 pub mod rules;
@@ -28,6 +29,7 @@ use super::telemetry::Telemetry;
 use crate::engine::{Engine, EngineConfig, Shard};
 use crate::plan::RulePlan;
 use crate::schema::Stream;
+use ends::{EndOffsets, Ends};
 use forward::Forwarder;
 use keyed::{KeyedPartition, UpstreamId};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -116,6 +118,8 @@ impl std::ops::Deref for Ctx {
 struct Shared {
     owned: Mutex<Owned>,
     watermarks: Mutex<BTreeMap<PartitionId, Watermarks>>,
+    /// The input partitions' end offsets, asked of the broker before time passes idle ones.
+    ends: Arc<Ends>,
     keyed_topic: String,
     group: String,
     engine: EngineConfig,
@@ -338,9 +342,13 @@ impl Member {
             super::kafka::forwarding_producer(&self.brokers, &self.kafka_options, forward::Deliveries::default())?;
         let router = Engine::new(self.plans.clone(), self.engine.clone());
         let forwarder = Forwarder::new(router, producer, keyed_topic.clone(), self.keyed_partitions);
+        let ends = Arc::new(Ends::default());
+        Ends::spawn(&ends, super::kafka::offsets_client(&self.brokers, &self.kafka_options)?)
+            .expect("the end offsets' thread starts");
         let ctx = Ctx(Arc::new(Shared {
             owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
             watermarks: Mutex::new(BTreeMap::new()),
+            ends: ends.clone(),
             keyed_topic: keyed_topic.clone(),
             group: self.group.clone(),
             engine: self.engine.clone(),
@@ -479,7 +487,10 @@ impl Looping {
         }
         let ctx = self.input.context();
         let mut owned = ctx.owned.lock().expect("owned");
-        work(&mut owned.keyed, &self.inputs, self.m.workers);
+        work(&mut owned.keyed, &self.inputs, &ctx.ends.latest(), self.m.workers);
+        if owned.keyed.values().any(KeyedPartition::wants_ends) {
+            ctx.ends.want();
+        }
         let mut fenced = Vec::new();
         let Owned { keyed, forwarder, .. } = &mut *owned;
         for (partition, p) in keyed.iter_mut() {
@@ -630,6 +641,7 @@ impl Looping {
         }
         if inputs != self.inputs {
             tracing::info!(partitions = inputs.len(), "input partitions");
+            self.input.context().ends.set_inputs(&inputs);
             self.inputs = inputs;
         }
         self.m.telemetry.kafka_lag.reset();
@@ -651,11 +663,11 @@ impl Looping {
 /// Lets each keyed partition take what has been read for it and move time on, on up to
 /// `workers` threads: each thread runs whole partitions, the busiest first to the least loaded
 /// thread. A partition's engine keeps its own key groups, so the threads share nothing.
-fn work(keyed: &mut BTreeMap<i32, KeyedPartition>, inputs: &[UpstreamId], workers: usize) {
+fn work(keyed: &mut BTreeMap<i32, KeyedPartition>, inputs: &[UpstreamId], ends: &EndOffsets, workers: usize) {
     let busy = keyed.values().filter(|p| p.queued() > 0).count();
     let workers = workers.min(busy);
     if workers <= 1 {
-        keyed.values_mut().for_each(|p| p.work(inputs));
+        keyed.values_mut().for_each(|p| p.work(inputs, ends));
         return;
     }
     let mut partitions: Vec<&mut KeyedPartition> = keyed.values_mut().collect();
@@ -668,7 +680,7 @@ fn work(keyed: &mut BTreeMap<i32, KeyedPartition>, inputs: &[UpstreamId], worker
     }
     std::thread::scope(|scope| {
         for (_, share) in shares {
-            scope.spawn(move || share.into_iter().for_each(|p| p.work(inputs)));
+            scope.spawn(move || share.into_iter().for_each(|p| p.work(inputs, ends)));
         }
     });
 }
@@ -685,13 +697,13 @@ fn count(telemetry: &Telemetry, tally: keyed::Tally) {
     }
 }
 
-/// Whether an input partition has been read to its end: `next` (the next offset to read, when
-/// known) against the high watermark of the broker's fetch responses.
-fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> bool {
+/// Where an input partition ends, when it has been read to its end: `next` (the next offset to
+/// read, when known) against the high watermark of the broker's fetch responses.
+fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> Option<i64> {
     match (ctx.watermarks(topic, partition), next) {
-        ((_, Some(high)), Some(next)) => next >= high,
-        ((Some(low), Some(high)), None) => low == high,
-        _ => false,
+        ((_, Some(high)), Some(next)) => (next >= high).then_some(next),
+        ((Some(low), Some(high)), None) => (low == high).then_some(high),
+        _ => None,
     }
 }
 

@@ -22,7 +22,7 @@ fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
                 p.queue_event("t/0", offset as i64, None, line.as_bytes());
             }
             p.queue_event("t/0", last, None, b"{\"stream\":\"metric\"");
-            let end = Progress { upstream: "t/0".into(), ts: Some(i64::MAX / 8), idle: false, epoch: 1 };
+            let end = Progress { upstream: "t/0".into(), ts: Some(i64::MAX / 8), idle: false, next: None, epoch: 1 };
             p.queue_progress(serde_json::to_string(&[end]).expect("report").as_bytes());
             (index as i32, p)
         })
@@ -32,7 +32,7 @@ fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
 /// Every partition's alerts (ids and transitions, in each partition's order) and tally.
 fn run(workers: usize) -> Vec<(Vec<(String, crate::alert::Status)>, Tally)> {
     let mut keyed = partitions(4);
-    work(&mut keyed, &["t/0".to_string()], workers);
+    work(&mut keyed, &["t/0".to_string()], &Default::default(), workers);
     keyed
         .values_mut()
         .map(|p| {
@@ -68,7 +68,7 @@ fn a_checkpoint_takes_what_was_read_first() {
     let line = br#"{"stream":"metric","ts":1767225600000,"host":"h","name":"m","value":1}"#;
     restored.queue_event("t/0", 5992, None, line);
     restored.queue_event("t/0", 5994, None, line);
-    restored.work(&[]);
+    restored.work(&[], &Default::default());
     let tally = restored.tally();
     assert_eq!((tally.duplicates, tally.taken), (1, 1), "the checkpoint holds the last offset taken");
 }
@@ -81,7 +81,7 @@ fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
         p.queue_event("t/0", (from + n) as i64, None, line.as_bytes());
     }
     let newest = if end { Some(i64::MAX / 8) } else { lines.iter().filter_map(|l| ts(l)).max() };
-    let report = Progress { upstream: "t/0".into(), ts: newest, idle: false, epoch: 1 };
+    let report = Progress { upstream: "t/0".into(), ts: newest, idle: false, next: None, epoch: 1 };
     p.queue_progress(serde_json::to_string(&[report]).expect("report").as_bytes());
 }
 
@@ -90,7 +90,7 @@ fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
 fn run_stages(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(Option<i32>, bool, Vec<u8>)> {
     let mut sent = Vec::new();
     loop {
-        work(keyed, &["t/0".to_string()], 2);
+        work(keyed, &["t/0".to_string()], &Default::default(), 2);
         let mut sends = Vec::new();
         for p in keyed.values_mut() {
             sends.extend(p.take_outgoing().into_iter().map(|(to, s)| (Some(to), false, s)));
@@ -141,7 +141,7 @@ fn two_stage_partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
 #[test]
 fn fleet_wide_rules_judged_in_a_second_stage_raise_the_alerts_of_one_engine() {
     let mut whole = partitions(4);
-    work(&mut whole, &["t/0".to_string()], 1);
+    work(&mut whole, &["t/0".to_string()], &Default::default(), 1);
     let want = alerts(&mut whole);
     let outliers = want.iter().filter(|(rule, ..)| rule == "machine_load_outlier" || rule == "straggler_task").count();
     assert!(outliers >= 2, "the sample raises fleet-wide outliers: {want:?}");
@@ -163,7 +163,7 @@ fn fleet_wide_rules_judged_in_a_second_stage_raise_the_alerts_of_one_engine() {
 #[test]
 fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     let mut whole = partitions(3);
-    work(&mut whole, &["t/0".to_string()], 1);
+    work(&mut whole, &["t/0".to_string()], &Default::default(), 1);
     let want = alerts(&mut whole);
 
     let text = std::fs::read_to_string("samples/datacenter.jsonl").expect("sample events");
@@ -191,7 +191,7 @@ fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     // sends its summaries again): none is taken twice.
     deliver(&mut restored, &sent);
     for p in restored.values_mut() {
-        p.work(&["t/0".to_string()]);
+        p.work(&["t/0".to_string()], &Default::default());
         let tally = p.tally();
         assert_eq!(tally.summaries, 0, "summaries sent again are not taken");
     }

@@ -1,0 +1,104 @@
+//! The end offsets of every input partition, asked of the broker (ListOffsets) when a keyed
+//! partition would let time pass an upstream partition that its forwarder reported idle.
+//!
+//! A report that a partition is idle says where its forwarder had read it to; it may be old by
+//! the time another partition's progress would move time past it. Records written to the idle
+//! partition since, which its forwarder has not read yet, would then be late: under load, a
+//! forwarder on another instance can lag a second behind. So time passes an idle partition
+//! only once the broker, asked after the progress that would move time was seen, says that
+//! the partition still ends where its forwarder had read it to
+//! ([`super::keyed::KeyedPartition::work`]).
+//!
+//! The member asks on its own thread, at most every [`ASK_EVERY`], and only while a keyed
+//! partition waits for an answer: one ListOffsets request per broker that leads input
+//! partitions.
+
+use super::keyed::UpstreamId;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the broker may be asked.
+const ASK_EVERY: Duration = Duration::from_millis(50);
+/// How long one request may take before it is given up (and asked again).
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The input partitions' end offsets as the broker gave them.
+#[derive(Debug, Default)]
+pub struct EndOffsets {
+    /// When the request was sent: the answer says nothing of what was written after.
+    pub asked: Option<Instant>,
+    pub offsets: HashMap<UpstreamId, i64>,
+}
+
+/// What the member's loop and the asking thread share.
+#[derive(Default)]
+pub struct Ends {
+    wanted: AtomicBool,
+    inputs: Mutex<Vec<UpstreamId>>,
+    latest: Mutex<Arc<EndOffsets>>,
+}
+
+impl Ends {
+    /// Asks for the end offsets, in a request sent from now on.
+    pub fn want(&self) {
+        self.wanted.store(true, Ordering::Release);
+    }
+
+    /// The newest answer.
+    pub fn latest(&self) -> Arc<EndOffsets> {
+        self.latest.lock().expect("ends").clone()
+    }
+
+    /// The input partitions to ask for.
+    pub fn set_inputs(&self, inputs: &[UpstreamId]) {
+        *self.inputs.lock().expect("inputs") = inputs.to_vec();
+    }
+
+    /// Asks the broker through `client` whenever an answer is wanted, until `ends` is dropped.
+    pub fn spawn(ends: &Arc<Ends>, client: BaseConsumer) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let weak = Arc::downgrade(ends);
+        std::thread::Builder::new().name("vigil-group-ends".into()).spawn(move || {
+            while let Some(ends) = weak.upgrade() {
+                if ends.wanted.swap(false, Ordering::AcqRel) {
+                    ends.ask(&client);
+                }
+                drop(ends);
+                std::thread::sleep(ASK_EVERY);
+            }
+        })
+    }
+
+    fn ask(&self, client: &BaseConsumer) {
+        let inputs = self.inputs.lock().expect("inputs").clone();
+        let mut list = TopicPartitionList::new();
+        for id in &inputs {
+            let Some((topic, partition)) = id.rsplit_once('/') else { continue };
+            let Ok(partition) = partition.parse::<i32>() else { continue };
+            // Offset::End as a timestamp asks for the latest offset.
+            let _ = list.add_partition_offset(topic, partition, Offset::End);
+        }
+        let asked = Instant::now();
+        match client.offsets_for_times(list, ASK_TIMEOUT) {
+            Ok(answer) => {
+                let offsets = answer
+                    .elements()
+                    .iter()
+                    .filter(|e| e.error().is_ok())
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) => Some((super::keyed::upstream_id(e.topic(), e.partition()), o)),
+                        _ => None,
+                    })
+                    .collect();
+                *self.latest.lock().expect("ends") = Arc::new(EndOffsets { asked: Some(asked), offsets });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the input partitions' end offsets; asking again");
+                self.want();
+            }
+        }
+    }
+}
