@@ -13,10 +13,9 @@
 //! partition waits for an answer: one ListOffsets request per broker that leads input
 //! partitions.
 
-use super::keyed::UpstreamId;
+use super::keyed::{upstream_id, EndOffsets, UpstreamId};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,14 +24,6 @@ use std::time::{Duration, Instant};
 const ASK_EVERY: Duration = Duration::from_millis(50);
 /// How long one request may take before it is given up (and asked again).
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The input partitions' end offsets as the broker gave them.
-#[derive(Debug, Default)]
-pub struct EndOffsets {
-    /// When the request was sent: the answer says nothing of what was written after.
-    pub asked: Option<Instant>,
-    pub offsets: HashMap<UpstreamId, i64>,
-}
 
 /// What the member's loop and the asking thread share.
 #[derive(Default)]
@@ -89,7 +80,7 @@ impl Ends {
                     .iter()
                     .filter(|e| e.error().is_ok())
                     .filter_map(|e| match e.offset() {
-                        Offset::Offset(o) => Some((super::keyed::upstream_id(e.topic(), e.partition()), o)),
+                        Offset::Offset(o) => Some((upstream_id(e.topic(), e.partition()), o)),
                         _ => None,
                     })
                     .collect();

@@ -17,7 +17,6 @@
 //! two of their peer group in another keyed partition (or this one), and it reports how far its
 //! engine has got to every partition, after the summaries.
 
-use super::ends::EndOffsets;
 use crate::alert::Alert;
 use crate::engine::snapshot::Snapshot;
 use crate::engine::stage_two::{self, StageTwo, Summary, TookSummary};
@@ -27,7 +26,7 @@ use crate::plan::RulePlan;
 use crate::schema::Stream;
 use crate::service::store::{Fence, PartitionCheckpoint};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// An upstream partition: an input topic's partition, as `topic/partition`.
@@ -52,6 +51,14 @@ pub struct Upstream {
     /// the next report.
     #[serde(skip)]
     pub idle_at: Option<i64>,
+}
+
+/// The input partitions' end offsets as the broker gave them ([`super::ends`]).
+#[derive(Debug, Default)]
+pub struct EndOffsets {
+    /// When the request was sent: the answer says nothing of what was written after.
+    pub asked: Option<Instant>,
+    pub offsets: HashMap<UpstreamId, i64>,
 }
 
 /// Time held back by upstream partitions reported idle, until the broker says whether they
