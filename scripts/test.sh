@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: `scripts/test.sh`.
 #
-# Needs: a Rust toolchain, python3, Java 17 or later with Maven, Node.js 18 or later, and
+# Needs: a Rust toolchain, python3 (with venv and pip), Java 17 or later with Maven, Node.js 18 or later, and
 # Debian's apt-get (run as root, or with sudo) for what is missing. Installs and starts what the
 # tests need: PostgreSQL (Debian's `postgresql`, a cluster with trust auth on 127.0.0.1:5432,
 # and a second cluster for the fault test that stops its database), Apache Kafka's own broker
@@ -100,6 +100,18 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
   echo "installing playwright-core for the browser tests (npm ci)"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# Clients written by others for the collector receivers' tests (tests/collectors.rs): Python
+# packages from PyPI, pinned in tests/clients/requirements.txt, in a virtual environment.
+py_clients="$PWD/target/py-clients"
+if ! cmp -s tests/clients/requirements.txt "$py_clients/requirements.txt" 2>/dev/null; then
+  echo "installing the collector clients' Python packages (pip, into ${py_clients})"
+  rm -rf "$py_clients"
+  python3 -m venv "$py_clients"
+  "$py_clients/bin/pip" install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+  cp tests/clients/requirements.txt "$py_clients/requirements.txt"
+fi
+export VIGIL_TEST_PYTHON="$py_clients/bin/python"
 
 # Kafka: Apache Kafka's own broker in KRaft mode (scripts/kafka.sh), on a free port for the run.
 # The group tests that kill a broker start their own three-node cluster with the same script.

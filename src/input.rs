@@ -9,6 +9,7 @@
 //! | `alibaba-batch-task` | Alibaba 2017 batch_task CSV | `task_event`: SUBMIT at creation, SCHEDULE and FINISH or FAIL as the status says |
 //! | `alibaba-server-event` | Alibaba 2017 server_event CSV | `machine_event` |
 //! | `azure-cpu` | Azure Public Dataset V1 CPU readings, `t_offset_s,step,vm_id,avg_cpu,max_cpu` | `metric`: host the VM, names `avg_cpu` and `max_cpu` |
+//! | `influx` | InfluxDB line protocol (Telegraf's files and Kafka output), [`crate::influx`] | `metric`: one event per numeric field |
 //! | `planetlab` | PlanetLab (CoMon) CPU: one integer per line, every 5 minutes from the date its folder is named after (`20110303/`) | `metric`: host the file name, name `cpu_utilization` |
 //!
 //! `.gz` files are decompressed on the fly.
@@ -37,6 +38,8 @@ pub enum Format {
     AlibabaServerEvent,
     AzureCpu,
     Planetlab,
+    /// InfluxDB line protocol.
+    Influx,
 }
 
 /// Options for adapters that cannot learn everything from the file.
@@ -46,6 +49,8 @@ pub struct InputOptions {
     pub host: Option<String>,
     /// Metric name of NAB series (default: from the file name).
     pub metric_name: Option<String>,
+    /// How line protocol becomes samples: the host tag, the timestamps' precision.
+    pub influx: crate::influx::Mapping,
 }
 
 /// One input line: an event (or, from [`open_gated`], what the gate left of it), or why it is
@@ -150,6 +155,7 @@ fn open_with<T: 'static>(
         Format::AlibabaServerEvent => Box::new(csv_records(reader, false, alibaba_server_event)),
         Format::AlibabaBatchTask => Box::new(alibaba_batch_task(reader)),
         Format::AzureCpu => Box::new(csv_rows(reader, true, azure_cpu)),
+        Format::Influx => Box::new(influx_lines(reader, options.influx.clone())),
         Format::Planetlab => {
             let start = planetlab_start(path).ok_or_else(|| {
                 std::io::Error::new(
@@ -189,6 +195,8 @@ fn detect(path: &Path, head: &[u8]) -> Format {
         Format::GoogleMachineEvents
     } else if first_line.trim_start_matches('\u{feff}').trim() == "timestamp,value" {
         Format::Nab
+    } else if file_name(path).trim_end_matches(".gz").ends_with(".lp") {
+        Format::Influx
     } else if first_line.starts_with("t_offset_s,step,vm_id") {
         Format::AzureCpu
     } else if planetlab_start(path).is_some()
@@ -230,6 +238,37 @@ fn jsonl<T>(
             continue;
         }
         return Some(Record { line: line_no, event });
+    })
+}
+
+/// Line protocol, one record per sample (a line of several fields makes several). A newline
+/// inside a quoted string field ends the line here: files of Telegraf's output have none.
+fn influx_lines(reader: Box<dyn BufRead>, mapping: crate::influx::Mapping) -> impl Iterator<Item = Record> {
+    let mut lines = LineReader::new(reader);
+    let mut line_no = 0u64;
+    let mut pending = std::collections::VecDeque::new();
+    let now = crate::event::now_ms();
+    std::iter::from_fn(move || loop {
+        if let Some(record) = pending.pop_front() {
+            return Some(record);
+        }
+        line_no += 1;
+        let event = match lines.next_line()? {
+            Err(e) => Err(DecodeError { field: None, reason: format!("read error: {e}") }),
+            Ok(bytes) => match std::str::from_utf8(bytes) {
+                Err(e) => {
+                    Err(DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
+                }
+                Ok(text) => match crate::influx::lines(text).next() {
+                    None => continue,
+                    Some((_, line)) => crate::influx::samples(line, &mapping, now).map(|s| s.events),
+                },
+            },
+        };
+        match event {
+            Ok(events) => pending.extend(events.into_iter().map(|e| Record { line: line_no, event: Ok(e) })),
+            Err(e) => return Some(Record { line: line_no, event: Err(e) }),
+        }
     })
 }
 

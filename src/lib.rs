@@ -27,6 +27,7 @@ pub mod diagnostic;
 pub mod engine;
 pub mod eval;
 pub mod event;
+pub mod influx;
 pub mod input;
 pub mod parser;
 pub mod plan;

@@ -216,6 +216,8 @@ settings! {
         "Bearer token required by mutating endpoints";
     api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN",
         "Bearer token required by reading endpoints (the API token works too); needs --api-token";
+    influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG",
+        "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
     lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
         "How late an event may arrive and still count, e.g. `30s`";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",

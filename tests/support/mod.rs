@@ -396,3 +396,47 @@ pub async fn start_with_kafka_at(brokers: &str, db_name: String, db_url: String,
     let service = Service::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
     KafkaSetup { service, topic, db_name, db_url, args }
 }
+
+/// The series of NAB's AWS CloudWatch folder recorded in April 2014 (eight hosts, three weeks,
+/// every 5 minutes, overlapping in time), as `metric` events in time order, each with its
+/// 5-minute step, and after them one event of a host of its own two days later: time moves past
+/// every host's last sample in the group as in `vigil replay`, whose end of input fires what is
+/// still waiting (a group's time has no end).
+pub fn cloudwatch_workload() -> Vec<(i64, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/nab/realAWSCloudwatch");
+    let mut rows: Vec<(i64, String, String, String)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("../shared/data/nab/realAWSCloudwatch") {
+        let path = entry.expect("entry").path();
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let Some((name, host)) = stem.rsplit_once('_').filter(|(_, h)| h.len() == 6) else { continue };
+        let text = std::fs::read_to_string(&path).expect("csv");
+        for line in text.lines().skip(1) {
+            let Some((stamp, value)) = line.split_once(',') else { continue };
+            if !stamp.starts_with("2014-04") {
+                break;
+            }
+            let ts = stamp.replace(' ', "T") + "Z";
+            rows.push((vigil::event::parse_time(&ts).expect("a time"), ts, format!("{host} {name}"), value.into()));
+        }
+    }
+    rows.sort();
+    let mut timed: Vec<(i64, String)> = rows
+        .iter()
+        .map(|(ms, ts, series, value)| {
+            let (host, name) = series.split_once(' ').expect("host and name");
+            let line = format!(r#"{{"stream":"metric","ts":"{ts}","host":"{host}","name":"{name}","value":{value}}}"#);
+            (ms / 300_000, line)
+        })
+        .collect();
+    let last = rows.last().expect("rows").0;
+    let end = last + 2 * 86_400_000;
+    let end_ts = time::OffsetDateTime::from_unix_timestamp(end / 1000)
+        .expect("a time")
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("formatted");
+    timed.push((
+        end / 300_000,
+        format!(r#"{{"stream":"metric","ts":"{end_ts}","host":"end-of-data","name":"marker","value":0}}"#),
+    ));
+    timed
+}

@@ -3,11 +3,12 @@
 use super::{read_body, ApiError, ApiResult, AppState, MAX_BODY};
 use crate::service::sources::dead_letter;
 use crate::service::sources::http::{Batch, Logged};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::json;
+use std::ops::Range;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -25,8 +26,7 @@ const DEAD_PER_REQUEST: usize = 100;
 pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> ApiResult<Json<serde_json::Value>> {
     let body = read_body(&state, body, MAX_BODY).await?;
     let mut events = Vec::new();
-    let mut rejected = Vec::new();
-    let (mut rejected_total, mut dead) = (0usize, 0usize);
+    let mut rejects = Rejects::new("http");
     let mut start = 0;
     let mut decoder = crate::event::LineDecoder::default();
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
@@ -37,38 +37,12 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
         }
         match state.intake.decode(&mut decoder, line, None) {
             Ok(e) => events.push((range, e)),
-            Err(reason) => {
-                let reason = reason.to_string();
-                rejected_total += 1;
-                if rejected.len() < LISTED {
-                    rejected.push(json!({ "line": i + 1, "reason": reason }));
-                }
-                if dead < DEAD_PER_REQUEST {
-                    dead += 1;
-                    let mut letter = dead_letter("http", reason, line);
-                    letter.line = Some(i as i64 + 1);
-                    let _ = state.dead.send(letter).await;
-                }
-            }
+            Err(reason) => rejects.add(&state, i as u64 + 1, reason.to_string(), line).await,
         }
     }
-    if rejected_total > dead {
-        let more = rejected_total - dead;
-        let reason = format!("{more} more rejected lines of the same request, not kept one by one");
-        let _ = state.dead.send(dead_letter("http", reason, b"")).await;
-    }
-    let (mut accepted, mut shed, mut late) = (events.len(), 0, 0u64);
-    if !events.is_empty() {
-        let (reply, answer) = oneshot::channel();
-        state.ingest.send(Batch { body, events, reply }).await.map_err(|_| ApiError::stopping())?;
-        match answer.await.map_err(|_| ApiError::stopping())? {
-            // On disk: whatever happens now, the events are processed (after a restart if
-            // need be); if the engine stops before taking them, their lateness is unknown.
-            Logged::Taken(counted) => late = counted.await.unwrap_or(0),
-            Logged::Shed => (shed, accepted) = (accepted, 0),
-            Logged::Failed(reason) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason)),
-        }
-    }
+    let rejected_total = rejects.total;
+    let rejected = rejects.finish(&state).await;
+    let Logging { accepted, late, shed } = log_events(&state, body, events).await?;
     Ok(Json(json!({
         "accepted": accepted,
         "late": late,
@@ -76,4 +50,75 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
         "rejected": rejected,
         "rejected_total": rejected_total,
     })))
+}
+
+/// The rejected lines of one request: the first [`LISTED`] for the answer, the first
+/// [`DEAD_PER_REQUEST`] kept as dead letters.
+pub(super) struct Rejects {
+    source: &'static str,
+    listed: Vec<serde_json::Value>,
+    pub total: usize,
+    dead: usize,
+}
+
+impl Rejects {
+    pub fn new(source: &'static str) -> Self {
+        Rejects { source, listed: Vec::new(), total: 0, dead: 0 }
+    }
+
+    /// Line `line` (1-based) of the request was refused for `reason`.
+    pub async fn add(&mut self, state: &AppState, line: u64, reason: String, payload: &[u8]) {
+        self.total += 1;
+        if self.dead < DEAD_PER_REQUEST {
+            self.dead += 1;
+            let mut letter = dead_letter(self.source, reason.clone(), payload);
+            letter.line = Some(line as i64);
+            let _ = state.dead.send(letter).await;
+        }
+        if self.listed.len() < LISTED {
+            self.listed.push(json!({ "line": line, "reason": reason }));
+        }
+    }
+
+    /// The listed rejects, once those not kept one by one are summed up in one more dead letter.
+    pub async fn finish(self, state: &AppState) -> Vec<serde_json::Value> {
+        if self.total > self.dead {
+            let more = self.total - self.dead;
+            let reason = format!("{more} more rejected lines of the same request, not kept one by one");
+            let _ = state.dead.send(dead_letter(self.source, reason, b"")).await;
+        }
+        self.listed
+    }
+}
+
+/// What became of events handed to the ingest log.
+pub(super) struct Logging {
+    pub accepted: usize,
+    /// Of those accepted, how many the engine found late.
+    pub late: u64,
+    /// Dropped under the `shed` overload policy.
+    pub shed: usize,
+}
+
+/// Writes `events` (each with the range of its JSON line in `body`) to the ingest log and waits
+/// until they are on disk and the engine has taken them; 503 when the log cannot be written.
+pub(super) async fn log_events(
+    state: &AppState,
+    body: Bytes,
+    events: Vec<(Range<usize>, crate::event::Event)>,
+) -> ApiResult<Logging> {
+    let mut logging = Logging { accepted: events.len(), late: 0, shed: 0 };
+    if events.is_empty() {
+        return Ok(logging);
+    }
+    let (reply, answer) = oneshot::channel();
+    state.ingest.send(Batch { body, events, reply }).await.map_err(|_| ApiError::stopping())?;
+    match answer.await.map_err(|_| ApiError::stopping())? {
+        // On disk: whatever happens now, the events are processed (after a restart if need
+        // be); if the engine stops before taking them, their lateness is unknown.
+        Logged::Taken(counted) => logging.late = counted.await.unwrap_or(0),
+        Logged::Shed => (logging.shed, logging.accepted) = (logging.accepted, 0),
+        Logged::Failed(reason) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason)),
+    }
+    Ok(logging)
 }

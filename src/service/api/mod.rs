@@ -6,6 +6,7 @@
 //! | `GET /api/v1/alerts/{id}` | one alert with its evidence and transitions | [`alerts`] |
 //! | `GET /api/v1/alerts/stream` | server-sent events with the same filters; `Last-Event-ID` resumes from the store | [`alerts`] |
 //! | `POST /api/v1/events` | JSON-lines ingest, answered once the events are on disk | [`ingest`] |
+//! | `POST /api/v2/write`, `POST /write` | InfluxDB line protocol (2.x and 1.x APIs), as Telegraf sends it | [`influx`] |
 //! | `GET /api/v1/rules`, `GET/PUT/DELETE /api/v1/rules/{name}` | the rule set; PUT takes the rule's text | [`rules`] |
 //! | `POST /api/v1/rules/validate` | diagnostics for a rule text, as JSON | [`rules`] |
 //! | `GET /api/v1/dead-letters` | input that could not be read | [`ops`] |
@@ -19,6 +20,7 @@
 
 pub mod alerts;
 mod console;
+mod influx;
 pub mod ingest;
 pub mod ops;
 pub mod rules;
@@ -59,6 +61,8 @@ pub struct AppState {
     pub token: Option<String>,
     /// When set, reading endpoints need it (or `token`).
     pub read_token: Option<String>,
+    /// The line protocol tag that names a sample's host.
+    pub influx_host_tag: String,
     pub health: Arc<Health>,
     pub engine_health: Arc<EngineHealth>,
     pub webhook_wake: Arc<Notify>,
@@ -152,6 +156,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/rules/{name}", axum::routing::put(rules::put_rule).delete(rules::delete_rule))
         .route("/api/v1/webhook/redeliver", post(ops::redeliver))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    // Receivers of what collectors send: the API token as they are configured to give it.
+    let receiving = Router::new()
+        .route("/api/v2/write", post(influx::write_v2))
+        .route("/write", post(influx::write_v1))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_sender_token));
     let reading = Router::new()
         .route("/api/v1/alerts", get(alerts::list_alerts))
         .route("/api/v1/alerts/stream", get(alerts::stream_alerts))
@@ -170,6 +179,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ops::readyz))
         .merge(mutating)
+        .merge(receiving)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; the API is under /api/v1") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this endpoint does not take that method")
@@ -201,6 +211,47 @@ async fn require_token(
 ) -> Response {
     match &state.token {
         Some(token) if !bearer_is(&headers, token) => unauthorized("API token"),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether a collector's request carries the API token in one of the ways collectors are
+/// configured to send one: `Authorization: Bearer` (Prometheus, OpenTelemetry), `Authorization:
+/// Token` (InfluxDB 2 clients, Telegraf), basic auth with the token as the password, or the
+/// `p` query parameter (InfluxDB 1.x clients).
+fn sender_gives(headers: &HeaderMap, uri: &axum::http::Uri, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let same = |given: &str| given.len() == token.len() && bool::from(given.as_bytes().ct_eq(token.as_bytes()));
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let (scheme, credentials) = authorization.split_once(' ').unwrap_or_default();
+    let from_header = match scheme.to_ascii_lowercase().as_str() {
+        "bearer" | "token" => same(credentials.trim()),
+        "basic" => {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(credentials.trim()).unwrap_or_default();
+            let decoded = String::from_utf8(decoded).unwrap_or_default();
+            decoded.split_once(':').is_some_and(|(_, password)| same(password))
+        }
+        _ => false,
+    };
+    let from_query = || {
+        let query = axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(uri);
+        query.is_ok_and(|q| q.get("p").is_some_and(|p| same(p)))
+    };
+    from_header || from_query()
+}
+
+/// Receivers of collectors' pushes: the API token, when one is set, given as
+/// [`sender_gives`] takes it.
+async fn require_sender_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match &state.token {
+        Some(token) if !sender_gives(request.headers(), request.uri(), token) => {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint needs the API token: `Authorization: Bearer <token>` or `Token <token>`, or basic auth with the token as password",
+            )
+            .into_response()
+        }
         _ => next.run(request).await,
     }
 }

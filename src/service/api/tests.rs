@@ -81,6 +81,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         rules: Arc::new(live),
         token: token.map(String::from),
         read_token: read_token.map(String::from),
+        influx_host_tag: "host".into(),
         health,
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
@@ -104,6 +105,59 @@ async fn call(app: &App, method: Method, uri: &str, body: &str, token: Option<&s
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.expect("body").to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}
+
+async fn send(app: &App, uri: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let mut request = HttpRequest::builder().method(Method::POST).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = app.router.clone().oneshot(request.body(Body::from(body)).expect("request")).await.expect("answers");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test]
+async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
+    let app = app(None, None).await;
+    let now = crate::event::now_ms() / 1000;
+    let good = format!("cpu,host=a,cpu=0 usage_user=1.5,usage_system=2i {now}\nmem,host=a used_percent=40 {now}\n");
+    let (status, body) = send(&app, "/api/v2/write?org=o&bucket=b&precision=s", good.clone().into_bytes(), &[]).await;
+    assert_eq!((status, &body), (204, &serde_json::Value::Null));
+    let mixed = format!("cpu,host=a usage_user=1 {now}\ncpu,dc=x usage_user=2 {now}\ncpu,host=a usage_user= {now}\n");
+    let (status, body) = send(&app, "/write?db=x&precision=s", mixed.into_bytes(), &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid");
+    assert_eq!((body["accepted"].as_u64(), body["rejected_total"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(body["rejected"][0]["line"], 2);
+    assert!(body["rejected"][0]["reason"].as_str().is_some_and(|r| r.contains("`host`")), "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("line 2")), "{body}");
+
+    let (status, body) = send(&app, "/api/v2/write?precision=fortnights", good.clone().into_bytes(), &[]).await;
+    assert!(status == 400 && body["message"].as_str().is_some_and(|m| m.contains("fortnights")), "{body}");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, good.as_bytes()).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    let (status, _) = send(&app, "/api/v2/write?precision=s", gz, &[("content-encoding", "gzip")]).await;
+    assert_eq!(status, 204);
+    let (status, _) = send(&app, "/api/v2/write?precision=s", good.into_bytes(), &[("content-encoding", "br")]).await;
+    assert_eq!(status, 415);
+}
+
+#[tokio::test]
+async fn line_protocol_senders_give_the_token_as_they_are_configured_to() {
+    let app = app(Some("s3cret"), None).await;
+    let line = || b"cpu,host=a v=1".to_vec();
+    use base64::Engine;
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("telegraf:s3cret"));
+    assert_eq!(send(&app, "/api/v2/write", line(), &[]).await.0, 401);
+    assert_eq!(send(&app, "/api/v2/write", line(), &[("authorization", "Token wrong")]).await.0, 401);
+    assert_eq!(send(&app, "/api/v2/write", line(), &[("authorization", "Token s3cret")]).await.0, 204);
+    assert_eq!(send(&app, "/api/v2/write", line(), &[("authorization", "Bearer s3cret")]).await.0, 204);
+    assert_eq!(send(&app, "/write", line(), &[("authorization", &basic)]).await.0, 204);
+    assert_eq!(send(&app, "/write?db=x&u=telegraf&p=s3cret", line(), &[]).await.0, 204);
+    assert_eq!(send(&app, "/write?db=x&u=telegraf&p=nope", line(), &[]).await.0, 401);
 }
 
 #[tokio::test]

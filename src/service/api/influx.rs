@@ -1,0 +1,175 @@
+//! `POST /api/v2/write` (the InfluxDB 2 API) and `POST /write` (InfluxDB 1.x): line protocol
+//! in, as Telegraf's `outputs.influxdb_v2` and `outputs.influxdb` and the Influx client
+//! libraries send it. Each numeric field of a line is one `metric` sample ([`crate::influx`]).
+//!
+//! Answers as InfluxDB does, so that senders retry what can succeed and drop what cannot:
+//! 204 once every sample is on disk in the ingest log; 400 with `{"code": "invalid",
+//! "message"}` when lines were refused (the valid lines of the request are kept, as InfluxDB 1.x
+//! keeps a partial write: a sender does not retry a 400, and resending would not help them);
+//! 413 for a body over the limit, compressed or not; 503 when the log cannot be written or the
+//! engine sheds load (a retry can succeed).
+
+use super::ingest::{log_events, Logging, Rejects};
+use super::{read_body, ApiError, AppState, MAX_BODY};
+use crate::event::EventJson;
+use crate::influx::{Mapping, Precision};
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+/// Largest body once decompressed.
+pub const MAX_DECOMPRESSED: usize = 64 << 20;
+
+/// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s`.
+pub(super) async fn write_v2(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    write(&state, params.get("precision").map(String::as_str), &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /write?db=..&precision=n|u|ms|s|m|h`.
+pub(super) async fn write_v1(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    write(&state, params.get("precision").map(String::as_str), &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// An answer in InfluxDB's shape (`code`, `message`), with the API's `error` beside it.
+fn influx_error(status: StatusCode, code: &str, message: String, more: serde_json::Value) -> ApiError {
+    let mut body = json!({ "code": code, "message": message, "error": message });
+    if let (Some(body), serde_json::Value::Object(more)) = (body.as_object_mut(), more) {
+        body.extend(more);
+    }
+    ApiError(status, body)
+}
+
+/// An API error in InfluxDB's shape.
+fn from_api(e: ApiError) -> ApiError {
+    let message = e.1.get("error").and_then(|m| m.as_str()).unwrap_or("refused").to_string();
+    let code = match e.0 {
+        StatusCode::PAYLOAD_TOO_LARGE => "request too large",
+        s if s.is_server_error() => "unavailable",
+        _ => "invalid",
+    };
+    influx_error(e.0, code, message, json!({}))
+}
+
+async fn write(
+    state: &AppState,
+    precision: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let precision = match precision {
+        None | Some("") => Precision::Nanoseconds,
+        Some(p) => Precision::parse(p).ok_or_else(|| {
+            let message = format!("precision `{p}` is not one of ns, us, ms, s (or n, u, m, h)");
+            influx_error(StatusCode::BAD_REQUEST, "invalid", message, json!({}))
+        })?,
+    };
+    let body = read_body(state, body, MAX_BODY).await.map_err(from_api)?;
+    let body = decompressed(headers, body)?;
+    let text = std::str::from_utf8(&body).map_err(|e| {
+        let message = format!("the body is not UTF-8 (at byte {})", e.valid_up_to());
+        influx_error(StatusCode::BAD_REQUEST, "invalid", message, json!({}))
+    })?;
+    let mapping = Mapping { host_tag: state.influx_host_tag.clone(), precision };
+    let now = crate::event::now_ms();
+    let mut rejects = Rejects::new("influx");
+    let mut first_reject = None;
+    let (mut json_lines, mut events, mut skipped, mut lines) = (Vec::new(), Vec::new(), 0usize, 0usize);
+    for (line_no, line) in crate::influx::lines(text) {
+        lines += 1;
+        let taken = crate::influx::samples(line, &mapping, now).and_then(|samples| {
+            for e in &samples.events {
+                state.intake.check(e)?;
+            }
+            Ok(samples)
+        });
+        match taken {
+            Ok(samples) => {
+                skipped += samples.skipped;
+                for e in samples.events {
+                    let start = json_lines.len();
+                    // Writing an event's JSON to memory cannot fail.
+                    let _ = serde_json::to_writer(&mut json_lines, &EventJson(&e));
+                    events.push((start..json_lines.len(), e));
+                    json_lines.push(b'\n');
+                }
+            }
+            Err(reason) => {
+                let reason = reason.to_string();
+                first_reject.get_or_insert_with(|| format!("line {line_no}: {reason}"));
+                rejects.add(state, line_no, reason, line.as_bytes()).await;
+            }
+        }
+    }
+    let rejected_total = rejects.total;
+    let rejected = rejects.finish(state).await;
+    let Logging { accepted, late, shed } =
+        log_events(state, Bytes::from(json_lines), events).await.map_err(from_api)?;
+    if shed > 0 {
+        let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
+        return Err(influx_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message, json!({ "shed": shed })));
+    }
+    let counts = json!({
+        "accepted": accepted,
+        "late": late,
+        "skipped_string_fields": skipped,
+        "rejected": rejected,
+        "rejected_total": rejected_total,
+    });
+    match first_reject {
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(first) => {
+            let message = format!(
+                "partial write: {rejected_total} of {lines} lines refused ({accepted} samples taken); first: {first}"
+            );
+            Err(influx_error(StatusCode::BAD_REQUEST, "invalid", message, counts))
+        }
+    }
+}
+
+/// The body as sent, or decompressed when `Content-Encoding` says gzip.
+fn decompressed(headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
+    let encoding = headers.get("content-encoding").and_then(|v| v.to_str().ok()).unwrap_or("identity");
+    match encoding.trim().to_ascii_lowercase().as_str() {
+        "" | "identity" => Ok(body),
+        "gzip" => {
+            let mut out = Vec::new();
+            let mut reader = flate2::read::GzDecoder::new(&body[..]).take(MAX_DECOMPRESSED as u64 + 1);
+            reader.read_to_end(&mut out).map_err(|e| {
+                influx_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("the gzip body does not decompress: {e}"),
+                    json!({}),
+                )
+            })?;
+            if out.len() > MAX_DECOMPRESSED {
+                let message = format!("the body is over {MAX_DECOMPRESSED} bytes once decompressed");
+                return Err(influx_error(StatusCode::PAYLOAD_TOO_LARGE, "request too large", message, json!({})));
+            }
+            Ok(Bytes::from(out))
+        }
+        other => {
+            let message = format!("Content-Encoding `{other}` is not taken: send gzip or identity");
+            Err(influx_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported", message, json!({})))
+        }
+    }
+}
