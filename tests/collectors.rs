@@ -27,9 +27,9 @@ async fn stored(db: &std::path::Path) -> BTreeSet<String> {
     rows.into_iter().map(|(id, status)| format!("{id}:{status}")).collect()
 }
 
-#[tokio::test]
-#[ignore = "needs the Python clients and ../shared/data: run scripts/test.sh"]
-async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
+/// The CloudWatch series as `metric` JSON lines, and the transitions `vigil replay` of the
+/// shipped metric rules gives for them.
+fn workload() -> (Vec<String>, BTreeSet<String>) {
     let lines: Vec<String> = cloudwatch_workload().into_iter().map(|(_, line)| line).collect();
     let expected: BTreeSet<String> = replay_alerts_with(&lines, &metric_rules())
         .iter()
@@ -37,7 +37,75 @@ async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
         .map(|(id, status)| format!("{id}:{status}"))
         .collect();
     assert!(expected.len() > 20, "the series raise alerts in replay: {expected:?}");
+    (lines, expected)
+}
 
+/// Runs a client script of `tests/clients` with `args`; its report (JSON on stdout).
+fn client(script: &str, args: &[&str]) -> serde_json::Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(script);
+    let out = std::process::Command::new(python()).arg(&script).args(args).output().expect("the client runs");
+    assert!(out.status.success(), "{} failed:\n{}", script.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the client's report")
+}
+
+/// Waits until the store holds exactly `expected`, or fails with what is lost and extra.
+async fn assert_stored(db: &std::path::Path, expected: &BTreeSet<String>, service: &Service) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut got = stored(db).await;
+    while got != *expected && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        got = stored(db).await;
+    }
+    let lost: Vec<_> = expected.difference(&got).collect();
+    let extra: Vec<_> = got.difference(expected).collect();
+    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", service.log());
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
+async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
+    let (lines, expected) = workload();
+    let dir = temp_dir("kafka_influx");
+    let topic = unique("telegraf");
+    let brokers = kafka_brokers();
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 1, &Default::default())
+        .await
+        .expect("topic created");
+    let rules = metric_rules();
+    let service = Service::start(&[
+        "--rules",
+        &rules,
+        "--database-url",
+        &sqlite_url(&dir),
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &unique("group"),
+        "--topic",
+        &format!("metric={topic}"),
+        "--kafka-topic-format",
+        &format!("{topic}=influx"),
+    ]);
+    let events = dir.join("events.jsonl");
+    std::fs::write(&events, lines.join("\n") + "\n").expect("events");
+    let report = client("kafka_influx_produce.py", &[&brokers, &topic, events.to_str().expect("utf-8")]);
+    assert_eq!(report["lines"].as_u64(), Some(lines.len() as u64), "{report}");
+    assert_stored(&dir.join("vigil.db"), &expected, &service).await;
+    // The line without a host tag is a dead letter with its line; the rest of its message is
+    // taken (late, behind the watermark, so it changes no alert).
+    let dead = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
+    let letters = dead["dead_letters"].as_array().cloned().unwrap_or_default();
+    assert!(
+        letters.iter().any(|l| l["line"] == 1 && l["reason"].as_str().is_some_and(|r| r.contains("`host`"))),
+        "{dead}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients and ../shared/data: run scripts/test.sh"]
+async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
+    let (lines, expected) = workload();
     let dir = temp_dir("influx_client");
     let db = dir.join("vigil.db");
     let rules = metric_rules();
@@ -45,28 +113,13 @@ async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
         Service::start(&["--rules", &rules, "--database-url", &sqlite_url(&dir), "--api-token", "collector-token"]);
     let events = dir.join("events.jsonl");
     std::fs::write(&events, lines.join("\n") + "\n").expect("events");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/influx_write.py");
-    let out = std::process::Command::new(python())
-        .arg(&script)
-        .args([&service.url, "collector-token", events.to_str().expect("utf-8")])
-        .output()
-        .expect("the client runs");
-    assert!(out.status.success(), "the client failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the client's report");
+    let report = client("influx_write.py", &[&service.url, "collector-token", events.to_str().expect("utf-8")]);
     assert_eq!(report["written"].as_u64(), Some(lines.len() as u64), "{report}");
     // A line without the host tag: refused as InfluxDB refuses a malformed write, with why.
     assert_eq!(report["malformed"]["status"], 400, "{report}");
     let message = report["malformed"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("line 1") && message.contains("`host`"), "{report}");
 
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let mut got = stored(&db).await;
-    while got != expected && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        got = stored(&db).await;
-    }
-    let lost: Vec<_> = expected.difference(&got).collect();
-    let extra: Vec<_> = got.difference(&expected).collect();
-    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", service.log());
+    assert_stored(&db, &expected, &service).await;
     std::fs::remove_dir_all(&dir).ok();
 }

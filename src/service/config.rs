@@ -104,6 +104,11 @@ macro_rules! settings {
             /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
             #[arg(long = "topic", value_parser = parse_topic)]
             pub topics: Vec<(Stream, String)>,
+            /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
+            /// default) or `influx` (line protocol, as Telegraf's Kafka output writes it; the
+            /// metric stream's topic)
+            #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
+            pub kafka_topic_formats: Vec<(String, TopicFormat)>,
             /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
             /// settings, `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
             #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
@@ -136,6 +141,9 @@ macro_rules! settings {
             /// librdkafka properties: `[kafka_options] "security.protocol" = "ssl"`.
             #[serde(default)]
             pub kafka_options: BTreeMap<String, String>,
+            /// The format of a topic's messages: `[kafka_topic_format] telegraf = "influx"`.
+            #[serde(default)]
+            pub kafka_topic_format: BTreeMap<String, String>,
             /// Recorded files to feed in.
             #[serde(default)]
             pub replay: Vec<PathBuf>,
@@ -154,6 +162,8 @@ macro_rules! settings {
             /// librdkafka properties set on every Kafka client, over Vigil's defaults.
             pub kafka_options: BTreeMap<String, String>,
             pub topics: BTreeMap<Stream, String>,
+            /// Topics whose messages are not Vigil's JSON lines.
+            pub topic_formats: BTreeMap<String, TopicFormat>,
             pub replay: Vec<PathBuf>,
         }
 
@@ -175,6 +185,7 @@ macro_rules! settings {
                     kafka_join_group: args.kafka_join_group || file.kafka_join_group,
                     kafka_options: BTreeMap::new(),
                     topics: BTreeMap::new(),
+                    topic_formats: BTreeMap::new(),
                     replay: Vec::new(),
                 }
             }
@@ -357,6 +368,39 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
+/// The format of a Kafka topic's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicFormat {
+    /// Vigil's JSON lines, one event per message (or several lines).
+    Vigil,
+    /// InfluxDB line protocol ([`crate::influx`]): one sample per numeric field of each line.
+    Influx,
+}
+
+impl TopicFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            TopicFormat::Vigil => "vigil",
+            TopicFormat::Influx => "influx",
+        }
+    }
+}
+
+/// `TOPIC=FORMAT`.
+pub fn parse_topic_format(s: &str) -> Result<(String, TopicFormat), String> {
+    let (topic, format) = s.split_once('=').ok_or_else(|| format!("`{s}` is not TOPIC=FORMAT"))?;
+    let topic = topic.trim();
+    if topic.is_empty() {
+        return Err(format!("`{s}` names no topic"));
+    }
+    let format = match format.trim() {
+        "vigil" => TopicFormat::Vigil,
+        "influx" => TopicFormat::Influx,
+        other => return Err(format!("`{other}` is not a topic format Vigil reads: vigil or influx")),
+    };
+    Ok((topic.to_string(), format))
+}
+
 pub fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
     let (key, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))?;
     let key = key.trim();
@@ -431,6 +475,16 @@ impl ServeConfig {
             }
         }
         config.kafka_options.extend(args.kafka_options);
+        for (topic, format) in &file.kafka_topic_format {
+            match parse_topic_format(&format!("{topic}={format}")) {
+                Ok((t, f)) => {
+                    config.topic_formats.insert(t, f);
+                }
+                Err(e) => problems.push(format!("vigil.toml [kafka_topic_format]: {e}")),
+            }
+        }
+        config.topic_formats.extend(args.kafka_topic_formats);
+        config.topic_formats.retain(|_, f| *f != TopicFormat::Vigil);
         config.replay = if args.replay.is_empty() { file.replay } else { args.replay };
         problems.extend(config.validate());
         if problems.is_empty() {
@@ -453,6 +507,27 @@ impl ServeConfig {
         }
         if self.kafka_join_group {
             problems.extend(self.join_group_problems());
+        }
+        for (topic, format) in &self.topic_formats {
+            let stream = self.topics.iter().find(|(_, t)| *t == topic).map(|(s, _)| *s);
+            match stream {
+                None => problems.push(format!(
+                    "--kafka-topic-format {topic}={}: `{topic}` is not a stream's topic (set one with --topic STREAM={topic})",
+                    format.name()
+                )),
+                Some(s) if s != Stream::Metric => problems.push(format!(
+                    "--kafka-topic-format {topic}={}: line protocol carries metric samples, and `{topic}` is the {} stream's topic",
+                    format.name(),
+                    s.name()
+                )),
+                Some(_) => {}
+            }
+            if self.kafka_join_group {
+                problems.push(format!(
+                    "--kafka-topic-format {topic}={}: a group (--kafka-join-group) reads JSON lines only so far",
+                    format.name()
+                ));
+            }
         }
         if self.api_read_token.is_some() && self.api_token.is_none() {
             problems.push(
@@ -574,6 +649,32 @@ mod tests {
         let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
         let err = ServeConfig::resolve(own).expect_err("a property Vigil sets").to_string();
         assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
+        assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
+        let err = parse_topic_format("telegraf=otlp-proto").expect_err("not read yet");
+        assert!(err.contains("`otlp-proto` is not a topic format Vigil reads"), "{err}");
+        assert!(parse_topic_format("telegraf").is_err());
+        let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let args = |formats: &[(&str, TopicFormat)]| ServeArgs {
+            rules: Some(dir.clone()),
+            topics: vec![(Stream::Metric, "telegraf".into())],
+            kafka_topic_formats: formats.iter().map(|(t, f)| (t.to_string(), *f)).collect(),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(args(&[("telegraf", TopicFormat::Influx)])).expect("valid");
+        assert_eq!(c.topic_formats["telegraf"], TopicFormat::Influx);
+        let err = ServeConfig::resolve(args(&[("task_event", TopicFormat::Influx)])).expect_err("refused").to_string();
+        assert!(
+            err.contains("line protocol carries metric samples, and `task_event` is the task_event stream's"),
+            "{err}"
+        );
+        let err = ServeConfig::resolve(args(&[("other", TopicFormat::Influx)])).expect_err("refused").to_string();
+        assert!(err.contains("`other` is not a stream's topic"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -43,6 +43,9 @@ const SETTLE: Duration = Duration::from_millis(100);
 pub enum Input {
     /// An event, with where it came from when a checkpoint must cover it.
     Event(Event, Option<Position>),
+    /// The events of one Kafka message (line protocol carries several), taken together so
+    /// that a checkpoint covers all of them or none.
+    Events(Vec<Event>, Position),
     /// An event of HTTP ingest, with its offset in the ingest log.
     Ingested(Event, u64),
     /// The end of one ingest request's events: the reply counts those that were late.
@@ -275,6 +278,10 @@ impl EngineLoop {
                     }
                     events.push(event);
                 }
+                Input::Events(list, p) => {
+                    r.positions.insert((p.topic, p.partition), p.offset);
+                    events.extend(list);
+                }
                 Input::Ingested(event, offset) => {
                     r.ingested = Some(offset);
                     ingested.push(events.len());
@@ -302,7 +309,7 @@ impl EngineLoop {
                 let kept = self.engine.reload(plans, &mut r.out);
                 let _ = reply.send(kept);
             }
-            Input::Tick | Input::Event(..) | Input::Ingested(..) => {}
+            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) => {}
         }
     }
 

@@ -424,6 +424,8 @@ fn spawn_sources(
     if let Some(consumer) = consumer {
         let source = sources::kafka::KafkaSource {
             topics: config.topics.clone(),
+            formats: config.topic_formats.clone(),
+            influx: crate::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
             start: resume.to_vec(),
             engine: w.engine.clone(),
             dead: w.dead.clone(),

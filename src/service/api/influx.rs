@@ -89,18 +89,11 @@ async fn write(
         influx_error(StatusCode::BAD_REQUEST, "invalid", message, json!({}))
     })?;
     let mapping = Mapping { host_tag: state.influx_host_tag.clone(), precision };
-    let now = crate::event::now_ms();
     let mut rejects = Rejects::new("influx");
     let mut first_reject = None;
     let (mut json_lines, mut events, mut skipped, mut lines) = (Vec::new(), Vec::new(), 0usize, 0usize);
-    for (line_no, line) in crate::influx::lines(text) {
+    for (line_no, line, taken) in state.intake.influx(&mapping, text) {
         lines += 1;
-        let taken = crate::influx::samples(line, &mapping, now).and_then(|samples| {
-            for e in &samples.events {
-                state.intake.check(e)?;
-            }
-            Ok(samples)
-        });
         match taken {
             Ok(samples) => {
                 skipped += samples.skipped;

@@ -15,6 +15,7 @@
 use super::{now_ms, offer, Intake, Offered, Position};
 use crate::schema::Stream;
 use crate::service::config::Overload;
+use crate::service::config::TopicFormat;
 use crate::service::engine_loop::Input;
 use crate::service::store::DeadLetter;
 use crate::service::telemetry::Telemetry;
@@ -105,6 +106,10 @@ fn add(list: &mut rdkafka::TopicPartitionList, topic: &str, partition: i32, offs
 /// What the consumer needs besides the Kafka client.
 pub struct KafkaSource {
     pub topics: BTreeMap<Stream, String>,
+    /// Topics whose messages are not Vigil's JSON lines.
+    pub formats: BTreeMap<String, TopicFormat>,
+    /// How line protocol becomes samples.
+    pub influx: crate::influx::Mapping,
     /// The checkpoint's next offset of each partition.
     pub start: Vec<Position>,
     pub engine: mpsc::Sender<Input>,
@@ -117,7 +122,7 @@ pub struct KafkaSource {
 /// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
 /// busy).
 pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut stop: watch::Receiver<bool>) {
-    let KafkaSource { topics, start, engine: tx, dead, intake, overload, shed } = source;
+    let KafkaSource { topics, formats, influx, start, engine: tx, dead, intake, overload, shed } = source;
     let by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
     let names: Vec<String> = by_topic.keys().cloned().collect();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
@@ -162,29 +167,64 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         };
         let topic = m.topic().to_string();
         let payload = m.payload().unwrap_or_default();
-        let sent = match intake.decode(&mut decoder, payload, by_topic.get(&topic).copied()) {
-            Ok(e) => {
-                let position = Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
-                offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed
+        let position = Position { topic: topic.clone(), partition: m.partition(), offset: m.offset() };
+        let letter = |line: Option<u64>, reason: String, payload: &[u8]| DeadLetter {
+            source: "kafka".into(),
+            topic: Some(topic.clone()),
+            partition: Some(m.partition()),
+            offset: Some(m.offset()),
+            line: line.map(|l| l as i64),
+            reason,
+            payload: super::dead_payload(payload),
+            received_at_ms: now_ms(),
+        };
+        let sent = match formats.get(&topic).copied().unwrap_or(TopicFormat::Vigil) {
+            TopicFormat::Vigil => match intake.decode(&mut decoder, payload, by_topic.get(&topic).copied()) {
+                Ok(e) => offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed,
+                Err(reason) => dead.send(letter(None, reason.to_string(), payload)).await.is_ok(),
+            },
+            TopicFormat::Influx => {
+                let (events, refused) = influx_samples(&intake, &influx, payload);
+                let mut sent = true;
+                for (line, reason, text) in refused {
+                    sent &= dead.send(letter(line, reason, text.as_bytes())).await.is_ok();
+                }
+                if !events.is_empty() {
+                    sent &= offer(&tx, Input::Events(events, position), overload, &shed).await != Offered::Closed;
+                }
+                sent
             }
-            Err(reason) => dead
-                .send(DeadLetter {
-                    source: "kafka".into(),
-                    topic: Some(topic.clone()),
-                    partition: Some(m.partition()),
-                    offset: Some(m.offset()),
-                    line: None,
-                    reason: reason.to_string(),
-                    payload: super::dead_payload(payload),
-                    received_at_ms: now_ms(),
-                })
-                .await
-                .is_ok(),
         };
         if !sent {
             return;
         }
     }
+}
+
+/// A line refused: its number (none for the whole message), why, and its text.
+type Refused = (Option<u64>, String, String);
+
+/// The samples of a message of line protocol, and each line refused.
+fn influx_samples(
+    intake: &Intake,
+    mapping: &crate::influx::Mapping,
+    payload: &[u8],
+) -> (Vec<crate::event::Event>, Vec<Refused>) {
+    let text = match std::str::from_utf8(payload) {
+        Ok(text) => text,
+        Err(e) => {
+            let reason = format!("invalid UTF-8 at byte {}", e.valid_up_to());
+            return (Vec::new(), vec![(None, reason, String::from_utf8_lossy(payload).into_owned())]);
+        }
+    };
+    let (mut events, mut refused) = (Vec::new(), Vec::new());
+    for (line_no, line, samples) in intake.influx(mapping, text) {
+        match samples {
+            Ok(samples) => events.extend(samples.events),
+            Err(reason) => refused.push((Some(line_no), reason.to_string(), line.to_string())),
+        }
+    }
+    (events, refused)
 }
 
 /// Updates the consumer-lag gauge every few seconds until `stop`.

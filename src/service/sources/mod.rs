@@ -83,6 +83,23 @@ impl Intake {
         Ok(event)
     }
 
+    /// Each line of line protocol in `text` with its number, and its samples, each within the
+    /// time bounds, or why it is refused. Lines without a timestamp are taken at now.
+    pub fn influx<'a>(
+        &'a self,
+        mapping: &'a crate::influx::Mapping,
+        text: &'a str,
+    ) -> impl Iterator<Item = (u64, &'a str, Result<crate::influx::Samples, DecodeError>)> + 'a {
+        let now = now_ms();
+        crate::influx::lines(text).map(move |(line_no, line)| {
+            let samples = crate::influx::samples(line, mapping, now).and_then(|s| {
+                s.events.iter().try_for_each(|e| self.check(e))?;
+                Ok(s)
+            });
+            (line_no, line, samples)
+        })
+    }
+
     /// Whether the event's time is within bounds now.
     pub fn check(&self, event: &Event) -> Result<(), DecodeError> {
         self.bounds.check(event.ts, now_ms(), self.health.watermark())

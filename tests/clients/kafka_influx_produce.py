@@ -1,0 +1,61 @@
+"""Produces metric events to a Kafka topic as line protocol, as Telegraf's Kafka output does
+with `data_format = "influx"` and `use_batch_format = true` (the lines of one flush in one
+message), with Confluent's Python client (confluent-kafka, librdkafka underneath).
+
+    python kafka_influx_produce.py BROKERS TOPIC EVENTS.jsonl
+
+EVENTS.jsonl holds Vigil `metric` events (`ts` RFC 3339, `host`, `name`, `value`). The samples
+of one timestamp make one message of lines `name,host=H value=V NS` (nanosecond timestamps,
+Telegraf's default), all to partition 0, in order; then one message of two lines, the first
+without a host tag. Prints one JSON object: how many messages and lines were produced.
+"""
+
+import json
+import sys
+from datetime import datetime
+
+from confluent_kafka import Producer
+
+
+def main():
+    brokers, topic, path = sys.argv[1:4]
+    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
+    failures = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failures.append(str(err))
+
+    messages = lines = 0
+    batch, last = [], None
+
+    def flush_batch():
+        nonlocal messages, batch
+        if batch:
+            producer.produce(topic, value="\n".join(batch).encode(), partition=0, on_delivery=delivered)
+            producer.poll(0)
+            messages += 1
+            batch = []
+
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            ns = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()) * 1_000_000_000
+            if ns != last:
+                flush_batch()
+                last = ns
+            batch.append(f'{e["name"]},host={e["host"]} value={float(e["value"])!r} {ns}')
+            lines += 1
+    flush_batch()
+    producer.produce(topic, value=b"cpu,dc=eu value=1 1396310400000000000\ncpu,host=late value=2 1396310400000000000",
+                     partition=0, on_delivery=delivered)
+    producer.flush(30)
+    if failures:
+        sys.exit(f"deliveries failed: {failures[:3]}")
+    print(json.dumps({"messages": messages + 1, "lines": lines}))
+
+
+if __name__ == "__main__":
+    main()
