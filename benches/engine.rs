@@ -64,6 +64,31 @@ fn benches(c: &mut Criterion) {
     group.bench_function("task_usage_line", |b| b.iter(|| black_box(decode(black_box(line), None).is_ok())));
     group.finish();
 
+    // Telegraf's `cpu` input: one line of 10 fields per CPU and host, 1,000 lines.
+    let body: String = (0..1000)
+        .map(|i| {
+            format!(
+                "cpu,cpu=cpu{},host=web-{:03} usage_user={}.5,usage_system=1.25,usage_idle=90.1,usage_nice=0,usage_iowait=0.5,\
+                 usage_irq=0,usage_softirq=0.1,usage_steal=0,usage_guest=0,usage_guest_nice=0 1767225600000000000\n",
+                i % 8,
+                i / 8,
+                i % 50
+            )
+        })
+        .collect();
+    let mapping = vigil::influx::Mapping::default();
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(10_000));
+    group.bench_function("influx_10k_samples", |b| {
+        b.iter(|| {
+            let lines = vigil::influx::lines(black_box(&body));
+            black_box(
+                lines.map(|(_, l)| vigil::influx::samples(l, &mapping, 0).map_or(0, |s| s.events.len())).sum::<usize>(),
+            )
+        })
+    });
+    group.finish();
+
     operator(c, "filter", "rule q1 { task t use machine m as e where e.cpu > 0.95 }", 1000);
     operator(
         c,
