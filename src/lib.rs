@@ -31,6 +31,7 @@ pub mod influx;
 pub mod input;
 pub mod parser;
 pub mod plan;
+pub mod remote_write;
 pub mod replay;
 pub mod ruleset;
 pub mod ruletest;

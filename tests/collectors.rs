@@ -123,3 +123,27 @@ async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
     assert_stored(&db, &expected, &service).await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test]
+#[ignore = "needs the Python clients and ../shared/data: run scripts/test.sh"]
+async fn opentelemetry_remote_write_exporter_alerts_as_replay_does() {
+    let (lines, expected) = workload();
+    let dir = temp_dir("remote_write");
+    let rules = metric_rules();
+    let service =
+        Service::start(&["--rules", &rules, "--database-url", &sqlite_url(&dir), "--api-token", "collector-token"]);
+    let events = dir.join("events.jsonl");
+    std::fs::write(&events, lines.join("\n") + "\n").expect("events");
+    let report = client("remote_write.py", &[&service.url, "collector-token", events.to_str().expect("utf-8")]);
+    assert_eq!(
+        (report["exported"].as_u64(), report["failed"].as_u64()),
+        (Some(lines.len() as u64), Some(0)),
+        "{report}"
+    );
+    // A series without the host label: refused with 400, which the exporter reports and drops.
+    assert_eq!(report["malformed"]["success"], false, "{report}");
+    let log = report["malformed"]["log"].to_string();
+    assert!(log.contains("400"), "{report}");
+    assert_stored(&dir.join("vigil.db"), &expected, &service).await;
+    std::fs::remove_dir_all(&dir).ok();
+}

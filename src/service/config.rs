@@ -229,6 +229,8 @@ settings! {
         "Bearer token required by reading endpoints (the API token works too); needs --api-token";
     influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG",
         "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
+    remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL",
+        "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
     lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
         "How late an event may arrive and still count, e.g. `30s`";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",

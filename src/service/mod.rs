@@ -303,6 +303,7 @@ fn app_state(
         token: config.api_token.clone(),
         read_token: config.api_read_token.clone(),
         influx_host_tag: config.influx_host_tag.clone(),
+        remote_write_host_label: config.remote_write_host_label.clone(),
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),
         webhook_wake: wiring.webhook_wake.clone(),

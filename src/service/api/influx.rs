@@ -9,9 +9,8 @@
 //! 413 for a body over the limit, compressed or not; 503 when the log cannot be written or the
 //! engine sheds load (a retry can succeed).
 
-use super::ingest::{log_events, Logging, Rejects};
+use super::ingest::{as_json_lines, log_events, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY};
-use crate::event::EventJson;
 use crate::influx::{Mapping, Precision};
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -91,19 +90,13 @@ async fn write(
     let mapping = Mapping { host_tag: state.influx_host_tag.clone(), precision };
     let mut rejects = Rejects::new("influx");
     let mut first_reject = None;
-    let (mut json_lines, mut events, mut skipped, mut lines) = (Vec::new(), Vec::new(), 0usize, 0usize);
+    let (mut events, mut skipped, mut lines) = (Vec::new(), 0usize, 0usize);
     for (line_no, line, taken) in state.intake.influx(&mapping, text) {
         lines += 1;
         match taken {
             Ok(samples) => {
                 skipped += samples.skipped;
-                for e in samples.events {
-                    let start = json_lines.len();
-                    // Writing an event's JSON to memory cannot fail.
-                    let _ = serde_json::to_writer(&mut json_lines, &EventJson(&e));
-                    events.push((start..json_lines.len(), e));
-                    json_lines.push(b'\n');
-                }
+                events.extend(samples.events);
             }
             Err(reason) => {
                 let reason = reason.to_string();
@@ -114,8 +107,8 @@ async fn write(
     }
     let rejected_total = rejects.total;
     let rejected = rejects.finish(state).await;
-    let Logging { accepted, late, shed } =
-        log_events(state, Bytes::from(json_lines), events).await.map_err(from_api)?;
+    let (body, events) = as_json_lines(events);
+    let Logging { accepted, late, shed } = log_events(state, body, events).await.map_err(from_api)?;
     if shed > 0 {
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(influx_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message, json!({ "shed": shed })));

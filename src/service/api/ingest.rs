@@ -56,6 +56,8 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
 /// [`DEAD_PER_REQUEST`] kept as dead letters.
 pub(super) struct Rejects {
     source: &'static str,
+    /// What a reject's number counts: `line`, or `series` of a remote-write request.
+    unit: &'static str,
     listed: Vec<serde_json::Value>,
     pub total: usize,
     dead: usize,
@@ -63,10 +65,15 @@ pub(super) struct Rejects {
 
 impl Rejects {
     pub fn new(source: &'static str) -> Self {
-        Rejects { source, listed: Vec::new(), total: 0, dead: 0 }
+        Rejects { source, unit: "line", listed: Vec::new(), total: 0, dead: 0 }
     }
 
-    /// Line `line` (1-based) of the request was refused for `reason`.
+    /// Rejects numbered by `unit` rather than by line.
+    pub fn counting(source: &'static str, unit: &'static str) -> Self {
+        Rejects { unit, ..Rejects::new(source) }
+    }
+
+    /// Line (or other unit) `line`, 1-based, of the request was refused for `reason`.
     pub async fn add(&mut self, state: &AppState, line: u64, reason: String, payload: &[u8]) {
         self.total += 1;
         if self.dead < DEAD_PER_REQUEST {
@@ -76,7 +83,7 @@ impl Rejects {
             let _ = state.dead.send(letter).await;
         }
         if self.listed.len() < LISTED {
-            self.listed.push(json!({ "line": line, "reason": reason }));
+            self.listed.push(json!({ self.unit: line, "reason": reason }));
         }
     }
 
@@ -121,4 +128,19 @@ pub(super) async fn log_events(
         Logged::Failed(reason) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason)),
     }
     Ok(logging)
+}
+
+/// Events decoded from another format, as the JSON lines the ingest log keeps (read back after a
+/// crash), each with the range of its line.
+pub(super) fn as_json_lines(events: Vec<crate::event::Event>) -> (Bytes, Vec<(Range<usize>, crate::event::Event)>) {
+    let mut body = Vec::with_capacity(events.len() * 96);
+    let mut ranged = Vec::with_capacity(events.len());
+    for e in events {
+        let start = body.len();
+        // Writing an event's JSON to memory cannot fail.
+        let _ = serde_json::to_writer(&mut body, &crate::event::EventJson(&e));
+        ranged.push((start..body.len(), e));
+        body.push(b'\n');
+    }
+    (Bytes::from(body), ranged)
 }

@@ -7,6 +7,7 @@
 //! | `GET /api/v1/alerts/stream` | server-sent events with the same filters; `Last-Event-ID` resumes from the store | [`alerts`] |
 //! | `POST /api/v1/events` | JSON-lines ingest, answered once the events are on disk | [`ingest`] |
 //! | `POST /api/v2/write`, `POST /write` | InfluxDB line protocol (2.x and 1.x APIs), as Telegraf sends it | [`influx`] |
+//! | `POST /api/v1/write` | Prometheus remote-write 1.0 | [`remote_write`] |
 //! | `GET /api/v1/rules`, `GET/PUT/DELETE /api/v1/rules/{name}` | the rule set; PUT takes the rule's text | [`rules`] |
 //! | `POST /api/v1/rules/validate` | diagnostics for a rule text, as JSON | [`rules`] |
 //! | `GET /api/v1/dead-letters` | input that could not be read | [`ops`] |
@@ -23,6 +24,7 @@ mod console;
 mod influx;
 pub mod ingest;
 pub mod ops;
+mod remote_write;
 pub mod rules;
 
 use super::engine_loop::EngineHealth;
@@ -63,6 +65,8 @@ pub struct AppState {
     pub read_token: Option<String>,
     /// The line protocol tag that names a sample's host.
     pub influx_host_tag: String,
+    /// The remote-write label that names a sample's host.
+    pub remote_write_host_label: String,
     pub health: Arc<Health>,
     pub engine_health: Arc<EngineHealth>,
     pub webhook_wake: Arc<Notify>,
@@ -160,6 +164,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let receiving = Router::new()
         .route("/api/v2/write", post(influx::write_v2))
         .route("/write", post(influx::write_v1))
+        .route("/api/v1/write", post(remote_write::write))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_sender_token));
     let reading = Router::new()
         .route("/api/v1/alerts", get(alerts::list_alerts))

@@ -82,6 +82,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         token: token.map(String::from),
         read_token: read_token.map(String::from),
         influx_host_tag: "host".into(),
+        remote_write_host_label: "instance".into(),
         health,
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
@@ -143,6 +144,45 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
     assert_eq!(status, 204);
     let (status, _) = send(&app, "/api/v2/write?precision=s", good.into_bytes(), &[("content-encoding", "br")]).await;
     assert_eq!(status, 415);
+}
+
+#[tokio::test]
+async fn remote_write_is_taken_and_answered_as_the_specification_says() {
+    use crate::remote_write::{Label, Sample, TimeSeries, WriteRequest, STALE_NAN};
+    let app = app(None, None).await;
+    let now = crate::event::now_ms();
+    let series = |labels: &[(&str, &str)], samples: &[f64]| TimeSeries {
+        labels: labels.iter().map(|(n, v)| Label { name: n.to_string(), value: v.to_string() }).collect(),
+        samples: samples
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Sample { value: *v, timestamp: now - 1000 + i as i64 })
+            .collect(),
+    };
+    let body = |request: &WriteRequest| {
+        snap::raw::Encoder::new().compress_vec(&prost::Message::encode_to_vec(request)).expect("snappy")
+    };
+    let headers = [("content-type", "application/x-protobuf"), ("content-encoding", "snappy")];
+    let good = WriteRequest {
+        timeseries: vec![series(
+            &[("__name__", "node_load1"), ("instance", "web-1:9100"), ("job", "node")],
+            &[0.5, f64::from_bits(STALE_NAN)],
+        )],
+    };
+    assert_eq!(send(&app, "/api/v1/write", body(&good), &headers).await, (204, serde_json::Value::Null));
+    let mixed = WriteRequest {
+        timeseries: vec![series(&[("__name__", "up"), ("job", "node")], &[1.0]), good.timeseries[0].clone()],
+    };
+    let (status, answer) = send(&app, "/api/v1/write", body(&mixed), &headers).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!((answer["accepted"].as_u64(), answer["rejected"][0]["series"].as_u64()), (Some(1), Some(1)), "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("`instance`")), "{answer}");
+    let (status, _) = send(&app, "/api/v1/write", b"garbage".to_vec(), &headers).await;
+    assert_eq!(status, 400);
+    let v2 = [("content-type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")];
+    let (status, answer) = send(&app, "/api/v1/write", body(&good), &v2).await;
+    assert!(status == 415 && answer["error"].as_str().is_some_and(|e| e.contains("not read yet")), "{answer}");
+    assert_eq!(send(&app, "/api/v1/write", body(&good), &[("content-type", "application/json")]).await.0, 415);
 }
 
 #[tokio::test]
