@@ -11,6 +11,11 @@
 //! other, for SECONDS. Prints events/s taken, requests/s, and the latency of a request (p50,
 //! p99). Flags after SECONDS go to `vigil serve`: `--ingest-fsync false` measures the same
 //! without the flush to disk.
+//!
+//! `VIGIL_INGEST_FORMAT` picks what the clients send: `json` (the default, above), `influx`
+//! (`POST /api/v2/write`: BATCH lines of one field each, Telegraf's shape) or `remote-write`
+//! (`POST /api/v1/write`: BATCH series of one sample each, snappy protobuf); the last two are
+//! `metric` samples, judged by one metric filter rule.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -27,6 +32,9 @@ async fn main() {
     std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
     std::fs::write(dir.join("rules/hot.saql"), "rule hot { task t use machine m as e where e.cpu > 0.999 }\n")
         .expect("rule");
+    std::fs::write(dir.join("rules/huge.saql"), "rule huge { metric s sample as e where e.value > 1000000 }\n")
+        .expect("rule");
+    let format = std::env::var("VIGIL_INGEST_FORMAT").unwrap_or_else(|_| "json".into());
     let (mut child, url) = support::start_vigil(
         Command::new(std::env::current_dir().expect("cwd").join("target/release/vigil"))
             .args(["serve", "--http-addr", "127.0.0.1:0", "--rules", "rules"])
@@ -37,7 +45,13 @@ async fn main() {
     let deadline = started + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let url = format!("{url}/api/v1/events");
+        let (path, content_type, encoding) = match format.as_str() {
+            "influx" => ("/api/v2/write?precision=ms", "text/plain", None),
+            "remote-write" => ("/api/v1/write", "application/x-protobuf", Some("snappy")),
+            _ => ("/api/v1/events", "application/x-ndjson", None),
+        };
+        let url = format!("{url}{path}");
+        let format = format.clone();
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let mut latencies = Vec::new();
@@ -45,16 +59,13 @@ async fn main() {
             while Instant::now() < deadline {
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
                 let ts = now.as_millis() as i64 - 1_000;
-                let body: String = (0..batch)
-                    .map(|i| {
-                        format!(
-                            "{{\"stream\":\"task_usage\",\"ts\":{ts},\"job_id\":\"j{c}\",\"task_index\":{i},\"machine_id\":\"m{}\",\"cpu\":0.5}}\n",
-                            i % 50
-                        )
-                    })
-                    .collect();
+                let body = body(&format, batch, c, ts);
                 let sent = Instant::now();
-                let resp = client.post(&url).body(body).send().await.expect("answers");
+                let mut request = client.post(&url).header("content-type", content_type).body(body);
+                if let Some(encoding) = encoding {
+                    request = request.header("content-encoding", encoding);
+                }
+                let resp = request.send().await.expect("answers");
                 assert!(resp.status().is_success(), "{}", resp.status());
                 latencies.push(sent.elapsed());
                 n += batch as u64;
@@ -82,4 +93,40 @@ async fn main() {
     let _ = child.kill();
     let _ = child.wait();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// One request's body of `batch` events of client `c` at `ts`, in `format`.
+fn body(format: &str, batch: usize, c: usize, ts: i64) -> Vec<u8> {
+    match format {
+        "influx" => (0..batch)
+            .map(|i| format!("cpu,host=h{},cpu=cpu{c} usage_user={}.5 {ts}\n", i % 50, i % 90))
+            .collect::<String>()
+            .into_bytes(),
+        "remote-write" => {
+            use vigil::remote_write::{Label, Sample, TimeSeries, WriteRequest};
+            let label = |name: &str, value: String| Label { name: name.into(), value };
+            let timeseries = (0..batch)
+                .map(|i| TimeSeries {
+                    labels: vec![
+                        label("__name__", "node_cpu_seconds_total".into()),
+                        label("cpu", format!("{c}")),
+                        label("instance", format!("h{}:9100", i % 50)),
+                        label("mode", format!("m{}", i / 50)),
+                    ],
+                    samples: vec![Sample { value: (i % 90) as f64 + 0.5, timestamp: ts }],
+                })
+                .collect();
+            let raw = prost::Message::encode_to_vec(&WriteRequest { timeseries });
+            snap::raw::Encoder::new().compress_vec(&raw).expect("snappy")
+        }
+        _ => (0..batch)
+            .map(|i| {
+                format!(
+                    "{{\"stream\":\"task_usage\",\"ts\":{ts},\"job_id\":\"j{c}\",\"task_index\":{i},\"machine_id\":\"m{}\",\"cpu\":0.5}}\n",
+                    i % 50
+                )
+            })
+            .collect::<String>()
+            .into_bytes(),
+    }
 }
