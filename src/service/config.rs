@@ -370,6 +370,22 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
+/// The `KEY = VALUE` pairs of a table of `vigil.toml`, each parsed as `KEY=VALUE` by `parse`;
+/// one that does not parse is a problem named by its table.
+fn table_pairs<T>(
+    table_name: &str,
+    table: &BTreeMap<String, String>,
+    parse: impl Fn(&str) -> Result<T, String>,
+    problems: &mut Vec<String>,
+) -> Vec<T> {
+    table
+        .iter()
+        .filter_map(|(k, v)| {
+            parse(&format!("{k}={v}")).map_err(|e| problems.push(format!("vigil.toml [{table_name}]: {e}"))).ok()
+        })
+        .collect()
+}
+
 /// The format of a Kafka topic's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicFormat {
@@ -459,32 +475,17 @@ impl ServeConfig {
         };
         let mut config = ServeConfig::plain(&args, &file, &mut problems);
         config.topics = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
-        for (stream, topic) in &file.topics {
-            match parse_topic(&format!("{stream}={topic}")) {
-                Ok((s, t)) => {
-                    config.topics.insert(s, t);
-                }
-                Err(e) => problems.push(format!("vigil.toml [topics]: {e}")),
-            }
-        }
+        config.topics.extend(table_pairs("topics", &file.topics, parse_topic, &mut problems));
         config.topics.extend(args.topics);
-        for (key, value) in &file.kafka_options {
-            match parse_kafka_option(&format!("{key}={value}")) {
-                Ok((k, v)) => {
-                    config.kafka_options.insert(k, v);
-                }
-                Err(e) => problems.push(format!("vigil.toml [kafka_options]: {e}")),
-            }
-        }
+        config.kafka_options.extend(table_pairs(
+            "kafka_options",
+            &file.kafka_options,
+            parse_kafka_option,
+            &mut problems,
+        ));
         config.kafka_options.extend(args.kafka_options);
-        for (topic, format) in &file.kafka_topic_format {
-            match parse_topic_format(&format!("{topic}={format}")) {
-                Ok((t, f)) => {
-                    config.topic_formats.insert(t, f);
-                }
-                Err(e) => problems.push(format!("vigil.toml [kafka_topic_format]: {e}")),
-            }
-        }
+        let formats = table_pairs("kafka_topic_format", &file.kafka_topic_format, parse_topic_format, &mut problems);
+        config.topic_formats.extend(formats);
         config.topic_formats.extend(args.kafka_topic_formats);
         config.topic_formats.retain(|_, f| *f != TopicFormat::Vigil);
         config.replay = if args.replay.is_empty() { file.replay } else { args.replay };

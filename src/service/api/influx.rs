@@ -24,20 +24,9 @@ use std::sync::Arc;
 /// Largest body once decompressed.
 pub const MAX_DECOMPRESSED: usize = 64 << 20;
 
-/// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s`.
-pub(super) async fn write_v2(
-    State(state): State<Arc<AppState>>,
-    Query(params): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    write(&state, params.get("precision").map(String::as_str), &headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-/// `POST /write?db=..&precision=n|u|ms|s|m|h`.
-pub(super) async fn write_v1(
+/// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s` and
+/// `POST /write?db=..&precision=n|u|ms|s|m|h`: the same but for the precisions they name.
+pub(super) async fn write_lines(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,

@@ -162,8 +162,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     // Receivers of what collectors send: the API token as they are configured to give it.
     let receiving = Router::new()
-        .route("/api/v2/write", post(influx::write_v2))
-        .route("/write", post(influx::write_v1))
+        .route("/api/v2/write", post(influx::write_lines))
+        .route("/write", post(influx::write_lines))
         .route("/api/v1/write", post(remote_write::write))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_sender_token));
     let reading = Router::new()
