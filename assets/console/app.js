@@ -24,10 +24,12 @@ class Unauthorized extends Error {}
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
-  if (state.token) headers.Authorization = 'Bearer ' + state.token;
+  const token = state.token;
+  if (token) headers.Authorization = 'Bearer ' + token;
   const response = await fetch(path, Object.assign({}, options, { headers }));
   if (response.status === 401) {
-    askToken('The token was refused, or this Vigil needs one.');
+    // A refusal of a token already replaced says nothing of the new one.
+    if (state.token === token) askToken('The token was refused, or this Vigil needs one.');
     throw new Unauthorized('unauthorized');
   }
   const text = await response.text();
@@ -220,10 +222,13 @@ async function stream(connected) {
   for (;;) {
     try {
       const headers = { Accept: 'text/event-stream' };
-      if (state.token) headers.Authorization = 'Bearer ' + state.token;
+      const token = state.token;
+      if (token) headers.Authorization = 'Bearer ' + token;
       if (state.lastEventId) headers['Last-Event-ID'] = state.lastEventId;
       const response = await fetch('/api/v1/alerts/stream', { headers });
       if (response.status === 401) {
+        // A refusal of a token already replaced: connect again with the new one.
+        if (state.token !== token) continue;
         started = false;
         askToken('This Vigil needs a token to read alerts.');
         connected();
