@@ -186,8 +186,13 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             TopicFormat::Influx => {
                 let (events, refused) = influx_samples(&intake, &influx, payload);
                 let mut sent = true;
-                for (line, reason, text) in refused {
+                let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
+                for (line, reason, text) in refused.into_iter().take(DEAD_PER_MESSAGE) {
                     sent &= dead.send(letter(line, reason, text.as_bytes())).await.is_ok();
+                }
+                if more > 0 {
+                    let reason = format!("{more} more refused lines of the same message, not kept one by one");
+                    sent &= dead.send(letter(None, reason, b"")).await.is_ok();
                 }
                 if !events.is_empty() {
                     sent &= offer(&tx, Input::Events(events, position), overload, &shed).await != Offered::Closed;
@@ -200,6 +205,9 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         }
     }
 }
+
+/// Refused lines of one message kept as dead letters; the rest are summed up in one more.
+const DEAD_PER_MESSAGE: usize = 100;
 
 /// A line refused: its number (none for the whole message), why, and its text.
 type Refused = (Option<u64>, String, String);
