@@ -10,7 +10,7 @@
 //! engine sheds load (a retry can succeed).
 
 use super::ingest::{as_json_lines, log_events, Logging, Rejects};
-use super::{read_body, ApiError, AppState, MAX_BODY};
+use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
 use crate::influx::{Mapping, Precision};
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -20,9 +20,6 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
-
-/// Largest body once decompressed.
-pub const MAX_DECOMPRESSED: usize = 64 << 20;
 
 /// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s` and
 /// `POST /write?db=..&precision=n|u|ms|s|m|h`: the same but for the precisions they name.

@@ -50,6 +50,8 @@ use tokio::sync::{broadcast, mpsc, Notify, Semaphore};
 
 /// Largest request body: an ingest batch or a rule file.
 pub const MAX_BODY: usize = 16 << 20;
+/// Largest body of the collectors' receivers once decompressed (gzip, snappy).
+pub const MAX_DECOMPRESSED: usize = 64 << 20;
 
 pub struct AppState {
     pub store: Store,

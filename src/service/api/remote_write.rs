@@ -9,7 +9,7 @@
 //! (the ingest log cannot be written, the engine sheds load, the service is stopping).
 
 use super::ingest::{as_json_lines, log_events, Logging, Rejects};
-use super::{read_body, ApiError, AppState, MAX_BODY};
+use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
 use crate::remote_write::{decode_body, series_samples, BodyError};
 use axum::body::Body;
 use axum::extract::State;
@@ -17,9 +17,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::Arc;
-
-/// Largest body once decompressed.
-const MAX_DECOMPRESSED: usize = 64 << 20;
 
 pub(super) async fn write(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     receive(&state, &headers, body).await.unwrap_or_else(IntoResponse::into_response)
