@@ -433,6 +433,7 @@ fn spawn_sources(
             intake: w.intake.clone(),
             overload: config.overload,
             shed: w.telemetry.shed.with_label_values(&["kafka"]),
+            telemetry: w.telemetry.clone(),
         };
         tokio::spawn(sources::kafka::consume(consumer.clone(), source, w.stop.clone()));
         tokio::spawn(sources::kafka::report_lag(consumer, w.telemetry.clone(), w.stop.clone()));

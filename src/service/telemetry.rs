@@ -24,6 +24,10 @@ pub struct Telemetry {
     pub spooled: IntGauge,
     pub evicted: IntCounterVec,
     pub shed: IntCounterVec,
+    /// Samples of the collectors' formats taken, by format.
+    pub samples_in: IntCounterVec,
+    /// Lines or series of the collectors' formats refused, by format and reason.
+    pub samples_rejected: IntCounterVec,
     pub state_bytes: IntGauge,
     pub workers: IntGauge,
     /// Of a group member (`--kafka-join-group`).
@@ -148,6 +152,17 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
     c
 }
 
+/// The reason label of a refused line or series of a collector's format.
+pub fn reject_reason(e: &crate::event::DecodeError, host_field: &str) -> &'static str {
+    match e.field.as_deref() {
+        None => "malformed",
+        Some("ts") => "time_bounds",
+        Some("__name__") => "no_name",
+        Some(f) if f == host_field => "no_host",
+        Some(_) => "field",
+    }
+}
+
 impl Telemetry {
     pub fn new() -> Self {
         let registry = Registry::new();
@@ -208,6 +223,18 @@ impl Telemetry {
                 "vigil_events_shed_total",
                 "Events dropped under overload (overload policy `shed`), by source",
                 &["source"],
+            ),
+            samples_in: counter(
+                &registry,
+                "vigil_samples_in_total",
+                "Samples of the collectors' formats taken (influx, remote_write), by format",
+                &["format"],
+            ),
+            samples_rejected: counter(
+                &registry,
+                "vigil_samples_rejected_total",
+                "Lines (influx) or series (remote_write) refused, by format and reason: malformed, no_host, no_name, time_bounds, field",
+                &["format", "reason"],
             ),
             spooled,
             events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),

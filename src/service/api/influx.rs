@@ -12,6 +12,7 @@
 use super::ingest::{as_json_lines, log_events, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
 use crate::influx::{Mapping, Precision};
+use crate::service::telemetry::reject_reason;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -85,6 +86,8 @@ async fn write(
                 events.extend(samples.events);
             }
             Err(reason) => {
+                let counted = reject_reason(&reason, &mapping.host_tag);
+                state.telemetry.samples_rejected.with_label_values(&["influx", counted]).inc();
                 let reason = reason.to_string();
                 first_reject.get_or_insert_with(|| format!("line {line_no}: {reason}"));
                 rejects.add(state, line_no, reason, line.as_bytes()).await;
@@ -95,6 +98,7 @@ async fn write(
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, late, shed } = log_events(state, body, events).await.map_err(from_api)?;
+    state.telemetry.samples_in.with_label_values(&["influx"]).inc_by(accepted as u64);
     if shed > 0 {
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(influx_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message, json!({ "shed": shed })));

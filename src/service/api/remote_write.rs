@@ -11,6 +11,7 @@
 use super::ingest::{as_json_lines, log_events, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
 use crate::remote_write::{decode_body, series_samples, BodyError};
+use crate::service::telemetry::reject_reason;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -70,6 +71,8 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 events.extend(s.events);
             }
             Err(reason) => {
+                let counted = reject_reason(&reason, &state.remote_write_host_label);
+                state.telemetry.samples_rejected.with_label_values(&["remote_write", counted]).inc();
                 let reason = reason.to_string();
                 first_reject.get_or_insert_with(|| format!("series {}: {reason}", i + 1));
                 let labels: Vec<String> = series.labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect();
@@ -81,6 +84,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, shed, .. } = log_events(state, body, events).await?;
+    state.telemetry.samples_in.with_label_values(&["remote_write"]).inc_by(accepted as u64);
     if shed > 0 {
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));

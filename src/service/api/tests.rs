@@ -134,6 +134,17 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
     assert_eq!(body["rejected"][0]["line"], 2);
     assert!(body["rejected"][0]["reason"].as_str().is_some_and(|r| r.contains("`host`")), "{body}");
     assert!(body["message"].as_str().is_some_and(|m| m.contains("line 2")), "{body}");
+    let request = HttpRequest::builder().uri("/metrics").body(Body::empty()).expect("request");
+    let response = app.router.clone().oneshot(request).await.expect("answers");
+    let metrics = response.into_body().collect().await.expect("body").to_bytes();
+    let metrics = String::from_utf8_lossy(&metrics);
+    for counted in [
+        r#"vigil_samples_in_total{format="influx"} 4"#,
+        r#"vigil_samples_rejected_total{format="influx",reason="no_host"} 1"#,
+        r#"vigil_samples_rejected_total{format="influx",reason="malformed"} 1"#,
+    ] {
+        assert!(metrics.contains(counted), "{counted} in\n{metrics}");
+    }
 
     let (status, body) = send(&app, "/api/v2/write?precision=fortnights", good.clone().into_bytes(), &[]).await;
     assert!(status == 400 && body["message"].as_str().is_some_and(|m| m.contains("fortnights")), "{body}");

@@ -117,12 +117,13 @@ pub struct KafkaSource {
     pub intake: Intake,
     pub overload: Overload,
     pub shed: prometheus::IntCounter,
+    pub telemetry: std::sync::Arc<Telemetry>,
 }
 
 /// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
 /// busy).
 pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut stop: watch::Receiver<bool>) {
-    let KafkaSource { topics, formats, influx, start, engine: tx, dead, intake, overload, shed } = source;
+    let KafkaSource { topics, formats, influx, start, engine: tx, dead, intake, overload, shed, telemetry } = source;
     let by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
     let names: Vec<String> = by_topic.keys().cloned().collect();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
@@ -185,9 +186,13 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             },
             TopicFormat::Influx => {
                 let (events, refused) = influx_samples(&intake, &influx, payload);
+                telemetry.samples_in.with_label_values(&["influx"]).inc_by(events.len() as u64);
+                for (_, counted, _, _) in &refused {
+                    telemetry.samples_rejected.with_label_values(&["influx", counted]).inc();
+                }
                 let mut sent = true;
                 let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
-                for (line, reason, text) in refused.into_iter().take(DEAD_PER_MESSAGE) {
+                for (line, _, reason, text) in refused.into_iter().take(DEAD_PER_MESSAGE) {
                     sent &= dead.send(letter(line, reason, text.as_bytes())).await.is_ok();
                 }
                 if more > 0 {
@@ -209,8 +214,9 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
 /// Refused lines of one message kept as dead letters; the rest are summed up in one more.
 const DEAD_PER_MESSAGE: usize = 100;
 
-/// A line refused: its number (none for the whole message), why, and its text.
-type Refused = (Option<u64>, String, String);
+/// A line refused: its number (none for the whole message), its reason's label, why, and its
+/// text.
+type Refused = (Option<u64>, &'static str, String, String);
 
 /// The samples of a message of line protocol, and each line refused.
 fn influx_samples(
@@ -222,14 +228,17 @@ fn influx_samples(
         Ok(text) => text,
         Err(e) => {
             let reason = format!("invalid UTF-8 at byte {}", e.valid_up_to());
-            return (Vec::new(), vec![(None, reason, String::from_utf8_lossy(payload).into_owned())]);
+            return (Vec::new(), vec![(None, "malformed", reason, String::from_utf8_lossy(payload).into_owned())]);
         }
     };
     let (mut events, mut refused) = (Vec::new(), Vec::new());
     for (line_no, line, samples) in intake.influx(mapping, text) {
         match samples {
             Ok(samples) => events.extend(samples.events),
-            Err(reason) => refused.push((Some(line_no), reason.to_string(), line.to_string())),
+            Err(reason) => {
+                let counted = crate::service::telemetry::reject_reason(&reason, &mapping.host_tag);
+                refused.push((Some(line_no), counted, reason.to_string(), line.to_string()))
+            }
         }
     }
     (events, refused)
