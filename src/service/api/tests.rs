@@ -155,6 +155,16 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
     assert_eq!(status, 204);
     let (status, _) = send(&app, "/api/v2/write?precision=s", good.into_bytes(), &[("content-encoding", "br")]).await;
     assert_eq!(status, 415);
+    // A gzip bomb: 65 KiB that would be 65 MiB is refused once the limit is passed.
+    let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![b'0'; 1 << 20];
+    for _ in 0..(MAX_DECOMPRESSED >> 20) + 1 {
+        std::io::Write::write_all(&mut bomb, &zeros).expect("gzip");
+    }
+    let bomb = bomb.finish().expect("gzip");
+    assert!(bomb.len() < MAX_BODY / 100);
+    let (status, body) = send(&app, "/api/v2/write", bomb, &[("content-encoding", "gzip")]).await;
+    assert_eq!(status, 413, "{body}");
 }
 
 #[tokio::test]
