@@ -76,7 +76,6 @@ async fn write(
     })?;
     let mapping = Mapping { host_tag: state.influx_host_tag.clone(), precision };
     let mut rejects = Rejects::new("influx");
-    let mut first_reject = None;
     let (mut events, mut skipped, mut lines) = (Vec::new(), 0usize, 0usize);
     for (line_no, line, taken) in state.intake.influx(&mapping, text) {
         lines += 1;
@@ -88,13 +87,11 @@ async fn write(
             Err(reason) => {
                 let counted = reject_reason(&reason, &mapping.host_tag);
                 state.telemetry.samples_rejected.with_label_values(&["influx", counted]).inc();
-                let reason = reason.to_string();
-                first_reject.get_or_insert_with(|| format!("line {line_no}: {reason}"));
-                rejects.add(state, line_no, reason, line.as_bytes()).await;
+                rejects.add(state, line_no, reason.to_string(), line.as_bytes()).await;
             }
         }
     }
-    let rejected_total = rejects.total;
+    let (rejected_total, first_reject) = (rejects.total, rejects.first());
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, late, shed } = log_events(state, body, events).await.map_err(from_api)?;

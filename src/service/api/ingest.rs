@@ -87,6 +87,12 @@ impl Rejects {
         }
     }
 
+    /// The first reject, as `<unit> <number>: <reason>`.
+    pub fn first(&self) -> Option<String> {
+        let first = self.listed.first()?;
+        Some(format!("{} {}: {}", self.unit, first[self.unit], first["reason"].as_str().unwrap_or_default()))
+    }
+
     /// The listed rejects, once those not kept one by one are summed up in one more dead letter.
     pub async fn finish(self, state: &AppState) -> Vec<serde_json::Value> {
         if self.total > self.dead {

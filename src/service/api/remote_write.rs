@@ -58,12 +58,9 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     })?;
     let mut rejects = Rejects::counting("remote_write", "series");
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
-    let mut first_reject = None;
     for (i, series) in request.timeseries.iter().enumerate() {
-        let taken = series_samples(series, &state.remote_write_host_label).and_then(|s| {
-            s.events.iter().try_for_each(|e| state.intake.check(e))?;
-            Ok(s)
-        });
+        let taken = series_samples(series, &state.remote_write_host_label)
+            .and_then(|s| state.intake.check_all(&s.events).map(|_| s));
         match taken {
             Ok(s) => {
                 stale += s.stale;
@@ -74,13 +71,12 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 let counted = reject_reason(&reason, &state.remote_write_host_label);
                 state.telemetry.samples_rejected.with_label_values(&["remote_write", counted]).inc();
                 let reason = reason.to_string();
-                first_reject.get_or_insert_with(|| format!("series {}: {reason}", i + 1));
                 let labels: Vec<String> = series.labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect();
                 rejects.add(state, i as u64 + 1, reason, labels.join(",").as_bytes()).await;
             }
         }
     }
-    let rejected_total = rejects.total;
+    let (rejected_total, first_reject) = (rejects.total, rejects.first());
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, shed, .. } = log_events(state, body, events).await?;

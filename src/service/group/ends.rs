@@ -13,7 +13,7 @@
 //! partition waits for an answer: one ListOffsets request per broker that leads input
 //! partitions.
 
-use super::keyed::{upstream_id, EndOffsets, UpstreamId};
+use super::keyed::{upstream_id, EndOffsets};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +29,8 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Default)]
 pub struct Ends {
     wanted: AtomicBool,
-    inputs: Mutex<Vec<UpstreamId>>,
+    /// The input partitions, as topic and partition.
+    inputs: Mutex<Vec<(String, i32)>>,
     latest: Mutex<Arc<EndOffsets>>,
 }
 
@@ -45,8 +46,8 @@ impl Ends {
     }
 
     /// The input partitions to ask for.
-    pub fn set_inputs(&self, inputs: &[UpstreamId]) {
-        *self.inputs.lock().expect("inputs") = inputs.to_vec();
+    pub fn set_inputs(&self, inputs: Vec<(String, i32)>) {
+        *self.inputs.lock().expect("inputs") = inputs;
     }
 
     /// Asks the broker through `client` whenever an answer is wanted, until `ends` is dropped.
@@ -64,13 +65,10 @@ impl Ends {
     }
 
     fn ask(&self, client: &BaseConsumer) {
-        let inputs = self.inputs.lock().expect("inputs").clone();
         let mut list = TopicPartitionList::new();
-        for id in &inputs {
-            let Some((topic, partition)) = id.rsplit_once('/') else { continue };
-            let Ok(partition) = partition.parse::<i32>() else { continue };
+        for (topic, partition) in self.inputs.lock().expect("inputs").iter() {
             // Offset::End as a timestamp asks for the latest offset.
-            let _ = list.add_partition_offset(topic, partition, Offset::End);
+            let _ = list.add_partition_offset(topic, *partition, Offset::End);
         }
         let asked = Instant::now();
         match client.offsets_for_times(list, ASK_TIMEOUT) {

@@ -170,8 +170,6 @@ pub struct KeyedPartition {
     tally: Tally,
     /// Time waiting for the broker's end offsets to pass idle upstream partitions.
     claim: Option<Claim>,
-    /// Whether [`Self::claim`] needs an answer asked after it.
-    wants_ends: bool,
     /// Whether anything was taken since the last checkpoint.
     pub dirty: bool,
     pub out: Vec<Alert>,
@@ -203,7 +201,6 @@ impl KeyedPartition {
             decoder: LineDecoder::default(),
             tally: Tally::default(),
             claim: None,
-            wants_ends: false,
             dirty: false,
             out: Vec::new(),
         };
@@ -500,7 +497,6 @@ impl KeyedPartition {
                 self.claim = Some(Claim { to, idle, since: Instant::now() });
             }
         }
-        self.wants_ends = self.claim.is_some();
         if let Some(target) = target {
             if self.engine.watermark().is_none_or(|w| target > w) {
                 self.engine.release_to(target, &mut self.out);
@@ -511,7 +507,7 @@ impl KeyedPartition {
 
     /// Whether the partition waits for end offsets asked from now on.
     pub fn wants_ends(&self) -> bool {
-        self.wants_ends
+        self.claim.is_some()
     }
 
     pub fn watermark(&self) -> Option<Millis> {

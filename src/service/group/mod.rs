@@ -625,12 +625,12 @@ impl Looping {
 
     /// The input topics' partitions, the consumer's lag and the state gauges.
     fn survey(&mut self) {
-        let mut inputs = Vec::new();
+        let mut partitions = Vec::new();
         for topic in self.by_topic.keys() {
             match self.input.fetch_metadata(Some(topic), Duration::from_secs(5)) {
                 Ok(m) => {
                     for t in m.topics().iter().filter(|t| t.error().is_none()) {
-                        inputs.extend(t.partitions().iter().map(|p| keyed::upstream_id(topic, p.id())));
+                        partitions.extend(t.partitions().iter().map(|p| (topic.clone(), p.id())));
                     }
                 }
                 Err(e) => {
@@ -639,9 +639,10 @@ impl Looping {
                 }
             }
         }
+        let inputs: Vec<UpstreamId> = partitions.iter().map(|(t, p)| keyed::upstream_id(t, *p)).collect();
         if inputs != self.inputs {
             tracing::info!(partitions = inputs.len(), "input partitions");
-            self.input.context().ends.set_inputs(&inputs);
+            self.input.context().ends.set_inputs(partitions);
             self.inputs = inputs;
         }
         self.m.telemetry.kafka_lag.reset();

@@ -92,12 +92,15 @@ impl Intake {
     ) -> impl Iterator<Item = (u64, &'a str, Result<crate::influx::Samples, DecodeError>)> + 'a {
         let now = now_ms();
         crate::influx::lines(text).map(move |(line_no, line)| {
-            let samples = crate::influx::samples(line, mapping, now).and_then(|s| {
-                s.events.iter().try_for_each(|e| self.check(e))?;
-                Ok(s)
-            });
+            let samples = crate::influx::samples(line, mapping, now).and_then(|s| self.check_all(&s.events).map(|_| s));
             (line_no, line, samples)
         })
+    }
+
+    /// Whether every one of `events` (the samples of one line or series, taken or refused
+    /// together) is within bounds now.
+    pub fn check_all(&self, events: &[Event]) -> Result<(), DecodeError> {
+        events.iter().try_for_each(|e| self.check(e))
     }
 
     /// Whether the event's time is within bounds now.
