@@ -24,10 +24,7 @@ pub struct Telemetry {
     pub spooled: IntGauge,
     pub evicted: IntCounterVec,
     pub shed: IntCounterVec,
-    /// Samples of the collectors' formats taken, by format.
-    pub samples_in: IntCounterVec,
-    /// Lines or series of the collectors' formats refused, by format and reason.
-    pub samples_rejected: IntCounterVec,
+    pub samples: SampleMetrics,
     pub state_bytes: IntGauge,
     pub workers: IntGauge,
     /// Of a group member (`--kafka-join-group`).
@@ -35,6 +32,33 @@ pub struct Telemetry {
     pub slow_streams: IntCounter,
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
+}
+
+/// What the collectors' receivers (line protocol, remote-write) report.
+pub struct SampleMetrics {
+    /// Samples taken, by format.
+    pub taken: IntCounterVec,
+    /// Lines or series refused, by format and reason.
+    pub rejected: IntCounterVec,
+}
+
+impl SampleMetrics {
+    fn new(registry: &Registry) -> SampleMetrics {
+        SampleMetrics {
+            taken: counter(
+                registry,
+                "vigil_samples_in_total",
+                "Samples of the collectors' formats taken (influx, remote_write), by format",
+                &["format"],
+            ),
+            rejected: counter(
+                registry,
+                "vigil_samples_rejected_total",
+                "Lines (influx) or series (remote_write) refused, by format and reason: malformed, no_host, no_name, time_bounds, field",
+                &["format", "reason"],
+            ),
+        }
+    }
 }
 
 /// What a member of a shared consumer group reports.
@@ -224,18 +248,7 @@ impl Telemetry {
                 "Events dropped under overload (overload policy `shed`), by source",
                 &["source"],
             ),
-            samples_in: counter(
-                &registry,
-                "vigil_samples_in_total",
-                "Samples of the collectors' formats taken (influx, remote_write), by format",
-                &["format"],
-            ),
-            samples_rejected: counter(
-                &registry,
-                "vigil_samples_rejected_total",
-                "Lines (influx) or series (remote_write) refused, by format and reason: malformed, no_host, no_name, time_bounds, field",
-                &["format", "reason"],
-            ),
+            samples: SampleMetrics::new(&registry),
             spooled,
             events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),
             malformed: counter(

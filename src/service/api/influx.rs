@@ -86,7 +86,7 @@ async fn write(
             }
             Err(reason) => {
                 let counted = reject_reason(&reason, &mapping.host_tag);
-                state.telemetry.samples_rejected.with_label_values(&["influx", counted]).inc();
+                state.telemetry.samples.rejected.with_label_values(&["influx", counted]).inc();
                 rejects.add(state, line_no, reason.to_string(), line.as_bytes()).await;
             }
         }
@@ -95,7 +95,7 @@ async fn write(
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, late, shed } = log_events(state, body, events).await.map_err(from_api)?;
-    state.telemetry.samples_in.with_label_values(&["influx"]).inc_by(accepted as u64);
+    state.telemetry.samples.taken.with_label_values(&["influx"]).inc_by(accepted as u64);
     if shed > 0 {
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(influx_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message, json!({ "shed": shed })));

@@ -69,7 +69,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
             }
             Err(reason) => {
                 let counted = reject_reason(&reason, &state.remote_write_host_label);
-                state.telemetry.samples_rejected.with_label_values(&["remote_write", counted]).inc();
+                state.telemetry.samples.rejected.with_label_values(&["remote_write", counted]).inc();
                 let reason = reason.to_string();
                 let labels: Vec<String> = series.labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect();
                 rejects.add(state, i as u64 + 1, reason, labels.join(",").as_bytes()).await;
@@ -80,7 +80,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let rejected = rejects.finish(state).await;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, shed, .. } = log_events(state, body, events).await?;
-    state.telemetry.samples_in.with_label_values(&["remote_write"]).inc_by(accepted as u64);
+    state.telemetry.samples.taken.with_label_values(&["remote_write"]).inc_by(accepted as u64);
     if shed > 0 {
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));

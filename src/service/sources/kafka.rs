@@ -186,9 +186,9 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             },
             TopicFormat::Influx => {
                 let (events, refused) = influx_samples(&intake, &influx, payload);
-                telemetry.samples_in.with_label_values(&["influx"]).inc_by(events.len() as u64);
+                telemetry.samples.taken.with_label_values(&["influx"]).inc_by(events.len() as u64);
                 for (_, counted, _, _) in &refused {
-                    telemetry.samples_rejected.with_label_values(&["influx", counted]).inc();
+                    telemetry.samples.rejected.with_label_values(&["influx", counted]).inc();
                 }
                 let mut sent = true;
                 let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
