@@ -432,16 +432,12 @@ impl Drop for Broker {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
 #[tokio::test]
 #[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
 async fn a_broker_restart_loses_and_repeats_nothing() {
     const RESTARTS: usize = 2;
     let dir = temp_dir("broker");
-    let mut broker = Broker::start(&dir, free_port());
+    let mut broker = Broker::start(&dir, kafka_ports(1));
     let lines = job_lines(30);
     let want = expected(&lines);
     let (hook, hook_url) = steady_receiver().await;
@@ -478,7 +474,7 @@ async fn a_broker_restart_loses_and_repeats_nothing() {
 #[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
 async fn a_fresh_broker_is_read_from_its_first_offset_lookup_on() {
     let dir = temp_dir("fresh_broker");
-    let broker = Broker::start(&dir, free_port());
+    let broker = Broker::start(&dir, kafka_ports(1));
     let lines = job_lines(10);
     // As `vigil produce --create-topics` then `vigil serve` do on a new deployment: the events
     // wait in a 12-partition topic before the first consumer asks for its group's offsets.

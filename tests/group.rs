@@ -114,7 +114,7 @@ struct Cluster {
 impl Cluster {
     fn start() -> Cluster {
         let dir = temp_dir("kafka3");
-        let port = free_ports(3, 100).to_string();
+        let port = kafka_ports(3).to_string();
         kafka_script(&["start", "--brokers", "3", "--port", &port, "--dir", &dir.display().to_string()]);
         let p: u16 = port.parse().expect("port");
         Cluster { dir, brokers: format!("127.0.0.1:{p},127.0.0.1:{},127.0.0.1:{}", p + 1, p + 2) }
@@ -133,20 +133,6 @@ impl Drop for Cluster {
         let dir = self.dir.display().to_string();
         let _ = std::process::Command::new(kafka_script_path()).args(["stop", "--dir", &dir]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A free port P such that P+1..P+`span` are free too (the brokers' and controllers' ports).
-fn free_ports(count: u16, controllers: u16) -> u16 {
-    loop {
-        let p = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
-        if p > 60_000 - controllers - count {
-            continue;
-        }
-        let free = |q: u16| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok();
-        if (0..count).all(|i| free(p + i)) && (1..=count).all(|i| free(p + controllers - 1 + i)) {
-            return p;
-        }
     }
 }
 
@@ -343,6 +329,15 @@ async fn run_case(case: Case) {
     assert!(summaries > 0, "no summary reached a stage two\n{counters}");
     let logs = || std::iter::once(&a).chain(&others).map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
     let (_, lost, extra) = stored(&pool, &expected).await;
+    // First in the test's output, which a CI summary cuts after its first lines.
+    let rules_of: Vec<(String, String)> =
+        sqlx::query_as("SELECT DISTINCT alert_id, rule FROM alert_events").fetch_all(&pool).await.unwrap_or_default();
+    let extra_rules: Vec<&str> = rules_of
+        .iter()
+        .filter(|(id, _)| extra.iter().any(|e| e.starts_with(id.as_str())))
+        .map(|(_, r)| r.as_str())
+        .collect();
+    println!("{}: {} lost {lost:?}, {} extra {extra:?} of rules {extra_rules:?}", case.label, lost.len(), extra.len());
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{counters}\n{}", logs());
     // Time waits for every input partition: no forwarded event may reach a keyed partition
     // after time has passed it (a paused instance that reported its lost partitions idle did).

@@ -291,6 +291,24 @@ pub fn kafka_script(args: &[&str]) {
     assert!(status.success(), "scripts/kafka.sh {args:?} failed");
 }
 
+/// A port P for scripts/kafka.sh's `--port` such that the `count` brokers' ports P.. and the
+/// controllers' ports P+100.. are free. They are taken below the kernel's ephemeral range
+/// (32768 and up): a port from that range can be taken by any outgoing connection in the
+/// seconds a JVM needs to bind it, and a broker that cannot bind exits.
+pub fn kafka_ports(count: u16) -> u16 {
+    const LOW: u32 = 20_000;
+    const HIGH: u32 = 32_000 - 200;
+    let mut seed = unique("port").bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    loop {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let p = (LOW + (seed >> 8) % (HIGH - LOW)) as u16;
+        let free = |q: u16| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok();
+        if (0..count).all(|i| free(p + i) && free(p + 100 + i)) {
+            return p;
+        }
+    }
+}
+
 pub fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(unique(name));
     std::fs::create_dir_all(&dir).expect("temp dir");
