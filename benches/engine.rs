@@ -89,6 +89,44 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
+    // OTLP: 100 hosts (resources) of 10 metrics of 10 CPUs' points each, as protobuf bytes
+    // decoded and turned into events.
+    let otlp_body = {
+        use vigil::otlp::*;
+        let text = |s: &str| Some(AnyValue { value: Some(Any::StringValue(s.into())) });
+        let resource = |h: usize| Resource {
+            attributes: vec![KeyValue { key: "host.name".into(), value: text(&format!("web-{h:03}")) }],
+        };
+        let point = |cpu: usize| NumberDataPoint {
+            attributes: vec![KeyValue { key: "cpu".into(), value: text(&format!("cpu{cpu}")) }],
+            time_unix_nano: 1_767_225_600_000_000_000,
+            value: Some(NumberValue::AsDouble(cpu as f64 + 0.5)),
+            flags: 0,
+        };
+        let metric = |m: usize| Metric {
+            name: format!("system.cpu.time.{m}"),
+            data: Some(Data::Gauge(Gauge { data_points: (0..10).map(point).collect() })),
+        };
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: (0..100)
+                .map(|h| ResourceMetrics {
+                    resource: Some(resource(h)),
+                    scope_metrics: vec![ScopeMetrics { metrics: (0..10).map(metric).collect() }],
+                })
+                .collect(),
+        };
+        prost::Message::encode_to_vec(&request)
+    };
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(10_000));
+    group.bench_function("otlp_10k_points", |b| {
+        b.iter(|| {
+            let request = vigil::otlp::decode(black_box(&otlp_body), vigil::otlp::Encoding::Protobuf).expect("request");
+            black_box(vigil::otlp::samples(&request, "host.name", 0).events.len())
+        })
+    });
+    group.finish();
+
     operator(c, "filter", "rule q1 { task t use machine m as e where e.cpu > 0.95 }", 1000);
     operator(
         c,

@@ -29,6 +29,7 @@ pub mod eval;
 pub mod event;
 pub mod influx;
 pub mod input;
+pub mod otlp;
 pub mod parser;
 pub mod plan;
 pub mod remote_write;

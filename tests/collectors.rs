@@ -61,12 +61,12 @@ async fn assert_stored(db: &std::path::Path, expected: &BTreeSet<String>, servic
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", service.log());
 }
 
-#[tokio::test]
-#[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
-async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
+/// Produces the workload onto a topic of format `format` with `script`, and waits for the
+/// alerts of replay; the service's dead letters, for the caller to look into.
+async fn on_kafka(format: &str, script: &str) -> Vec<serde_json::Value> {
     let (lines, expected) = workload();
-    let dir = temp_dir("kafka_influx");
-    let topic = unique("telegraf");
+    let dir = temp_dir(&format!("kafka_{}", format.replace('-', "_")));
+    let topic = unique("collector");
     let brokers = kafka_brokers();
     vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 1, &Default::default())
         .await
@@ -84,22 +84,38 @@ async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
         "--topic",
         &format!("metric={topic}"),
         "--kafka-topic-format",
-        &format!("{topic}=influx"),
+        &format!("{topic}={format}"),
     ]);
     let events = dir.join("events.jsonl");
     std::fs::write(&events, lines.join("\n") + "\n").expect("events");
-    let report = client("kafka_influx_produce.py", &[&brokers, &topic, events.to_str().expect("utf-8")]);
-    assert_eq!(report["lines"].as_u64(), Some(lines.len() as u64), "{report}");
+    let report = client(script, &[&brokers, &topic, events.to_str().expect("utf-8")]);
+    let produced = report["lines"].as_u64().or(report["samples"].as_u64());
+    assert_eq!(produced, Some(lines.len() as u64), "{report}");
     assert_stored(&dir.join("vigil.db"), &expected, &service).await;
+    let dead = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
+    std::fs::remove_dir_all(&dir).ok();
+    dead["dead_letters"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
+async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
+    let letters = on_kafka("influx", "kafka_influx_produce.py").await;
     // The line without a host tag is a dead letter with its line; the rest of its message is
     // taken (late, behind the watermark, so it changes no alert).
-    let dead = get_json(&format!("{}/api/v1/dead-letters", service.url)).await;
-    let letters = dead["dead_letters"].as_array().cloned().unwrap_or_default();
     assert!(
         letters.iter().any(|l| l["line"] == 1 && l["reason"].as_str().is_some_and(|r| r.contains("`host`"))),
-        "{dead}"
+        "{letters:?}"
     );
-    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
+async fn otlp_protobuf_on_kafka_alerts_as_replay_does() {
+    let letters = on_kafka("otlp-proto", "kafka_otlp_produce.py").await;
+    // The delta sum and the message that is not protobuf are dead letters saying why.
+    let has = |text: &str| letters.iter().any(|l| l["reason"].as_str().is_some_and(|r| r.contains(text)));
+    assert!(has("delta temporality") && has("not an ExportMetricsServiceRequest"), "{letters:?}");
 }
 
 #[tokio::test]
@@ -144,6 +160,34 @@ async fn opentelemetry_remote_write_exporter_alerts_as_replay_does() {
     assert_eq!(report["malformed"]["success"], false, "{report}");
     let log = report["malformed"]["log"].to_string();
     assert!(log.contains("400"), "{report}");
+    assert_stored(&dir.join("vigil.db"), &expected, &service).await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients and ../shared/data: run scripts/test.sh"]
+async fn opentelemetry_otlp_http_exporter_alerts_as_replay_does() {
+    let (lines, expected) = workload();
+    let dir = temp_dir("otlp");
+    let rules = metric_rules();
+    let service =
+        Service::start(&["--rules", &rules, "--database-url", &sqlite_url(&dir), "--api-token", "collector-token"]);
+    let events = dir.join("events.jsonl");
+    std::fs::write(&events, lines.join("\n") + "\n").expect("events");
+    let report = client("otlp_export.py", &[&service.url, "collector-token", events.to_str().expect("utf-8")]);
+    assert_eq!(
+        (report["exported"].as_u64(), report["failed"].as_u64()),
+        (Some(lines.len() as u64), Some(0)),
+        "{report}"
+    );
+    // A delta sum: taken as a request, its point refused in a partial success, as the
+    // OpenTelemetry Collector answers points it drops.
+    assert_eq!(report["delta"]["status"], 200, "{report}");
+    assert_eq!(report["delta"]["rejected_data_points"], 1, "{report}");
+    assert!(report["delta"]["error_message"].as_str().is_some_and(|m| m.contains("delta temporality")), "{report}");
+    // A body that is not protobuf: 400 with a google.rpc.Status saying why (INVALID_ARGUMENT).
+    assert_eq!((report["malformed"]["status"].as_u64(), report["malformed"]["code"].as_u64()), (Some(400), Some(3)));
+    assert!(report["malformed"]["message"].as_str().is_some_and(|m| m.contains("ExportMetricsServiceRequest")));
     assert_stored(&dir.join("vigil.db"), &expected, &service).await;
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -105,8 +105,9 @@ macro_rules! settings {
             #[arg(long = "topic", value_parser = parse_topic)]
             pub topics: Vec<(Stream, String)>,
             /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
-            /// default) or `influx` (line protocol, as Telegraf's Kafka output writes it; the
-            /// metric stream's topic)
+            /// default), `influx` (line protocol, as Telegraf's Kafka output writes it), or
+            /// `otlp-proto` / `otlp-json` (OTLP metrics, as the OpenTelemetry Collector's Kafka
+            /// exporter writes them); the last three on the metric stream's topic
             #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
             pub kafka_topic_formats: Vec<(String, TopicFormat)>,
             /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
@@ -231,6 +232,8 @@ settings! {
         "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
     remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL",
         "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
+    otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE",
+        "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
     lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
         "How late an event may arrive and still count, e.g. `30s`";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
@@ -393,6 +396,11 @@ pub enum TopicFormat {
     Vigil,
     /// InfluxDB line protocol ([`crate::influx`]): one sample per numeric field of each line.
     Influx,
+    /// OTLP metrics in protobuf ([`crate::otlp`]), one request per message, as the
+    /// OpenTelemetry Collector's Kafka exporter writes them (`otlp_proto`).
+    OtlpProto,
+    /// OTLP metrics in OTLP's JSON, one request per message (the exporter's `otlp_json`).
+    OtlpJson,
 }
 
 impl TopicFormat {
@@ -400,6 +408,8 @@ impl TopicFormat {
         match self {
             TopicFormat::Vigil => "vigil",
             TopicFormat::Influx => "influx",
+            TopicFormat::OtlpProto => "otlp-proto",
+            TopicFormat::OtlpJson => "otlp-json",
         }
     }
 }
@@ -414,7 +424,11 @@ pub fn parse_topic_format(s: &str) -> Result<(String, TopicFormat), String> {
     let format = match format.trim() {
         "vigil" => TopicFormat::Vigil,
         "influx" => TopicFormat::Influx,
-        other => return Err(format!("`{other}` is not a topic format Vigil reads: vigil or influx")),
+        "otlp-proto" | "otlp_proto" => TopicFormat::OtlpProto,
+        "otlp-json" | "otlp_json" => TopicFormat::OtlpJson,
+        other => {
+            return Err(format!("`{other}` is not a topic format Vigil reads: vigil, influx, otlp-proto or otlp-json"))
+        }
     };
     Ok((topic.to_string(), format))
 }
@@ -519,7 +533,7 @@ impl ServeConfig {
                     format.name()
                 )),
                 Some(s) if s != Stream::Metric => problems.push(format!(
-                    "--kafka-topic-format {topic}={}: line protocol carries metric samples, and `{topic}` is the {} stream's topic",
+                    "--kafka-topic-format {topic}={}: the format carries metric samples, and `{topic}` is the {} stream's topic",
                     format.name(),
                     s.name()
                 )),
@@ -658,8 +672,10 @@ mod tests {
     #[test]
     fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
         assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
-        let err = parse_topic_format("telegraf=otlp-proto").expect_err("not read yet");
-        assert!(err.contains("`otlp-proto` is not a topic format Vigil reads"), "{err}");
+        assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), TopicFormat::OtlpProto)));
+        assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), TopicFormat::OtlpJson)));
+        let err = parse_topic_format("telegraf=telegraf-json").expect_err("not read yet");
+        assert!(err.contains("`telegraf-json` is not a topic format Vigil reads"), "{err}");
         assert!(parse_topic_format("telegraf").is_err());
         let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -673,7 +689,7 @@ mod tests {
         assert_eq!(c.topic_formats["telegraf"], TopicFormat::Influx);
         let err = ServeConfig::resolve(args(&[("task_event", TopicFormat::Influx)])).expect_err("refused").to_string();
         assert!(
-            err.contains("line protocol carries metric samples, and `task_event` is the task_event stream's"),
+            err.contains("the format carries metric samples, and `task_event` is the task_event stream's"),
             "{err}"
         );
         let err = ServeConfig::resolve(args(&[("other", TopicFormat::Influx)])).expect_err("refused").to_string();

@@ -304,6 +304,7 @@ fn app_state(
         read_token: config.api_read_token.clone(),
         influx_host_tag: config.influx_host_tag.clone(),
         remote_write_host_label: config.remote_write_host_label.clone(),
+        otlp_host_attribute: config.otlp_host_attribute.clone(),
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),
         webhook_wake: wiring.webhook_wake.clone(),
@@ -426,7 +427,10 @@ fn spawn_sources(
         let source = sources::kafka::KafkaSource {
             topics: config.topics.clone(),
             formats: config.topic_formats.clone(),
-            influx: crate::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
+            collectors: sources::kafka::Collectors {
+                influx: crate::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
+                otlp_host_attribute: config.otlp_host_attribute.clone(),
+            },
             start: resume.to_vec(),
             engine: w.engine.clone(),
             dead: w.dead.clone(),

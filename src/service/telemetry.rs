@@ -187,6 +187,15 @@ pub fn reject_reason(e: &crate::event::DecodeError, host_field: &str) -> &'stati
     }
 }
 
+/// The `reason` label of an OTLP data point refused for `e`.
+pub fn otlp_reject_reason(e: &crate::event::DecodeError, host_attribute: &str) -> &'static str {
+    match e.field.as_deref() {
+        Some("name") => "no_name",
+        Some("aggregationTemporality") => "delta",
+        _ => reject_reason(e, host_attribute),
+    }
+}
+
 impl Telemetry {
     pub fn new() -> Self {
         let registry = Registry::new();

@@ -10,16 +10,15 @@
 //! engine sheds load (a retry can succeed).
 
 use super::ingest::{as_json_lines, log_events, Logging, Rejects};
-use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
+use super::{read_body, ApiError, AppState, MAX_BODY};
 use crate::influx::{Mapping, Precision};
 use crate::service::telemetry::reject_reason;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Arc;
 
 /// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s` and
@@ -49,6 +48,7 @@ fn from_api(e: ApiError) -> ApiError {
     let message = e.1.get("error").and_then(|m| m.as_str()).unwrap_or("refused").to_string();
     let code = match e.0 {
         StatusCode::PAYLOAD_TOO_LARGE => "request too large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported",
         s if s.is_server_error() => "unavailable",
         _ => "invalid",
     };
@@ -69,7 +69,7 @@ async fn write(
         })?,
     };
     let body = read_body(state, body, MAX_BODY).await.map_err(from_api)?;
-    let body = decompressed(headers, body)?;
+    let body = super::gunzipped(headers, body).map_err(from_api)?;
     let text = std::str::from_utf8(&body).map_err(|e| {
         let message = format!("the body is not UTF-8 (at byte {})", e.valid_up_to());
         influx_error(StatusCode::BAD_REQUEST, "invalid", message, json!({}))
@@ -114,35 +114,6 @@ async fn write(
                 "partial write: {rejected_total} of {lines} lines refused ({accepted} samples taken); first: {first}"
             );
             Err(influx_error(StatusCode::BAD_REQUEST, "invalid", message, counts))
-        }
-    }
-}
-
-/// The body as sent, or decompressed when `Content-Encoding` says gzip.
-fn decompressed(headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
-    let encoding = headers.get("content-encoding").and_then(|v| v.to_str().ok()).unwrap_or("identity");
-    match encoding.trim().to_ascii_lowercase().as_str() {
-        "" | "identity" => Ok(body),
-        "gzip" => {
-            let mut out = Vec::new();
-            let mut reader = flate2::read::GzDecoder::new(&body[..]).take(MAX_DECOMPRESSED as u64 + 1);
-            reader.read_to_end(&mut out).map_err(|e| {
-                influx_error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    format!("the gzip body does not decompress: {e}"),
-                    json!({}),
-                )
-            })?;
-            if out.len() > MAX_DECOMPRESSED {
-                let message = format!("the body is over {MAX_DECOMPRESSED} bytes once decompressed");
-                return Err(influx_error(StatusCode::PAYLOAD_TOO_LARGE, "request too large", message, json!({})));
-            }
-            Ok(Bytes::from(out))
-        }
-        other => {
-            let message = format!("Content-Encoding `{other}` is not taken: send gzip or identity");
-            Err(influx_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported", message, json!({})))
         }
     }
 }

@@ -8,6 +8,7 @@
 //! | `POST /api/v1/events` | JSON-lines ingest, answered once the events are on disk | [`ingest`] |
 //! | `POST /api/v2/write`, `POST /write` | InfluxDB line protocol (2.x and 1.x APIs), as Telegraf sends it | [`influx`] |
 //! | `POST /api/v1/write` | Prometheus remote-write 1.0 | [`remote_write`] |
+//! | `POST /v1/metrics` | OTLP/HTTP metrics, protobuf or JSON | [`otlp`] |
 //! | `GET /api/v1/rules`, `GET/PUT/DELETE /api/v1/rules/{name}` | the rule set; PUT takes the rule's text | [`rules`] |
 //! | `POST /api/v1/rules/validate` | diagnostics for a rule text, as JSON | [`rules`] |
 //! | `GET /api/v1/dead-letters` | input that could not be read | [`ops`] |
@@ -24,6 +25,7 @@ mod console;
 mod influx;
 pub mod ingest;
 pub mod ops;
+mod otlp;
 mod remote_write;
 pub mod rules;
 
@@ -69,6 +71,8 @@ pub struct AppState {
     pub influx_host_tag: String,
     /// The remote-write label that names a sample's host.
     pub remote_write_host_label: String,
+    /// The OTLP resource (or data point) attribute that names a sample's host.
+    pub otlp_host_attribute: String,
     pub health: Arc<Health>,
     pub engine_health: Arc<EngineHealth>,
     pub webhook_wake: Arc<Notify>,
@@ -156,6 +160,32 @@ pub async fn read_body(state: &AppState, body: Body, limit: usize) -> ApiResult<
     }
 }
 
+/// The body as sent, or decompressed when `Content-Encoding` says gzip; at most
+/// [`MAX_DECOMPRESSED`] bytes once decompressed (413), another encoding refused (415).
+pub(super) fn gunzipped(headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
+    use std::io::Read;
+    let encoding = headers.get("content-encoding").and_then(|v| v.to_str().ok()).unwrap_or("identity");
+    match encoding.trim().to_ascii_lowercase().as_str() {
+        "" | "identity" => Ok(body),
+        "gzip" => {
+            let mut out = Vec::new();
+            let mut reader = flate2::read::GzDecoder::new(&body[..]).take(MAX_DECOMPRESSED as u64 + 1);
+            reader.read_to_end(&mut out).map_err(|e| {
+                ApiError::new(StatusCode::BAD_REQUEST, format!("the gzip body does not decompress: {e}"))
+            })?;
+            if out.len() > MAX_DECOMPRESSED {
+                let message = format!("the body is over {MAX_DECOMPRESSED} bytes once decompressed");
+                return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message));
+            }
+            Ok(Bytes::from(out))
+        }
+        other => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Encoding `{other}` is not taken: send gzip or identity"),
+        )),
+    }
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let mutating = Router::new()
         .route("/api/v1/events", post(ingest::ingest))
@@ -167,6 +197,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v2/write", post(influx::write_lines))
         .route("/write", post(influx::write_lines))
         .route("/api/v1/write", post(remote_write::write))
+        .route("/v1/metrics", post(otlp::metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_sender_token));
     let reading = Router::new()
         .route("/api/v1/alerts", get(alerts::list_alerts))

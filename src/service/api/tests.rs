@@ -74,7 +74,10 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     let state = Arc::new(AppState {
         store,
         ingest,
-        intake: Intake { bounds: Default::default(), health: engine_health.clone() },
+        intake: Intake {
+            bounds: crate::event::TimeBounds { max_future_ms: Some(300_000), max_jump_ms: None },
+            health: engine_health.clone(),
+        },
         dead,
         published,
         telemetry,
@@ -83,6 +86,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         read_token: read_token.map(String::from),
         influx_host_tag: "host".into(),
         remote_write_host_label: "instance".into(),
+        otlp_host_attribute: "host.name".into(),
         health,
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
@@ -204,6 +208,52 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     let (status, answer) = send(&app, "/api/v1/write", body(&good), &v2).await;
     assert!(status == 415 && answer["error"].as_str().is_some_and(|e| e.contains("not read yet")), "{answer}");
     assert_eq!(send(&app, "/api/v1/write", body(&good), &[("content-type", "application/json")]).await.0, 415);
+}
+
+#[tokio::test]
+async fn otlp_json_is_taken_and_what_is_refused_is_a_partial_success_with_the_reason() {
+    let app = app(None, None).await;
+    let ns = |ms: i64| (ms * 1_000_000).to_string();
+    let now = crate::event::now_ms();
+    let request = serde_json::json!({"resourceMetrics": [
+        {"resource": {"attributes": [{"key": "host.name", "value": {"stringValue": "web-1"}}]},
+         "scopeMetrics": [{"metrics": [
+            {"name": "load", "gauge": {"dataPoints": [
+                {"timeUnixNano": ns(now - 1000), "asDouble": 0.5},
+                {"timeUnixNano": ns(now + 86_400_000), "asDouble": 0.7}]}},
+            {"name": "bytes", "sum": {"aggregationTemporality": 1, "isMonotonic": true, "dataPoints": [
+                {"timeUnixNano": ns(now), "asInt": "10"}]}}]}]},
+        {"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "api"}}]},
+         "scopeMetrics": [{"metrics": [{"name": "up", "gauge": {"dataPoints": [{"timeUnixNano": ns(now), "asInt": 1}]}}]}]}
+    ]});
+    let json = [("content-type", "application/json")];
+    let (status, answer) = send(&app, "/v1/metrics", request.to_string().into_bytes(), &json).await;
+    assert_eq!(status, 200, "{answer}");
+    let partial = &answer["partialSuccess"];
+    assert_eq!(partial["rejectedDataPoints"], "3", "a delta sum, a point without a host, one a day ahead: {answer}");
+    assert!(partial["errorMessage"].as_str().is_some_and(|m| m.contains("delta temporality")), "{answer}");
+    let all_taken = serde_json::json!({"resourceMetrics": [request["resourceMetrics"][0].clone()]});
+    let mut only_now = all_taken.clone();
+    only_now["resourceMetrics"][0]["scopeMetrics"][0]["metrics"] =
+        serde_json::json!([{"name": "load", "gauge": {"dataPoints": [{"timeUnixNano": ns(now), "asDouble": 0.5}]}}]);
+    assert_eq!(send(&app, "/v1/metrics", only_now.to_string().into_bytes(), &json).await, (200, serde_json::json!({})));
+    let (status, answer) = send(&app, "/v1/metrics", b"{\"resourceMetrics\": 7}".to_vec(), &json).await;
+    assert!(status == 400 && answer["code"] == 3, "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains("line 1, column")), "{answer}");
+    let (status, _) = send(&app, "/v1/metrics", b"a=b".to_vec(), &[("content-type", "text/plain")]).await;
+    assert_eq!(status, 415);
+    let request = HttpRequest::builder().uri("/metrics").body(Body::empty()).expect("request");
+    let response = app.router.clone().oneshot(request).await.expect("answers");
+    let metrics = response.into_body().collect().await.expect("body").to_bytes();
+    let metrics = String::from_utf8_lossy(&metrics);
+    for counted in [
+        r#"vigil_samples_in_total{format="otlp"} 2"#,
+        r#"vigil_samples_rejected_total{format="otlp",reason="delta"} 1"#,
+        r#"vigil_samples_rejected_total{format="otlp",reason="no_host"} 1"#,
+        r#"vigil_samples_rejected_total{format="otlp",reason="time_bounds"} 1"#,
+    ] {
+        assert!(metrics.contains(counted), "{counted} in\n{metrics}");
+    }
 }
 
 #[tokio::test]

@@ -108,8 +108,8 @@ pub struct KafkaSource {
     pub topics: BTreeMap<Stream, String>,
     /// Topics whose messages are not Vigil's JSON lines.
     pub formats: BTreeMap<String, TopicFormat>,
-    /// How line protocol becomes samples.
-    pub influx: crate::influx::Mapping,
+    /// How the collectors' formats become samples.
+    pub collectors: Collectors,
     /// The checkpoint's next offset of each partition.
     pub start: Vec<Position>,
     pub engine: mpsc::Sender<Input>,
@@ -123,7 +123,8 @@ pub struct KafkaSource {
 /// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
 /// busy).
 pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut stop: watch::Receiver<bool>) {
-    let KafkaSource { topics, formats, influx, start, engine: tx, dead, intake, overload, shed, telemetry } = source;
+    let KafkaSource { topics, formats, collectors, start, engine: tx, dead, intake, overload, shed, telemetry } =
+        source;
     let by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
     let names: Vec<String> = by_topic.keys().cloned().collect();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
@@ -184,19 +185,15 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
                 Ok(e) => offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed,
                 Err(reason) => dead.send(letter(None, reason.to_string(), payload)).await.is_ok(),
             },
-            TopicFormat::Influx => {
-                let (events, refused) = influx_samples(&intake, &influx, payload);
-                telemetry.samples.taken.with_label_values(&["influx"]).inc_by(events.len() as u64);
-                for (_, counted, _, _) in &refused {
-                    telemetry.samples.rejected.with_label_values(&["influx", counted]).inc();
-                }
+            format => {
+                let (events, refused) = collectors.samples(&intake, format, payload, &telemetry);
                 let mut sent = true;
                 let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
                 for (line, _, reason, text) in refused.into_iter().take(DEAD_PER_MESSAGE) {
                     sent &= dead.send(letter(line, reason, text.as_bytes())).await.is_ok();
                 }
                 if more > 0 {
-                    let reason = format!("{more} more refused lines of the same message, not kept one by one");
+                    let reason = format!("{more} more refused samples of the same message, not kept one by one");
                     sent &= dead.send(letter(None, reason, b"")).await.is_ok();
                 }
                 if !events.is_empty() {
@@ -208,6 +205,34 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         if !sent {
             return;
         }
+    }
+}
+
+/// How the collectors' formats become samples.
+pub struct Collectors {
+    pub influx: crate::influx::Mapping,
+    /// The OTLP attribute that names a sample's host.
+    pub otlp_host_attribute: String,
+}
+
+impl Collectors {
+    /// The samples of a message in `format`, and what is refused, counted by format and reason.
+    fn samples(
+        &self,
+        intake: &Intake,
+        format: TopicFormat,
+        payload: &[u8],
+        telemetry: &Telemetry,
+    ) -> (Vec<crate::event::Event>, Vec<Refused>) {
+        let (label, (events, refused)) = match format {
+            TopicFormat::Influx => ("influx", influx_samples(intake, &self.influx, payload)),
+            _ => ("otlp", otlp_samples(intake, &self.otlp_host_attribute, format, payload)),
+        };
+        telemetry.samples.taken.with_label_values(&[label]).inc_by(events.len() as u64);
+        for (_, counted, _, _) in &refused {
+            telemetry.samples.rejected.with_label_values(&[label, counted]).inc();
+        }
+        (events, refused)
     }
 }
 
@@ -238,6 +263,48 @@ fn influx_samples(
             Err(reason) => {
                 let counted = crate::service::telemetry::reject_reason(&reason, &mapping.host_tag);
                 refused.push((Some(line_no), counted, reason.to_string(), line.to_string()))
+            }
+        }
+    }
+    (events, refused)
+}
+
+/// The samples of a message holding one OTLP metrics request, and what is refused: the whole
+/// message when it is not a request, else the refused metrics and points.
+fn otlp_samples(
+    intake: &Intake,
+    host_attribute: &str,
+    format: TopicFormat,
+    payload: &[u8],
+) -> (Vec<crate::event::Event>, Vec<Refused>) {
+    use crate::otlp::Encoding;
+    let encoding = if format == TopicFormat::OtlpJson { Encoding::Json } else { Encoding::Protobuf };
+    let request = match crate::otlp::decode(payload, encoding) {
+        Ok(r) => r,
+        Err(reason) => {
+            return (Vec::new(), vec![(None, "malformed", reason, String::from_utf8_lossy(payload).into_owned())])
+        }
+    };
+    let decoded = crate::otlp::samples(&request, host_attribute, now_ms());
+    let mut refused: Vec<Refused> = decoded
+        .refused
+        .into_iter()
+        .map(|(_, at, reason)| {
+            (None, crate::service::telemetry::otlp_reject_reason(&reason, host_attribute), reason.to_string(), at)
+        })
+        .collect();
+    let mut events = Vec::with_capacity(decoded.events.len());
+    for event in decoded.events {
+        match intake.check(&event) {
+            Ok(()) => events.push(event),
+            Err(reason) => {
+                let at = format!("{} of {}", event.get("name"), event.get("host"));
+                refused.push((
+                    None,
+                    crate::service::telemetry::otlp_reject_reason(&reason, host_attribute),
+                    reason.to_string(),
+                    at,
+                ));
             }
         }
     }
