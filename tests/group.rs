@@ -583,3 +583,165 @@ fn joining_a_group_with_sqlite_or_without_a_broker_is_refused_with_the_reason() 
     assert!(err.contains("--kafka-join-group needs --kafka-brokers"), "{err}");
     assert!(!std::path::Path::new("never.db").exists(), "nothing was started");
 }
+
+/// The PostgreSQL cluster this test may stop (scripts/test.sh makes it; see tests/faults.rs):
+/// its `pg_ctlcluster` arguments and an admin URL on it.
+fn fault_cluster() -> (Vec<String>, String) {
+    let cluster = std::env::var("VIGIL_TEST_PG_CLUSTER").expect("VIGIL_TEST_PG_CLUSTER (scripts/test.sh sets it)");
+    let url = std::env::var("VIGIL_TEST_PG_CLUSTER_URL").expect("VIGIL_TEST_PG_CLUSTER_URL (scripts/test.sh sets it)");
+    (cluster.split_whitespace().map(str::to_string).collect(), url)
+}
+
+fn pg_ctl(cluster: &[String], action: &str) {
+    let mut cmd = std::process::Command::new("pg_ctlcluster");
+    cmd.arg("--skip-systemctl-redirect").args(cluster).arg(action);
+    if action == "stop" {
+        cmd.args(["-m", "fast"]);
+    }
+    assert!(cmd.status().expect("pg_ctlcluster runs").success(), "pg_ctlcluster {action} failed");
+}
+
+/// The store stopped mid-stream under two members: they go on reading and detecting, holding
+/// the alerts they raise (and their checkpoints) until it is back; no partition changes hands,
+/// and the store ends with exactly replay's alerts.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and a PostgreSQL cluster it may stop: run scripts/test.sh"]
+async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
+    let _one_case_at_a_time = ONE_CASE.lock().await;
+    let (cluster, admin) = fault_cluster();
+    let timed = workload();
+    let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
+    let rules = std::path::PathBuf::from(rules_dir());
+    let (want, _) = replayed(&lines, &rules);
+    let brokers = kafka_brokers();
+    let topic = unique("group_outage");
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 12, &Default::default())
+        .await
+        .expect("input topic");
+    let (db_name, db_url) = create_database_at(&admin).await;
+    let rules_copy = temp_dir("group_outage_rules");
+    for file in vigil::rule_files(&rules).expect("rules") {
+        let to = rules_copy.join(file.strip_prefix(&rules).expect("inside"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(&file, &to).expect("copy");
+    }
+    let group = unique("group");
+    let rules_arg = rules_copy.display().to_string();
+    let (events_topic, usage_topic) = (format!("task_event={topic}"), format!("task_usage={topic}"));
+    let args = [
+        "--rules",
+        &rules_arg,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--kafka-join-group",
+        "--kafka-option",
+        "session.timeout.ms=6000",
+        "--checkpoint-interval",
+        "1s",
+        "--workers",
+        "2",
+        "--topic",
+        &events_topic,
+        "--topic",
+        &usage_topic,
+    ];
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let produce = |chunk: Vec<String>| {
+        let producer = producer.clone();
+        let topic = topic.clone();
+        async move {
+            let sends = chunk.iter().map(|line| {
+                producer
+                    .send(rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(line), Duration::from_secs(60))
+            });
+            for sent in futures_util::future::join_all(sends).await {
+                sent.expect("the broker takes the event");
+            }
+        }
+    };
+    let members = [Service::start(&args), Service::start(&args)];
+    let counter = |m: &str, name: &str| {
+        m.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
+    };
+    let moved = || async {
+        let mut n = 0.0;
+        for s in &members {
+            let m = metrics(&s.url).await;
+            n += counter(&m, "vigil_group_rebalances_total{kind=\"revoked\"}")
+                + counter(&m, "vigil_group_rebalances_total{kind=\"lost\"}");
+        }
+        n
+    };
+    let chunks = chunks_by_minute(&timed, 30);
+    let (before, rest) = chunks.split_at(8);
+    let (during, after) = rest.split_at(12);
+    for chunk in before {
+        produce(chunk.clone()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    eventually("alerts stored before the outage", || async {
+        let (got, _, _) = stored(&pool, &BTreeSet::new()).await;
+        (!got.is_empty()).then_some(())
+    })
+    .await;
+    pool.close().await;
+    // Both members run keyed partitions: the rebalance of the second's join is over.
+    for member in &members {
+        owns_keyed_partitions(member).await;
+    }
+    let moved_before = moved().await;
+
+    pg_ctl(&cluster, "stop");
+    let stopped = std::time::Instant::now();
+    for chunk in during {
+        produce(chunk.clone()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Detection went on without the store: the alerts raised meanwhile are held.
+    let held = eventually("alerts held by the members while the store is down", || async {
+        let mut held = 0.0;
+        for s in &members {
+            held += counter(&metrics(&s.url).await, "vigil_group_held_alerts");
+        }
+        (held > 0.0).then_some(held)
+    })
+    .await;
+    println!("alerts held during the outage: {held}");
+    // Down for longer than the session timeout (6 s): a member that stopped polling would be
+    // thrown out of the group by now.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(stopped.elapsed())).await;
+    pg_ctl(&cluster, "start");
+    for chunk in after {
+        produce(chunk.clone()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database back");
+    let expected: BTreeSet<String> = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (got, lost, extra) = loop {
+        let (got, lost, extra) = stored(&pool, &expected).await;
+        if lost.is_empty() || std::time::Instant::now() > deadline {
+            break (got, lost, extra);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let logs = || members.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
+    println!("PostgreSQL outage under a group: {} lost {lost:?}, {} extra {extra:?}", lost.len(), extra.len());
+    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", logs());
+    assert_eq!(got.len(), expected.len(), "no transition stored twice");
+    assert_eq!(moved().await, moved_before, "no partition changed hands in the outage\n{}", logs());
+    assert!(logs().contains("the store is back"), "{}", logs());
+    pool.close().await;
+    drop(members);
+    drop_database_at(&admin, &db_name).await;
+}

@@ -72,6 +72,8 @@ pub struct GroupMetrics {
     pub restore_bytes: IntCounter,
     /// Writes refused because another instance owns the partition now.
     pub fenced: IntCounter,
+    /// Alert transitions held in memory while the store fails.
+    pub held_alerts: IntGauge,
     /// Records sent to the keyed topic (an event goes to each keyed partition of its keys).
     pub forwarded: IntCounter,
     /// Forwarded events the keyed partitions took (those sent again after a hand-over once).
@@ -153,6 +155,11 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_fenced_writes_total",
                 "Writes refused because another instance owns the partition now",
+            ),
+            held_alerts: gauge(
+                registry,
+                "vigil_group_held_alerts",
+                "Alert transitions the keyed partitions hold while the store cannot be written",
             ),
         }
     }

@@ -17,6 +17,7 @@
 mod ends;
 mod forward;
 pub mod keyed;
+mod outage;
 pub mod rules;
 #[cfg(test)]
 mod tests;
@@ -32,6 +33,7 @@ use crate::schema::Stream;
 use ends::Ends;
 use forward::Forwarder;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
+use outage::{Saved, StoreGate};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::types::RDKafkaRespErr;
@@ -125,6 +127,8 @@ struct Shared {
     engine: EngineConfig,
     keyed_partitions: u32,
     store: Store,
+    /// Whether the store may be tried (alerts, checkpoints) while it fails.
+    gate: StoreGate,
     runtime: tokio::runtime::Handle,
     telemetry: Arc<Telemetry>,
 }
@@ -156,7 +160,9 @@ impl ConsumerContext for Ctx {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             if e.topic() == self.keyed_topic {
                 let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
-                if !lost && delivered && self.save(&mut p) {
+                // Without a checkpoint (the store fails), the next owner restores the last one
+                // and derives again what came after, the alerts held here included.
+                if !lost && delivered && self.save(&mut p) == Saved::Yes {
                     commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
                 }
                 tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
@@ -258,31 +264,6 @@ impl Shared {
         p
     }
 
-    /// Stores a keyed partition's checkpoint; false when another instance owns it now.
-    fn save(&self, p: &mut KeyedPartition) -> bool {
-        let checkpoint = p.checkpoint();
-        count(&self.telemetry, p.tally());
-        let checkpoint = match checkpoint {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(partition = p.fence.partition, error = %e, "cannot snapshot the partition");
-                return false;
-            }
-        };
-        let now = crate::event::now_ms();
-        let saved = self
-            .retry("save_partition_checkpoint", || self.store.save_partition_checkpoint(&p.fence, &checkpoint, now));
-        if !saved {
-            self.telemetry.group.fenced.inc();
-            tracing::warn!(
-                partition = p.fence.partition,
-                epoch = p.fence.epoch,
-                "another instance owns the partition now: its checkpoint is not stored"
-            );
-        }
-        saved
-    }
-
     /// Runs a store operation until it succeeds: the store is shared by the group, and a
     /// partition cannot be handed over without it.
     fn retry<T, F: std::future::Future<Output = super::store::Result<T>>>(
@@ -354,6 +335,7 @@ impl Member {
             engine: self.engine.clone(),
             keyed_partitions: self.keyed_partitions,
             store: self.store.clone(),
+            gate: StoreGate::default(),
             runtime: self.runtime.clone(),
             telemetry: self.telemetry.clone(),
         }));
@@ -504,6 +486,8 @@ impl Looping {
             }
         }
         ctx.drop_fenced(&mut owned, &fenced);
+        let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
+        self.m.telemetry.group.held_alerts.set(held as i64);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
         if let Some(w) = watermark {
             self.m.health.set_watermark(w);
@@ -528,38 +512,6 @@ impl Looping {
             }
         }
         512
-    }
-
-    /// Stores a partition's alerts while it holds the partition; false when another instance
-    /// owns it now (its alerts are that instance's to store).
-    fn store_alerts(&self, p: &mut KeyedPartition) -> bool {
-        if p.out.is_empty() {
-            return true;
-        }
-        let now = crate::event::now_ms();
-        for a in p.out.iter_mut() {
-            a.detected_at = now;
-        }
-        let url = self.m.webhook.clone();
-        let payload = move |a: &crate::alert::Alert| {
-            super::webhook::alertmanager_payload(a, url.as_deref().unwrap_or_default()).to_string()
-        };
-        let webhook: Option<&(dyn Fn(&crate::alert::Alert) -> String + Sync)> = match self.m.webhook {
-            Some(_) => Some(&payload),
-            None => None,
-        };
-        let ctx = self.input.context();
-        let stored = ctx.retry("insert_alerts", || self.m.store.insert_alerts_fenced(&p.fence, &p.out, webhook));
-        p.out.clear();
-        let Some(stored) = stored else { return false };
-        for s in stored {
-            if s.alert.status == crate::alert::Status::Firing {
-                self.m.telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
-            }
-            let _ = self.m.published.send(Arc::new(s));
-        }
-        self.m.wake.notify_one();
-        true
     }
 
     /// Reports the input partitions' progress to the keyed partitions, and now and then
@@ -593,11 +545,13 @@ impl Looping {
             if !p.dirty {
                 continue;
             }
-            if ctx.save(p) {
-                p.dirty = false;
-                commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
-            } else {
-                fenced.push(*partition);
+            match ctx.save(p) {
+                Saved::Yes => {
+                    p.dirty = false;
+                    commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
+                }
+                Saved::Fenced => fenced.push(*partition),
+                Saved::Later => {}
             }
         }
         ctx.drop_fenced(&mut owned, &fenced);
