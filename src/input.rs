@@ -10,9 +10,14 @@
 //! | `alibaba-server-event` | Alibaba 2017 server_event CSV | `machine_event` |
 //! | `azure-cpu` | Azure Public Dataset V1 CPU readings, `t_offset_s,step,vm_id,avg_cpu,max_cpu` | `metric`: host the VM, names `avg_cpu` and `max_cpu` |
 //! | `influx` | InfluxDB line protocol (Telegraf's files and Kafka output), [`crate::influx`] | `metric`: one event per numeric field |
+//! | `telegraf-json` | Telegraf's JSON output, a metric (or a batch) per line, [`crate::influx::telegraf_json`] | `metric`: one event per numeric field |
+//! | `otlp-json` | OTLP metrics in OTLP's JSON, a request per line (the Collector's file exporter, a capture of an `otlp_json` topic), [`crate::otlp`] | `metric`: one event per point (histograms and summaries: several) |
+//! | `prometheus-kafka-adapter` | prometheus-kafka-adapter's JSON, a sample per line, [`crate::remote_write::adapter_sample`] | `metric` |
 //! | `planetlab` | PlanetLab (CoMon) CPU: one integer per line, every 5 minutes from the date its folder is named after (`20110303/`) | `metric`: host the file name, name `cpu_utilization` |
 //!
 //! `.gz` files are decompressed on the fly.
+
+mod collectors;
 
 use crate::engine::Gate;
 use crate::event::{DecodeError, Decoded, Event, EventPool, LineDecoder, Millis, Value};
@@ -40,17 +45,40 @@ pub enum Format {
     Planetlab,
     /// InfluxDB line protocol.
     Influx,
+    /// Telegraf's JSON output, a metric or a batch per line.
+    TelegrafJson,
+    /// OTLP metrics in OTLP's JSON, a request per line.
+    OtlpJson,
+    /// prometheus-kafka-adapter's JSON, a sample per line.
+    PrometheusKafkaAdapter,
 }
 
 /// Options for adapters that cannot learn everything from the file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct InputOptions {
     /// Host of NAB series (default: from the file name).
     pub host: Option<String>,
     /// Metric name of NAB series (default: from the file name).
     pub metric_name: Option<String>,
-    /// How line protocol becomes samples: the host tag, the timestamps' precision.
+    /// How line protocol (and Telegraf's JSON) becomes samples: the host tag, the timestamps'
+    /// precision.
     pub influx: crate::influx::Mapping,
+    /// The OTLP attribute that names the host.
+    pub otlp_host_attribute: String,
+    /// The label of prometheus-kafka-adapter's samples that names the host.
+    pub host_label: String,
+}
+
+impl Default for InputOptions {
+    fn default() -> Self {
+        InputOptions {
+            host: None,
+            metric_name: None,
+            influx: Default::default(),
+            otlp_host_attribute: "host.name".into(),
+            host_label: "instance".into(),
+        }
+    }
 }
 
 /// One input line: an event (or, from [`open_gated`], what the gate left of it), or why it is
@@ -155,7 +183,9 @@ fn open_with<T: 'static>(
         Format::AlibabaServerEvent => Box::new(csv_records(reader, false, alibaba_server_event)),
         Format::AlibabaBatchTask => Box::new(alibaba_batch_task(reader)),
         Format::AzureCpu => Box::new(csv_rows(reader, true, azure_cpu)),
-        Format::Influx => Box::new(influx_lines(reader, options.influx.clone())),
+        Format::Influx | Format::TelegrafJson | Format::OtlpJson | Format::PrometheusKafkaAdapter => {
+            collectors::records(reader, format, options)
+        }
         Format::Planetlab => {
             let start = planetlab_start(path).ok_or_else(|| {
                 std::io::Error::new(
@@ -238,37 +268,6 @@ fn jsonl<T>(
             continue;
         }
         return Some(Record { line: line_no, event });
-    })
-}
-
-/// Line protocol, one record per sample (a line of several fields makes several). A newline
-/// inside a quoted string field ends the line here: files of Telegraf's output have none.
-fn influx_lines(reader: Box<dyn BufRead>, mapping: crate::influx::Mapping) -> impl Iterator<Item = Record> {
-    let mut lines = LineReader::new(reader);
-    let mut line_no = 0u64;
-    let mut pending = std::collections::VecDeque::new();
-    let now = crate::event::now_ms();
-    std::iter::from_fn(move || loop {
-        if let Some(record) = pending.pop_front() {
-            return Some(record);
-        }
-        line_no += 1;
-        let event = match lines.next_line()? {
-            Err(e) => Err(DecodeError { field: None, reason: format!("read error: {e}") }),
-            Ok(bytes) => match std::str::from_utf8(bytes) {
-                Err(e) => {
-                    Err(DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
-                }
-                Ok(text) => match crate::influx::lines(text).next() {
-                    None => continue,
-                    Some((_, line)) => crate::influx::samples(line, &mapping, now).map(|s| s.events),
-                },
-            },
-        };
-        match event {
-            Ok(events) => pending.extend(events.into_iter().map(|e| Record { line: line_no, event: Ok(e) })),
-            Err(e) => return Some(Record { line: line_no, event: Err(e) }),
-        }
     })
 }
 
@@ -620,7 +619,7 @@ fn batch_task_events(row: &csv::StringRecord) -> Result<Vec<Event>, DecodeError>
 mod tests {
     use super::*;
 
-    fn read(name: &str, content: &str, format: Format) -> Vec<Record> {
+    pub(super) fn read(name: &str, content: &str, format: Format) -> Vec<Record> {
         let dir = std::env::temp_dir().join(format!("vigil-input-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join(name);

@@ -82,9 +82,16 @@ enum Command {
         /// Unit of line protocol timestamps (`--format influx`): ns, us, ms, s, m, h.
         #[arg(long, default_value = "ns")]
         precision: vigil::influx::Precision,
-        /// The tag of line protocol that names the host (`--format influx`).
+        /// The tag of line protocol that names the host (`--format influx`, `telegraf-json`).
         #[arg(long, default_value = "host")]
         host_tag: String,
+        /// The attribute of OTLP metrics that names the host (`--format otlp-json`).
+        #[arg(long, default_value = "host.name")]
+        host_attribute: String,
+        /// The label that names the host (`--format prometheus-kafka-adapter`), its `:port`
+        /// dropped.
+        #[arg(long, default_value = "instance")]
+        host_label: String,
         /// Threads that split the rules' keys between them (key groups): the alerts are those of
         /// one, in detection order within each batch of 1,024 events. Worth it for rules that
         /// cost much per event (scorers); 1 keeps the order of a single engine exactly.
@@ -222,14 +229,21 @@ fn main() -> ExitCode {
             metric_name,
             precision,
             host_tag,
+            host_attribute,
+            host_label,
             workers,
         } => {
             let limit = |ms: u64| (ms > 0).then_some(ms as i64);
             let bounds =
                 vigil::event::TimeBounds { max_future_ms: limit(max_event_future), max_jump_ms: limit(max_event_jump) };
             let options = ReplayOptions { lateness_ms: lateness as i64, speed, strict, bounds };
-            let input_options =
-                InputOptions { host, metric_name, influx: vigil::influx::Mapping { host_tag, precision } };
+            let input_options = InputOptions {
+                host,
+                metric_name,
+                influx: vigil::influx::Mapping { host_tag, precision },
+                otlp_host_attribute: host_attribute,
+                host_label,
+            };
             replay(&rules, &inputs, format, &input_options, &options, out.as_deref(), usize::from(workers))
         }
         Command::Test { paths } => rule_tests(&paths),

@@ -121,6 +121,44 @@ pub fn series_samples(series: &TimeSeries, host_label: &str) -> Result<SeriesSam
     Ok(out)
 }
 
+/// One message of prometheus-kafka-adapter's JSON serialisation (what it writes to Kafka for
+/// each sample Prometheus remote-writes to it): `{"timestamp": RFC 3339, "value": "1.5",
+/// "name": "up", "labels": {"__name__": "up", "instance": ..., ...}}`, mapped as a
+/// remote-write series of one sample.
+pub fn adapter_sample(text: &str, host_label: &str) -> Result<SeriesSamples, DecodeError> {
+    let bad = |field: Option<&str>, reason: String| DecodeError { field: field.map(str::to_string), reason };
+    let m: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| bad(None, format!("not JSON (line {}, column {}): {e}", e.line(), e.column())))?;
+    let value = match m.get("value") {
+        Some(serde_json::Value::String(v)) => match v.as_str() {
+            "NaN" => Some(f64::NAN),
+            "+Inf" | "Inf" => Some(f64::INFINITY),
+            "-Inf" => Some(f64::NEG_INFINITY),
+            v => v.parse().ok(),
+        },
+        Some(serde_json::Value::Number(n)) => n.as_f64(),
+        _ => None,
+    }
+    .ok_or_else(|| bad(Some("value"), "a sample needs a `value`, a number as text".into()))?;
+    let timestamp = m
+        .get("timestamp")
+        .and_then(|t| t.as_str())
+        .and_then(crate::event::parse_time)
+        .ok_or_else(|| bad(Some("timestamp"), "a sample needs an RFC 3339 `timestamp`".into()))?;
+    let mut labels: Vec<Label> = match m.get("labels") {
+        Some(serde_json::Value::Object(l)) => {
+            l.iter().filter_map(|(k, v)| Some(Label { name: k.clone(), value: v.as_str()?.to_string() })).collect()
+        }
+        _ => Vec::new(),
+    };
+    if !labels.iter().any(|l| l.name == "__name__") {
+        if let Some(name) = m.get("name").and_then(|n| n.as_str()) {
+            labels.push(Label { name: "__name__".into(), value: name.into() });
+        }
+    }
+    series_samples(&TimeSeries { labels, samples: vec![Sample { value, timestamp }] }, host_label)
+}
+
 /// `host:port` without the port; an IPv6 address in brackets without them.
 fn without_port(instance: &str) -> &str {
     if let Some(rest) = instance.strip_prefix('[') {
@@ -184,5 +222,24 @@ mod tests {
         assert!(matches!(decode_body(b"not snappy at all", 1 << 20), Err(BodyError::Bad(_))));
         let not_proto = snap::raw::Encoder::new().compress_vec(&[0xff, 0xff, 0xff]).expect("snappy");
         assert!(matches!(decode_body(&not_proto, 1 << 20), Err(BodyError::Bad(r)) if r.contains("WriteRequest")));
+    }
+
+    #[test]
+    fn a_message_of_prometheus_kafka_adapter_is_a_series_of_one_sample() {
+        let text = r#"{"timestamp":"2023-11-14T22:13:20Z","value":"0.75","name":"node_load1","labels":{"__name__":"node_load1","instance":"web-1:9100","job":"node"}}"#;
+        let s = adapter_sample(text, "instance").expect("a sample");
+        let e = &s.events[0];
+        assert_eq!(
+            (e.get("host").to_text(), e.get("name").to_text(), e.ts),
+            ("web-1".into(), "node_load1".into(), 1_700_000_000_000)
+        );
+        assert_eq!(e.get("value").as_f64(), Some(0.75));
+        assert_eq!(e.get("labels").to_text(), "{job=node}");
+        let stale = r#"{"timestamp":"2023-11-14T22:13:20Z","value":"NaN","name":"up","labels":{"instance":"h"}}"#;
+        assert_eq!(adapter_sample(stale, "instance").expect("taken").not_finite, 1);
+        let no_host = r#"{"timestamp":"2023-11-14T22:13:20Z","value":"1","name":"up","labels":{}}"#;
+        assert_eq!(adapter_sample(no_host, "instance").expect_err("no host").field.as_deref(), Some("instance"));
+        let no_time = r#"{"value":"1","name":"up","labels":{"instance":"h"}}"#;
+        assert_eq!(adapter_sample(no_time, "instance").expect_err("no time").field.as_deref(), Some("timestamp"));
     }
 }

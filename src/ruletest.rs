@@ -10,7 +10,8 @@
 //! {"stream":"task_event","ts":"2026-01-01T00:00:00Z","type":"EVICT","job_id":"j1","task_index":0,"machine_id":"m1"}
 //! {"stream":"task_event","ts":"2026-01-01T00:04:00Z","type":"FAIL","job_id":"j1","task_index":0,"machine_id":"m2"}
 //! '''
-//! # or: events_file = "data/trace.jsonl" (any input format, detected as in replay)
+//! # or: events_file = "data/trace.jsonl" (any input format, detected as in replay), and
+//! # events_format = "otlp-json" to name the format (as `vigil replay --format` does)
 //!
 //! [[case.expect]]               # every firing alert must be expected, and every expected found
 //! rule = "evicted_then_failed"
@@ -53,6 +54,9 @@ struct Case {
     events: Option<String>,
     /// A file of events, relative to the test file.
     events_file: Option<String>,
+    /// The file's format, as `vigil replay --format` names it (`influx`, `otlp-json`, ...);
+    /// detected as replay does when left out.
+    events_format: Option<String>,
     /// Allowed lateness for this case, overriding the file's.
     lateness: Option<String>,
     #[serde(default)]
@@ -226,8 +230,13 @@ fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case:
     }
     if let Some(f) = &case.events_file {
         let path = dir.join(f);
-        let input = input::open(&path, Format::Auto, &InputOptions::default())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let format = match &case.events_format {
+            None => Format::Auto,
+            Some(name) => <Format as clap::ValueEnum>::from_str(name, true)
+                .map_err(|_| format!("events_format `{name}` is not a format `vigil replay --format` reads"))?,
+        };
+        let input =
+            input::open(&path, format, &InputOptions::default()).map_err(|e| format!("{}: {e}", path.display()))?;
         for r in input.records {
             events.push(r.event.map_err(|e| format!("{}:{}: {e}", path.display(), r.line))?);
         }

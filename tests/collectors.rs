@@ -63,7 +63,7 @@ async fn assert_stored(db: &std::path::Path, expected: &BTreeSet<String>, servic
 
 /// Produces the workload onto a topic of format `format` with `script`, and waits for the
 /// alerts of replay; the service's dead letters, for the caller to look into.
-async fn on_kafka(format: &str, script: &str) -> Vec<serde_json::Value> {
+async fn on_kafka(format: &str, script: &str, more: &[&str]) -> Vec<serde_json::Value> {
     let (lines, expected) = workload();
     let dir = temp_dir(&format!("kafka_{}", format.replace('-', "_")));
     let topic = unique("collector");
@@ -88,7 +88,9 @@ async fn on_kafka(format: &str, script: &str) -> Vec<serde_json::Value> {
     ]);
     let events = dir.join("events.jsonl");
     std::fs::write(&events, lines.join("\n") + "\n").expect("events");
-    let report = client(script, &[&brokers, &topic, events.to_str().expect("utf-8")]);
+    let mut args = vec![brokers.as_str(), topic.as_str(), events.to_str().expect("utf-8")];
+    args.extend_from_slice(more);
+    let report = client(script, &args);
     let produced = report["lines"].as_u64().or(report["samples"].as_u64());
     assert_eq!(produced, Some(lines.len() as u64), "{report}");
     assert_stored(&dir.join("vigil.db"), &expected, &service).await;
@@ -100,7 +102,7 @@ async fn on_kafka(format: &str, script: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 #[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
 async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
-    let letters = on_kafka("influx", "kafka_influx_produce.py").await;
+    let letters = on_kafka("influx", "kafka_influx_produce.py", &[]).await;
     // The line without a host tag is a dead letter with its line; the rest of its message is
     // taken (late, behind the watermark, so it changes no alert).
     assert!(
@@ -112,10 +114,23 @@ async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
 #[tokio::test]
 #[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
 async fn otlp_protobuf_on_kafka_alerts_as_replay_does() {
-    let letters = on_kafka("otlp-proto", "kafka_otlp_produce.py").await;
+    let letters = on_kafka("otlp-proto", "kafka_otlp_produce.py", &[]).await;
     // The delta sum and the message that is not protobuf are dead letters saying why.
     let has = |text: &str| letters.iter().any(|l| l["reason"].as_str().is_some_and(|r| r.contains(text)));
     assert!(has("delta temporality") && has("not an ExportMetricsServiceRequest"), "{letters:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
+async fn telegraf_json_and_prometheus_kafka_adapter_on_kafka_alert_as_replay_does() {
+    for format in ["telegraf-json", "prometheus-kafka-adapter"] {
+        let letters = on_kafka(format, "kafka_json_produce.py", &[format]).await;
+        // The message without a host is a dead letter saying so.
+        let no_host = |l: &serde_json::Value| {
+            l["reason"].as_str().is_some_and(|r| r.contains("`host`") || r.contains("`instance`"))
+        };
+        assert!(letters.iter().any(no_host), "{format}: {letters:?}");
+    }
 }
 
 #[tokio::test]

@@ -105,9 +105,9 @@ macro_rules! settings {
             #[arg(long = "topic", value_parser = parse_topic)]
             pub topics: Vec<(Stream, String)>,
             /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
-            /// default), `influx` (line protocol, as Telegraf's Kafka output writes it), or
-            /// `otlp-proto` / `otlp-json` (OTLP metrics, as the OpenTelemetry Collector's Kafka
-            /// exporter writes them); the last three on the metric stream's topic
+            /// default), `influx` or `telegraf-json` (as Telegraf's Kafka output writes them),
+            /// `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's Kafka exporter writes
+            /// them), `prometheus-kafka-adapter`; all but `vigil` on the metric stream's topic
             #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
             pub kafka_topic_formats: Vec<(String, TopicFormat)>,
             /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
@@ -401,6 +401,10 @@ pub enum TopicFormat {
     OtlpProto,
     /// OTLP metrics in OTLP's JSON, one request per message (the exporter's `otlp_json`).
     OtlpJson,
+    /// Telegraf's JSON output (`data_format = "json"`), a metric or a batch per message.
+    TelegrafJson,
+    /// prometheus-kafka-adapter's JSON: one remote-written sample per message.
+    PrometheusKafkaAdapter,
 }
 
 impl TopicFormat {
@@ -410,6 +414,8 @@ impl TopicFormat {
             TopicFormat::Influx => "influx",
             TopicFormat::OtlpProto => "otlp-proto",
             TopicFormat::OtlpJson => "otlp-json",
+            TopicFormat::TelegrafJson => "telegraf-json",
+            TopicFormat::PrometheusKafkaAdapter => "prometheus-kafka-adapter",
         }
     }
 }
@@ -426,8 +432,13 @@ pub fn parse_topic_format(s: &str) -> Result<(String, TopicFormat), String> {
         "influx" => TopicFormat::Influx,
         "otlp-proto" | "otlp_proto" => TopicFormat::OtlpProto,
         "otlp-json" | "otlp_json" => TopicFormat::OtlpJson,
+        "telegraf-json" => TopicFormat::TelegrafJson,
+        "prometheus-kafka-adapter" => TopicFormat::PrometheusKafkaAdapter,
         other => {
-            return Err(format!("`{other}` is not a topic format Vigil reads: vigil, influx, otlp-proto or otlp-json"))
+            return Err(format!(
+                "`{other}` is not a topic format Vigil reads: vigil, influx, telegraf-json, otlp-proto, otlp-json or \
+                 prometheus-kafka-adapter"
+            ))
         }
     };
     Ok((topic.to_string(), format))
@@ -674,8 +685,11 @@ mod tests {
         assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
         assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), TopicFormat::OtlpProto)));
         assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), TopicFormat::OtlpJson)));
-        let err = parse_topic_format("telegraf=telegraf-json").expect_err("not read yet");
-        assert!(err.contains("`telegraf-json` is not a topic format Vigil reads"), "{err}");
+        assert_eq!(parse_topic_format("t=telegraf-json"), Ok(("t".into(), TopicFormat::TelegrafJson)));
+        let adapter = parse_topic_format("p=prometheus-kafka-adapter");
+        assert_eq!(adapter, Ok(("p".into(), TopicFormat::PrometheusKafkaAdapter)));
+        let err = parse_topic_format("telegraf=graphite").expect_err("not read");
+        assert!(err.contains("`graphite` is not a topic format Vigil reads"), "{err}");
         assert!(parse_topic_format("telegraf").is_err());
         let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");

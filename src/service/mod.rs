@@ -430,6 +430,7 @@ fn spawn_sources(
             collectors: sources::kafka::Collectors {
                 influx: crate::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
                 otlp_host_attribute: config.otlp_host_attribute.clone(),
+                remote_write_host_label: config.remote_write_host_label.clone(),
             },
             start: resume.to_vec(),
             engine: w.engine.clone(),

@@ -13,6 +13,7 @@
 //! so the usual tools show the consumer's progress and lag.
 
 use super::{now_ms, offer, Intake, Offered, Position};
+use crate::event::DecodeError;
 use crate::schema::Stream;
 use crate::service::config::Overload;
 use crate::service::config::TopicFormat;
@@ -210,9 +211,12 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
 
 /// How the collectors' formats become samples.
 pub struct Collectors {
+    /// Line protocol's and Telegraf JSON's: the tag that names the host.
     pub influx: crate::influx::Mapping,
     /// The OTLP attribute that names a sample's host.
     pub otlp_host_attribute: String,
+    /// The label of prometheus-kafka-adapter's samples that names the host.
+    pub remote_write_host_label: String,
 }
 
 impl Collectors {
@@ -224,8 +228,25 @@ impl Collectors {
         payload: &[u8],
         telemetry: &Telemetry,
     ) -> (Vec<crate::event::Event>, Vec<Refused>) {
+        let text = || {
+            std::str::from_utf8(payload)
+                .map_err(|e| DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
+        };
         let (label, (events, refused)) = match format {
             TopicFormat::Influx => ("influx", influx_samples(intake, &self.influx, payload)),
+            TopicFormat::TelegrafJson => {
+                let host = &self.influx.host_tag;
+                let each = match text() {
+                    Ok(t) => crate::influx::telegraf_json(t, host).into_iter().map(|r| r.map(|s| s.events)).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                ("telegraf_json", each_checked(intake, each, payload, host))
+            }
+            TopicFormat::PrometheusKafkaAdapter => {
+                let host = &self.remote_write_host_label;
+                let one = text().and_then(|t| crate::remote_write::adapter_sample(t, host)).map(|s| s.events);
+                ("prometheus_kafka_adapter", each_checked(intake, vec![one], payload, host))
+            }
             _ => ("otlp", otlp_samples(intake, &self.otlp_host_attribute, format, payload)),
         };
         telemetry.samples.taken.with_label_values(&[label]).inc_by(events.len() as u64);
@@ -263,6 +284,29 @@ fn influx_samples(
             Err(reason) => {
                 let counted = crate::service::telemetry::reject_reason(&reason, &mapping.host_tag);
                 refused.push((Some(line_no), counted, reason.to_string(), line.to_string()))
+            }
+        }
+    }
+    (events, refused)
+}
+
+/// The samples of a message's items (the metrics of a batch, numbered from 1 when there are
+/// several), each item's taken together when all are within the time bounds.
+fn each_checked(
+    intake: &Intake,
+    items: Vec<Result<Vec<crate::event::Event>, DecodeError>>,
+    payload: &[u8],
+    host_field: &str,
+) -> (Vec<crate::event::Event>, Vec<Refused>) {
+    let several = items.len() > 1;
+    let (mut events, mut refused) = (Vec::new(), Vec::new());
+    for (i, item) in items.into_iter().enumerate() {
+        match item.and_then(|e| intake.check_all(&e).map(|_| e)) {
+            Ok(e) => events.extend(e),
+            Err(reason) => {
+                let counted = crate::service::telemetry::reject_reason(&reason, host_field);
+                let text = String::from_utf8_lossy(payload).into_owned();
+                refused.push((several.then_some(i as u64 + 1), counted, reason.to_string(), text));
             }
         }
     }
