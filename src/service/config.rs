@@ -212,6 +212,10 @@ settings! {
         "Folder of `*.saql` rules, reloaded when it changes or on SIGHUP";
     http_addr: SocketAddr ["127.0.0.1:8080"] = parse_addr, env "VIGIL_HTTP_ADDR",
         "Address of the HTTP API";
+    tls_cert_file: PathBuf [] = parse_path, env "VIGIL_TLS_CERT_FILE",
+        "Serve HTTPS: the PEM certificate chain (read again when it changes); needs --tls-key-file";
+    tls_key_file: PathBuf [] = parse_path, env "VIGIL_TLS_KEY_FILE",
+        "The PEM private key of --tls-cert-file (read again when it changes)";
     database_url: String ["sqlite://vigil.db"] = parse_database_url, env "VIGIL_DATABASE_URL",
         "postgres://... or sqlite://...";
     kafka_brokers: String [] = parse_nonempty, env "VIGIL_KAFKA_BROKERS",
@@ -525,6 +529,11 @@ impl ServeConfig {
     /// Problems of the settings together, beyond each value's own.
     fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) => problems.push("--tls-cert-file needs --tls-key-file".to_string()),
+            (None, Some(_)) => problems.push("--tls-key-file needs --tls-cert-file".to_string()),
+            _ => {}
+        }
         for r in &self.replay {
             if !r.exists() {
                 problems.push(format!("replay file {} does not exist", r.display()));

@@ -21,6 +21,7 @@ pub mod sources;
 pub mod spool;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod webhook;
 pub mod writer;
 
@@ -63,6 +64,8 @@ pub enum ServiceError {
     IngestLog { dir: PathBuf, source: std::io::Error },
     #[error("cannot build the webhook client")]
     Webhook(#[source] reqwest::Error),
+    #[error("cannot serve TLS: {0}")]
+    Tls(String),
 }
 
 impl ServiceError {
@@ -79,6 +82,14 @@ impl ServiceError {
             | ServiceError::JoinGroup { .. } => true,
             _ => false,
         }
+    }
+}
+
+fn server_limits(config: &ServeConfig) -> server::ServerLimits {
+    server::ServerLimits {
+        max_connections: server::connections_that_fit(config.max_connections),
+        header_timeout: config.http_header_timeout,
+        write_timeout: config.http_body_timeout,
     }
 }
 
@@ -116,7 +127,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         .await
         .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
     let addr = listener.local_addr().map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
-    let external_url = config.external_url.clone().unwrap_or_else(|| format!("http://{addr}"));
+    let tls =
+        tls::Tls::serve(config.tls_cert_file.as_deref(), config.tls_key_file.as_deref()).map_err(ServiceError::Tls)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let external_url = config.external_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
 
     let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
@@ -175,15 +189,11 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let state = app_state(&config, &wiring, store, live_rules, ingest_tx);
     drop(wiring);
 
-    let limits = server::ServerLimits {
-        max_connections: server::connections_that_fit(config.max_connections),
-        header_timeout: config.http_header_timeout,
-        write_timeout: config.http_body_timeout,
-    };
+    let limits = server_limits(&config);
     // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
-    eprintln!("vigil: listening on http://{addr}");
-    tracing::info!(%addr, store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
-    server::serve(listener, api::router(state.clone()), limits, telemetry, shutdown_signal()).await;
+    eprintln!("vigil: listening on {scheme}://{addr}");
+    tracing::info!(%addr, tls = tls.is_some(), store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
+    server::serve(listener, api::router(state.clone()), limits, tls, telemetry, shutdown_signal()).await;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);

@@ -52,12 +52,13 @@ pub fn connections_that_fit(wanted: usize) -> usize {
     wanted.min(fit)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets open requests finish
-/// (at most 5 s).
+/// Serves `router` on `listener` (over TLS when `tls` is set) until `shutdown` completes, then
+/// lets open requests finish (at most 5 s).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ServerLimits,
+    tls: Option<Arc<super::tls::Tls>>,
     telemetry: Arc<super::telemetry::Telemetry>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -81,20 +82,40 @@ pub async fn serve(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             telemetry.connections_refused.inc();
-            tokio::spawn(refuse(stream));
+            // Over TLS a plain answer would not be read: the connection is closed.
+            if tls.is_none() {
+                tokio::spawn(refuse(stream));
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(Guarded::new(stream, limits.write_timeout));
-        let connection = builder.serve_connection(io, TowerToHyperService::new(router.clone()));
-        let connection = graceful.watch(connection);
         let open = telemetry.connections.clone();
-        tokio::spawn(async move {
-            open.inc();
-            let _ = connection.await;
-            open.dec();
-            drop(slot);
-        });
+        let service = TowerToHyperService::new(router.clone());
+        match &tls {
+            None => {
+                let io = TokioIo::new(Guarded::new(stream, limits.write_timeout));
+                let connection = graceful.watch(builder.serve_connection(io, service));
+                tokio::spawn(async move {
+                    open.inc();
+                    let _ = connection.await;
+                    open.dec();
+                    drop(slot);
+                });
+            }
+            Some(tls) => {
+                // The handshake on the connection's own task, within the header timeout.
+                let (acceptor, builder, watcher) = (tls.acceptor(), builder.clone(), graceful.watcher());
+                tokio::spawn(async move {
+                    let shaken = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await;
+                    let Ok(Ok(stream)) = shaken else { return };
+                    let io = TokioIo::new(Guarded::new(stream, limits.write_timeout));
+                    open.inc();
+                    let _ = watcher.watch(builder.serve_connection(io, service)).await;
+                    open.dec();
+                    drop(slot);
+                });
+            }
+        }
     }
     if tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await.is_err() {
         tracing::warn!("open HTTP requests did not finish within 5 s of shutdown");
@@ -144,8 +165,8 @@ fn json_answer(buf: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A connection with a write timeout, whose hyper-made error answers are rewritten as JSON.
-struct Guarded {
-    stream: TcpStream,
+struct Guarded<S> {
+    stream: S,
     write_timeout: Duration,
     /// Running while a write waits for the peer to take data.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -153,8 +174,8 @@ struct Guarded {
     rewrite: Option<(Vec<u8>, usize, usize)>,
 }
 
-impl Guarded {
-    fn new(stream: TcpStream, write_timeout: Duration) -> Self {
+impl<S: AsyncWrite + Unpin> Guarded<S> {
+    fn new(stream: S, write_timeout: Duration) -> Self {
         Guarded { stream, write_timeout, stalled: None, rewrite: None }
     }
 
@@ -179,13 +200,13 @@ impl Guarded {
     }
 }
 
-impl AsyncRead for Guarded {
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Guarded {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         if this.rewrite.is_none() {
