@@ -87,6 +87,12 @@ else
   skip_pg_fault=(--skip a_postgres_outage)
 fi
 
+# The TLS tests make their certificates with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "installing OpenSSL's command for the TLS tests (apt-get)"
+  apt_install openssl
+fi
+
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing Chromium for the browser tests (apt-get)"
