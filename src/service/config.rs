@@ -238,6 +238,14 @@ settings! {
         "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
     otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE",
         "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
+    max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES",
+        "Labels a sample may carry; past it the sample is refused with the reason (counted, a dead letter)";
+    max_label_name_length: usize ["1024"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_NAME_LENGTH",
+        "Bytes of a label's name; past it the sample is refused with the reason";
+    max_label_value_length: usize ["2048"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_VALUE_LENGTH",
+        "Bytes of a label's value; past it the sample is refused with the reason";
+    max_samples_per_request: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_SAMPLES_PER_REQUEST",
+        "Samples one request to a collector receiver (remote-write, OTLP, line protocol) may carry; a larger one is refused whole (413)";
     lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
         "How late an event may arrive and still count, e.g. `30s`";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",

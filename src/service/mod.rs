@@ -85,6 +85,23 @@ impl ServiceError {
     }
 }
 
+/// What every source checks of an event before it is taken.
+fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>) -> Intake {
+    let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
+    Intake {
+        bounds: crate::event::TimeBounds {
+            max_future_ms: nonzero(config.max_event_future),
+            max_jump_ms: nonzero(config.max_event_jump),
+        },
+        health: health.clone(),
+        labels: sources::LabelLimits {
+            per_series: config.max_labels_per_series,
+            name_bytes: config.max_label_name_length,
+            value_bytes: config.max_label_value_length,
+        },
+    }
+}
+
 fn server_limits(config: &ServeConfig) -> server::ServerLimits {
     server::ServerLimits {
         max_connections: server::connections_that_fit(config.max_connections),
@@ -135,7 +152,6 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
     let (dead_tx, dead_rx) = mpsc::channel(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
     let wiring = Wiring {
         telemetry: telemetry.clone(),
         store: store.clone(),
@@ -143,13 +159,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         dead: dead_tx,
         published: broadcast::channel(4096).0,
         health: Arc::new(writer::Health::default()),
-        intake: Intake {
-            bounds: crate::event::TimeBounds {
-                max_future_ms: nonzero(config.max_event_future),
-                max_jump_ms: nonzero(config.max_event_jump),
-            },
-            health: engine_health.clone(),
-        },
+        intake: intake_of(&config, &engine_health),
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
         stop: stop_rx,
@@ -323,6 +333,7 @@ fn app_state(
             stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
             catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
             stall_timeout: config.stall_timeout,
+            max_samples_per_request: config.max_samples_per_request,
         },
     })
 }

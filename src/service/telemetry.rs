@@ -189,6 +189,7 @@ pub fn reject_reason(e: &crate::event::DecodeError, host_field: &str) -> &'stati
         None => "malformed",
         Some("ts") => "time_bounds",
         Some("__name__") => "no_name",
+        Some("labels") => "label_limits",
         Some(f) if f == host_field => "no_host",
         Some(_) => "field",
     }

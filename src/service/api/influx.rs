@@ -9,7 +9,7 @@
 //! 413 for a body over the limit, compressed or not; 503 when the log cannot be written or the
 //! engine sheds load (a retry can succeed).
 
-use super::ingest::{as_json_lines, log_events, Logging, Rejects};
+use super::ingest::{as_json_lines, log_events, within_request_limit, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY};
 use crate::influx::{Mapping, Precision};
 use crate::service::telemetry::reject_reason;
@@ -93,6 +93,7 @@ async fn write(
     }
     let (rejected_total, first_reject) = (rejects.total, rejects.first());
     let rejected = rejects.finish(state).await;
+    within_request_limit(state, events.len()).map_err(from_api)?;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, late, shed } = log_events(state, body, events).await.map_err(from_api)?;
     state.telemetry.samples.taken.with_label_values(&["influx"]).inc_by(accepted as u64);

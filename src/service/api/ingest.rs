@@ -138,6 +138,17 @@ pub(super) async fn log_events(
 
 /// Events decoded from another format, as the JSON lines the ingest log keeps (read back after a
 /// crash), each with the range of its line.
+/// A request of more samples than `--max-samples-per-request` is refused whole: 413, which a
+/// sender does not retry as it is (it can send smaller batches).
+pub(super) fn within_request_limit(state: &AppState, samples: usize) -> ApiResult<()> {
+    let limit = state.limits.max_samples_per_request;
+    if samples <= limit {
+        return Ok(());
+    }
+    let message = format!("the request carries {samples} samples; at most {limit} are taken in one request");
+    Err(ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, message))
+}
+
 pub(super) fn as_json_lines(events: Vec<crate::event::Event>) -> (Bytes, Vec<(Range<usize>, crate::event::Event)>) {
     let mut body = Vec::with_capacity(events.len() * 96);
     let mut ranged = Vec::with_capacity(events.len());

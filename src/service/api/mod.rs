@@ -89,6 +89,8 @@ pub struct Limits {
     pub catch_up: Arc<Semaphore>,
     /// An engine without progress this long is reported stalled.
     pub stall_timeout: Duration,
+    /// Samples a request to a collector receiver may carry.
+    pub max_samples_per_request: usize,
 }
 
 /// An API error: a status and a message, as JSON.

@@ -9,7 +9,7 @@
 //! decompressed; 415 for another content type or encoding; 503 when a retry can succeed (the
 //! ingest log cannot be written, the engine sheds load, the service is stopping).
 
-use super::ingest::{as_json_lines, log_events, Logging, Rejects};
+use super::ingest::{as_json_lines, log_events, within_request_limit, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY};
 use crate::otlp::{decode, samples, Encoding, ExportMetricsPartialSuccess, ExportMetricsServiceResponse, Status};
 use crate::service::telemetry::{otlp_reject_reason, reject_reason};
@@ -88,6 +88,7 @@ async fn receive(state: &AppState, encoding: Encoding, headers: &HeaderMap, body
     }
     let first_reject = rejects.first();
     rejects.finish(state).await;
+    within_request_limit(state, events.len())?;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, shed, .. } = log_events(state, body, events).await?;
     state.telemetry.samples.taken.with_label_values(&["otlp"]).inc_by(accepted as u64);

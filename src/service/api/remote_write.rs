@@ -8,7 +8,7 @@
 //! type or encoding (remote-write 2.0 included: not read yet); 503 when a retry can succeed
 //! (the ingest log cannot be written, the engine sheds load, the service is stopping).
 
-use super::ingest::{as_json_lines, log_events, Logging, Rejects};
+use super::ingest::{as_json_lines, log_events, within_request_limit, Logging, Rejects};
 use super::{read_body, ApiError, AppState, MAX_BODY, MAX_DECOMPRESSED};
 use crate::remote_write::{decode_body, series_samples, BodyError};
 use crate::service::telemetry::reject_reason;
@@ -78,6 +78,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     }
     let (rejected_total, first_reject) = (rejects.total, rejects.first());
     let rejected = rejects.finish(state).await;
+    within_request_limit(state, events.len())?;
     let (body, events) = as_json_lines(events);
     let Logging { accepted, shed, .. } = log_events(state, body, events).await?;
     state.telemetry.samples.taken.with_label_values(&["remote_write"]).inc_by(accepted as u64);

@@ -77,6 +77,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         intake: Intake {
             bounds: crate::event::TimeBounds { max_future_ms: Some(300_000), max_jump_ms: None },
             health: engine_health.clone(),
+            labels: Default::default(),
         },
         dead,
         published,
@@ -95,6 +96,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             stream_clients: Arc::new(Semaphore::new(4)),
             catch_up: Arc::new(Semaphore::new(2)),
             stall_timeout: Duration::from_secs(10),
+            max_samples_per_request: 1000,
         },
     });
     App { router: router(state), dir }
@@ -169,6 +171,14 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
     assert!(bomb.len() < MAX_BODY / 100);
     let (status, body) = send(&app, "/api/v2/write", bomb, &[("content-encoding", "gzip")]).await;
     assert_eq!(status, 413, "{body}");
+    // More samples than a request may carry (1,000 in this app): refused whole.
+    let many: String = (0..1001).map(|i| format!("m,host=a v={i} {now}\n")).collect();
+    let (status, body) = send(&app, "/api/v2/write?precision=s", many.into_bytes(), &[]).await;
+    assert!(status == 413 && body["message"].as_str().is_some_and(|m| m.contains("1001 samples")), "{body}");
+    // A label value past its limit (2,048 bytes): the line is refused with the reason.
+    let long = format!("m,host=a,path={} v=1 {now}\n", "x".repeat(3000));
+    let (status, body) = send(&app, "/api/v2/write?precision=s", long.into_bytes(), &[]).await;
+    assert!(status == 400 && body["message"].as_str().is_some_and(|m| m.contains("3000 bytes")), "{body}");
 }
 
 #[tokio::test]

@@ -61,6 +61,47 @@ const MAX_DEAD_PAYLOAD: usize = 4_096;
 pub struct Intake {
     pub bounds: TimeBounds,
     pub health: Arc<EngineHealth>,
+    pub labels: LabelLimits,
+}
+
+/// How many labels a sample may carry, and how long their names and values may be (as
+/// Mimir's and Prometheus' receivers bound them): past them a sample is refused with the
+/// reason, not stored as a series nobody asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelLimits {
+    pub per_series: usize,
+    pub name_bytes: usize,
+    pub value_bytes: usize,
+}
+
+impl Default for LabelLimits {
+    fn default() -> Self {
+        LabelLimits { per_series: 64, name_bytes: 1024, value_bytes: 2048 }
+    }
+}
+
+impl LabelLimits {
+    /// Whether an event's `labels` are within the limits.
+    pub fn check(&self, event: &Event) -> Result<(), DecodeError> {
+        let crate::event::Value::Map(labels) = event.get("labels") else { return Ok(()) };
+        let refuse = |reason: String| Err(DecodeError { field: Some("labels".into()), reason });
+        if labels.len() > self.per_series {
+            return refuse(format!("{} labels; at most {} are taken per series", labels.len(), self.per_series));
+        }
+        for (name, value) in labels.iter() {
+            if name.len() > self.name_bytes {
+                return refuse(format!("a label name of {} bytes; at most {} are taken", name.len(), self.name_bytes));
+            }
+            if value.len() > self.value_bytes {
+                return refuse(format!(
+                    "label `{name}` has a value of {} bytes; at most {} are taken",
+                    value.len(),
+                    self.value_bytes
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Intake {
@@ -103,9 +144,10 @@ impl Intake {
         events.iter().try_for_each(|e| self.check(e))
     }
 
-    /// Whether the event's time is within bounds now.
+    /// Whether the event's time is within bounds now, and its labels within their limits.
     pub fn check(&self, event: &Event) -> Result<(), DecodeError> {
-        self.bounds.check(event.ts, now_ms(), self.health.watermark())
+        self.bounds.check(event.ts, now_ms(), self.health.watermark())?;
+        self.labels.check(event)
     }
 }
 
@@ -172,6 +214,7 @@ mod tests {
         let intake = Intake {
             bounds: TimeBounds { max_future_ms: Some(60_000), max_jump_ms: None },
             health: Arc::new(EngineHealth::default()),
+            labels: LabelLimits { per_series: 2, name_bytes: 8, value_bytes: 8 },
         };
         let big = vec![b' '; MAX_EVENT_BYTES + 1];
         let d = &mut LineDecoder::default();
@@ -183,6 +226,14 @@ mod tests {
             .to_string();
         assert!(far.starts_with("field `ts`: 9999-12-31T00:00:00.000Z is "), "{far}");
         assert!(intake.decode(d, br#"{"stream":"metric","ts":1767225600000,"host":"h"}"#, None).is_ok());
+        let labelled = |labels: &str| {
+            let line = format!(r#"{{"stream":"metric","ts":1767225600000,"host":"h","labels":{labels}}}"#);
+            intake.decode(&mut LineDecoder::default(), line.as_bytes(), None).map_err(|e| e.to_string())
+        };
+        assert!(labelled(r#"{"a":"1","b":"2"}"#).is_ok());
+        assert!(labelled(r#"{"a":"1","b":"2","c":"3"}"#).unwrap_err().contains("3 labels; at most 2"));
+        assert!(labelled(r#"{"a_long_name":"1"}"#).unwrap_err().contains("a label name of 11 bytes"));
+        assert!(labelled(r#"{"a":"a long value"}"#).unwrap_err().contains("label `a` has a value of 12 bytes"));
         let kept = dead_payload(&big);
         assert!(kept.len() < 5_000 && kept.ends_with("(1048577 bytes in all)"), "{}", &kept[kept.len() - 40..]);
     }
