@@ -14,8 +14,9 @@
 //!
 //! `VIGIL_INGEST_FORMAT` picks what the clients send: `json` (the default, above), `influx`
 //! (`POST /api/v2/write`: BATCH lines of one field each, Telegraf's shape) or `remote-write`
-//! (`POST /api/v1/write`: BATCH series of one sample each, snappy protobuf); the last two are
-//! `metric` samples, judged by one metric filter rule.
+//! (`POST /api/v1/write`: BATCH series of one sample each, snappy protobuf) or `otlp`
+//! (`POST /v1/metrics`: BATCH gauge points over 50 hosts' resources, protobuf); the last three
+//! are `metric` samples, judged by one metric filter rule.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -48,6 +49,7 @@ async fn main() {
         let (path, content_type, encoding) = match format.as_str() {
             "influx" => ("/api/v2/write?precision=ms", "text/plain", None),
             "remote-write" => ("/api/v1/write", "application/x-protobuf", Some("snappy")),
+            "otlp" => ("/v1/metrics", "application/x-protobuf", None),
             _ => ("/api/v1/events", "application/x-ndjson", None),
         };
         let url = format!("{url}{path}");
@@ -118,6 +120,32 @@ fn body(format: &str, batch: usize, c: usize, ts: i64) -> Vec<u8> {
                 .collect();
             let raw = prost::Message::encode_to_vec(&WriteRequest { timeseries });
             snap::raw::Encoder::new().compress_vec(&raw).expect("snappy")
+        }
+        "otlp" => {
+            use vigil::otlp::*;
+            let text = |s: String| Some(AnyValue { value: Some(Any::StringValue(s)) });
+            let kv = |key: &str, value: String| KeyValue { key: key.into(), value: text(value) };
+            let resource_metrics = (0..50)
+                .map(|h| ResourceMetrics {
+                    resource: Some(Resource { attributes: vec![kv("host.name", format!("h{h}"))] }),
+                    scope_metrics: vec![ScopeMetrics {
+                        metrics: vec![Metric {
+                            name: "system.cpu.utilization".into(),
+                            data: Some(Data::Gauge(Gauge {
+                                data_points: (0..batch / 50)
+                                    .map(|i| NumberDataPoint {
+                                        attributes: vec![kv("cpu", format!("{c}")), kv("state", format!("s{i}"))],
+                                        time_unix_nano: ts as u64 * 1_000_000,
+                                        value: Some(NumberValue::AsDouble((i % 90) as f64 + 0.5)),
+                                        flags: 0,
+                                    })
+                                    .collect(),
+                            })),
+                        }],
+                    }],
+                })
+                .collect();
+            prost::Message::encode_to_vec(&ExportMetricsServiceRequest { resource_metrics })
         }
         _ => (0..batch)
             .map(|i| {

@@ -386,9 +386,11 @@ pub fn samples(request: &ExportMetricsServiceRequest, host_attribute: &str, now:
     let mut out = Samples::default();
     for rm in &request.resource_metrics {
         let resource: &[KeyValue] = rm.resource.as_ref().map_or(&[], |r| &r.attributes);
-        let resource_host = attribute(resource, host_attribute);
+        let resource_host = attribute(resource, host_attribute).map(|h| Value::str(&h));
         for metric in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
-            let mut sink = Sink { metric, host_attribute, resource_host: resource_host.as_deref(), now, out: &mut out };
+            let name = Value::str(&metric.name);
+            let mut sink =
+                Sink { metric, name, host_attribute, resource_host: resource_host.as_ref(), now, out: &mut out };
             sink.metric();
         }
     }
@@ -399,7 +401,9 @@ pub fn samples(request: &ExportMetricsServiceRequest, host_attribute: &str, now:
 struct Sink<'a> {
     metric: &'a Metric,
     host_attribute: &'a str,
-    resource_host: Option<&'a str>,
+    resource_host: Option<&'a Value>,
+    /// The metric's name, as its gauges' and sums' samples carry it.
+    name: Value,
     now: Millis,
     out: &'a mut Samples,
 }
@@ -428,11 +432,11 @@ impl Sink<'_> {
             format!("{what} {name} has delta temporality: Vigil reads running totals; have the sender export cumulative temporality")
         };
         match data {
-            Data::Gauge(g) => g.data_points.iter().for_each(|p| self.number(name, p)),
+            Data::Gauge(g) => g.data_points.iter().for_each(|p| self.number(p)),
             Data::Sum(s) if delta(s.aggregation_temporality) => {
                 self.refuse(points, "aggregationTemporality", refuse_delta("sum"))
             }
-            Data::Sum(s) => s.data_points.iter().for_each(|p| self.number(name, p)),
+            Data::Sum(s) => s.data_points.iter().for_each(|p| self.number(p)),
             Data::Histogram(h) if delta(h.aggregation_temporality) => {
                 self.refuse(points, "aggregationTemporality", refuse_delta("histogram"))
             }
@@ -448,7 +452,7 @@ impl Sink<'_> {
                 let at = self.point(&p.attributes, p.time_unix_nano, p.flags);
                 self.count_and_sum(name, at.clone(), p.count, Some(p.sum));
                 for q in &p.quantile_values {
-                    self.sample(name, at.clone(), Some(("quantile", number_label(q.quantile))), q.value);
+                    self.sample(self.name.clone(), at.clone(), Some(("quantile", number_label(q.quantile))), q.value);
                 }
             }),
         }
@@ -462,9 +466,9 @@ impl Sink<'_> {
             return None;
         }
         let host = match self.resource_host {
-            Some(h) => h.to_string(),
+            Some(h) => h.clone(),
             None => match attribute(attributes, self.host_attribute) {
-                Some(h) => h,
+                Some(h) => Value::str(&h),
                 None => {
                     let reason = format!(
                         "metric {}: neither its resource nor its point has the attribute that names the host",
@@ -482,39 +486,39 @@ impl Sink<'_> {
             .map(|kv| (kv.key.clone(), any_text(kv.value.as_ref())))
             .collect();
         let ts = if time_unix_nano == 0 { self.now } else { (time_unix_nano / 1_000_000) as Millis };
-        Some(Point { host: Value::str(&host), labels, ts })
+        Some(Point { host, labels, ts })
     }
 
-    fn number(&mut self, name: &str, p: &NumberDataPoint) {
+    fn number(&mut self, p: &NumberDataPoint) {
         let at = self.point(&p.attributes, p.time_unix_nano, p.flags);
         let value = match p.value {
             Some(NumberValue::AsDouble(v)) => v,
             Some(NumberValue::AsInt(v)) => v as f64,
             None => f64::NAN,
         };
-        self.sample(name, at, None, value);
+        self.sample(self.name.clone(), at, None, value);
     }
 
     fn histogram(&mut self, name: &str, p: &HistogramDataPoint) {
         let at = self.point(&p.attributes, p.time_unix_nano, p.flags);
         self.count_and_sum(name, at.clone(), p.count, p.sum);
-        let bucket = format!("{name}_bucket");
+        let bucket = Value::str(&format!("{name}_bucket"));
         let mut below = 0u64;
         for (i, count) in p.bucket_counts.iter().enumerate() {
             below += count;
             let le = p.explicit_bounds.get(i).map_or_else(|| "+Inf".to_string(), |b| number_label(*b));
-            self.sample(&bucket, at.clone(), Some(("le", le)), below as f64);
+            self.sample(bucket.clone(), at.clone(), Some(("le", le)), below as f64);
         }
     }
 
     fn count_and_sum(&mut self, name: &str, at: Option<Point>, count: u64, sum: Option<f64>) {
-        self.sample(&format!("{name}_count"), at.clone(), None, count as f64);
+        self.sample(Value::str(&format!("{name}_count")), at.clone(), None, count as f64);
         if let Some(sum) = sum {
-            self.sample(&format!("{name}_sum"), at, None, sum);
+            self.sample(Value::str(&format!("{name}_sum")), at, None, sum);
         }
     }
 
-    fn sample(&mut self, name: &str, at: Option<Point>, label: Option<(&str, String)>, value: f64) {
+    fn sample(&mut self, name: Value, at: Option<Point>, label: Option<(&str, String)>, value: f64) {
         let Some(mut at) = at else { return };
         if !value.is_finite() {
             self.out.skipped += 1;
@@ -524,7 +528,7 @@ impl Sink<'_> {
             at.labels.insert(k.to_string(), v);
         }
         let mut event = Event::new(Stream::Metric, at.ts);
-        event.set("host", at.host).set("name", Value::str(name)).set("value", Value::Num(value));
+        event.set("host", at.host).set("name", name).set("value", Value::Num(value));
         if !at.labels.is_empty() {
             event.set("labels", Value::Map(Arc::new(at.labels)));
         }
