@@ -241,6 +241,11 @@ fn epoch_ms(t: i64) -> Option<Millis> {
 mod tests {
     use super::*;
 
+    /// Each sample's name, value and time.
+    fn named(s: &Samples) -> Vec<(String, f64, Millis)> {
+        s.events.iter().map(|e| (e.get("name").to_text(), e.get("value").as_f64().expect("value"), e.ts)).collect()
+    }
+
     fn one(line: &str) -> Result<Samples, DecodeError> {
         samples(line, &Mapping::default(), 42)
     }
@@ -250,8 +255,7 @@ mod tests {
         let s = one(r#"cpu,host=web-1,cpu=cpu0 usage_idle=91.5,value=3i,up=true,note="x" 1700000000123456789"#)
             .expect("a line");
         assert_eq!(s.skipped, 1);
-        let got: Vec<(String, f64, Millis)> =
-            s.events.iter().map(|e| (e.get("name").to_text(), e.get("value").as_f64().expect("value"), e.ts)).collect();
+        let got = named(&s);
         assert_eq!(
             got,
             vec![
@@ -303,8 +307,7 @@ mod tests {
         let one = telegraf_json(line, "host");
         let s = one[0].as_ref().expect("a metric");
         assert_eq!(s.skipped, 1);
-        let got: Vec<(String, f64, Millis)> =
-            s.events.iter().map(|e| (e.get("name").to_text(), e.get("value").as_f64().expect("value"), e.ts)).collect();
+        let got = named(s);
         // serde_json keeps the fields' order (`preserve_order`).
         assert_eq!(
             got,

@@ -516,25 +516,6 @@ async fn a_fresh_broker_is_read_from_its_first_offset_lookup_on() {
 
 // ---- PostgreSQL stopped and started ----------------------------------------------------------
 
-/// The PostgreSQL cluster this test may stop: `VIGIL_TEST_PG_CLUSTER` ("VERSION NAME", for
-/// pg_ctlcluster) and `VIGIL_TEST_PG_CLUSTER_URL` (a database URL on it). scripts/test.sh makes
-/// one; the shared server of the other tests is never stopped.
-fn fault_cluster() -> (Vec<String>, String) {
-    let cluster = std::env::var("VIGIL_TEST_PG_CLUSTER").expect("VIGIL_TEST_PG_CLUSTER (scripts/test.sh sets it)");
-    let url = std::env::var("VIGIL_TEST_PG_CLUSTER_URL").expect("VIGIL_TEST_PG_CLUSTER_URL (scripts/test.sh sets it)");
-    (cluster.split_whitespace().map(str::to_string).collect(), url)
-}
-
-fn pg_ctl(cluster: &[String], action: &str) {
-    let mut cmd = std::process::Command::new("pg_ctlcluster");
-    cmd.arg("--skip-systemctl-redirect").args(cluster).arg(action);
-    if action == "stop" {
-        cmd.args(["-m", "fast"]);
-    }
-    let status = cmd.status().expect("pg_ctlcluster runs");
-    assert!(status.success(), "pg_ctlcluster {action} failed");
-}
-
 #[tokio::test]
 #[ignore = "needs a PostgreSQL cluster it may stop: run scripts/test.sh"]
 async fn a_postgres_outage_spools_alerts_to_disk_and_writes_them_when_it_is_back() {

@@ -78,6 +78,37 @@ fn metric_rules() -> std::path::PathBuf {
     dir
 }
 
+/// A copy of a rule folder: a group member writes its group's rules into its folder.
+fn copy_rules(rules: &std::path::Path) -> std::path::PathBuf {
+    let copy = temp_dir("group_rules_copy");
+    for file in vigil::rule_files(rules).expect("rules") {
+        let to = copy.join(file.strip_prefix(rules).expect("inside"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(&file, &to).expect("copy");
+    }
+    copy
+}
+
+fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.timeout.ms", "120000")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer")
+}
+
+/// Produces a chunk of events without keys, and waits until the broker has taken them all.
+async fn send_chunk(producer: &rdkafka::producer::FutureProducer, topic: &str, chunk: Vec<String>) {
+    let sends = chunk.iter().map(|line| {
+        let record = rdkafka::producer::FutureRecord::<(), _>::to(topic).payload(line);
+        producer.send(record, Duration::from_secs(120))
+    });
+    for sent in futures_util::future::join_all(sends).await {
+        sent.expect("the broker takes the event");
+    }
+}
+
 /// The transitions (id, status) of `vigil replay` over the same events, and their rules.
 fn replayed(lines: &[String], rules: &std::path::Path) -> (Vec<(String, String)>, Vec<String>) {
     let alerts = replay_alerts_with(lines, &rules.display().to_string());
@@ -190,13 +221,7 @@ async fn run_case(case: Case) {
     let (db_name, db_url) = create_database().await;
     let hook = Receiver::start(0).await;
     let group = unique("group");
-    // A copy: a group member writes its group's rules into its folder.
-    let rules_copy = temp_dir("group_rules_copy");
-    for file in vigil::rule_files(&case.rules).expect("rules") {
-        let to = rules_copy.join(file.strip_prefix(&case.rules).expect("inside"));
-        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
-        std::fs::copy(&file, &to).expect("copy");
-    }
+    let rules_copy = copy_rules(&case.rules);
     let mut args: Vec<String> = [
         "--rules",
         &rules_copy.display().to_string(),
@@ -227,26 +252,8 @@ async fn run_case(case: Case) {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("message.timeout.ms", "120000")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    let produce = |chunk: &[String]| {
-        let producer = producer.clone();
-        let topic = topic.clone();
-        let chunk = chunk.to_vec();
-        async move {
-            let sends = chunk.iter().map(|line| {
-                let record = rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(line);
-                producer.send(record, Duration::from_secs(120))
-            });
-            for sent in futures_util::future::join_all(sends).await {
-                sent.expect("the broker takes the event");
-            }
-        }
-    };
+    let producer = producer(&brokers);
+    let produce = |chunk: &[String]| send_chunk(&producer, &topic, chunk.to_vec());
 
     let chunks = chunks_by_minute(&case.timed, 40);
     let mut a = Service::start(&args);
@@ -584,23 +591,6 @@ fn joining_a_group_with_sqlite_or_without_a_broker_is_refused_with_the_reason() 
     assert!(!std::path::Path::new("never.db").exists(), "nothing was started");
 }
 
-/// The PostgreSQL cluster this test may stop (scripts/test.sh makes it; see tests/faults.rs):
-/// its `pg_ctlcluster` arguments and an admin URL on it.
-fn fault_cluster() -> (Vec<String>, String) {
-    let cluster = std::env::var("VIGIL_TEST_PG_CLUSTER").expect("VIGIL_TEST_PG_CLUSTER (scripts/test.sh sets it)");
-    let url = std::env::var("VIGIL_TEST_PG_CLUSTER_URL").expect("VIGIL_TEST_PG_CLUSTER_URL (scripts/test.sh sets it)");
-    (cluster.split_whitespace().map(str::to_string).collect(), url)
-}
-
-fn pg_ctl(cluster: &[String], action: &str) {
-    let mut cmd = std::process::Command::new("pg_ctlcluster");
-    cmd.arg("--skip-systemctl-redirect").args(cluster).arg(action);
-    if action == "stop" {
-        cmd.args(["-m", "fast"]);
-    }
-    assert!(cmd.status().expect("pg_ctlcluster runs").success(), "pg_ctlcluster {action} failed");
-}
-
 /// The store stopped mid-stream under two members: they go on reading and detecting, holding
 /// the alerts they raise (and their checkpoints) until it is back; no partition changes hands,
 /// and the store ends with exactly replay's alerts.
@@ -619,12 +609,7 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
         .await
         .expect("input topic");
     let (db_name, db_url) = create_database_at(&admin).await;
-    let rules_copy = temp_dir("group_outage_rules");
-    for file in vigil::rule_files(&rules).expect("rules") {
-        let to = rules_copy.join(file.strip_prefix(&rules).expect("inside"));
-        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
-        std::fs::copy(&file, &to).expect("copy");
-    }
+    let rules_copy = copy_rules(&rules);
     let group = unique("group");
     let rules_arg = rules_copy.display().to_string();
     let (events_topic, usage_topic) = (format!("task_event={topic}"), format!("task_usage={topic}"));
@@ -649,24 +634,8 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
         "--topic",
         &usage_topic,
     ];
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    let produce = |chunk: Vec<String>| {
-        let producer = producer.clone();
-        let topic = topic.clone();
-        async move {
-            let sends = chunk.iter().map(|line| {
-                producer
-                    .send(rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(line), Duration::from_secs(60))
-            });
-            for sent in futures_util::future::join_all(sends).await {
-                sent.expect("the broker takes the event");
-            }
-        }
-    };
+    let producer = producer(&brokers);
+    let produce = |chunk: Vec<String>| send_chunk(&producer, &topic, chunk);
     let members = [Service::start(&args), Service::start(&args)];
     let counter = |m: &str, name: &str| {
         m.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()

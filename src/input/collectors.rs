@@ -33,43 +33,21 @@ pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputO
                 vec![crate::remote_write::adapter_sample(text, &host).map(|s| s.events)]
             }))
         }
-        _ => Box::new(influx_lines(reader, options.influx.clone())),
+        _ => {
+            // A newline inside a quoted string field ends the line here: files of Telegraf's
+            // output have none.
+            let mapping = options.influx.clone();
+            Box::new(sample_lines(reader, move |text, now| match crate::influx::lines(text).next() {
+                None => Vec::new(),
+                Some((_, line)) => vec![crate::influx::samples(line, &mapping, now).map(|s| s.events)],
+            }))
+        }
     }
 }
 
-/// Line protocol, one record per sample (a line of several fields makes several). A newline
-/// inside a quoted string field ends the line here: files of Telegraf's output have none.
-fn influx_lines(reader: Box<dyn BufRead>, mapping: crate::influx::Mapping) -> impl Iterator<Item = Record> {
-    let mut lines = LineReader::new(reader);
-    let mut line_no = 0u64;
-    let mut pending = std::collections::VecDeque::new();
-    let now = crate::event::now_ms();
-    std::iter::from_fn(move || loop {
-        if let Some(record) = pending.pop_front() {
-            return Some(record);
-        }
-        line_no += 1;
-        let event = match lines.next_line()? {
-            Err(e) => Err(DecodeError { field: None, reason: format!("read error: {e}") }),
-            Ok(bytes) => match std::str::from_utf8(bytes) {
-                Err(e) => {
-                    Err(DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
-                }
-                Ok(text) => match crate::influx::lines(text).next() {
-                    None => continue,
-                    Some((_, line)) => crate::influx::samples(line, &mapping, now).map(|s| s.events),
-                },
-            },
-        };
-        match event {
-            Ok(events) => pending.extend(events.into_iter().map(|e| Record { line: line_no, event: Ok(e) })),
-            Err(e) => return Some(Record { line: line_no, event: Err(e) }),
-        }
-    })
-}
-
-/// Lines of a collector's JSON format, one record per sample: `per_line` turns a line's text
-/// (and the time of samples without one) into its items' samples, or why an item is refused.
+/// Lines of a collector's format, one record per sample (a line of several makes several):
+/// `per_line` turns a line's text (and the time of samples without one) into its items'
+/// samples, or why an item is refused.
 fn sample_lines(
     reader: Box<dyn BufRead>,
     mut per_line: impl FnMut(&str, Millis) -> Vec<Result<Vec<Event>, DecodeError>>,

@@ -12,19 +12,13 @@ without a host tag. Prints one JSON object: how many messages and lines were pro
 
 import json
 import sys
-from datetime import datetime
 
-from confluent_kafka import Producer
+from common import KafkaOut, nanoseconds
 
 
 def main():
     brokers, topic, path = sys.argv[1:4]
-    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(str(err))
+    out = KafkaOut(brokers, topic)
 
     messages = lines = 0
     batch, last = [], None
@@ -32,8 +26,7 @@ def main():
     def flush_batch():
         nonlocal messages, batch
         if batch:
-            producer.produce(topic, value="\n".join(batch).encode(), partition=0, on_delivery=delivered)
-            producer.poll(0)
+            out.produce("\n".join(batch).encode())
             messages += 1
             batch = []
 
@@ -42,18 +35,15 @@ def main():
             if not line.strip():
                 continue
             e = json.loads(line)
-            ns = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()) * 1_000_000_000
+            ns = nanoseconds(e["ts"])
             if ns != last:
                 flush_batch()
                 last = ns
             batch.append(f'{e["name"]},host={e["host"]} value={float(e["value"])!r} {ns}')
             lines += 1
     flush_batch()
-    producer.produce(topic, value=b"cpu,dc=eu value=1 1396310400000000000\ncpu,host=late value=2 1396310400000000000",
-                     partition=0, on_delivery=delivered)
-    producer.flush(30)
-    if failures:
-        sys.exit(f"deliveries failed: {failures[:3]}")
+    out.produce(b"cpu,dc=eu value=1 1396310400000000000\ncpu,host=late value=2 1396310400000000000")
+    out.finish()
     print(json.dumps({"messages": messages + 1, "lines": lines}))
 
 

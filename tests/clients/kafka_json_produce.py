@@ -14,23 +14,16 @@ without a host. Prints one JSON object: how many messages and samples were produ
 
 import json
 import sys
-from datetime import datetime
 
-from confluent_kafka import Producer
+from common import KafkaOut, nanoseconds
 
 
 def main():
     brokers, topic, path, fmt = sys.argv[1:5]
-    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(str(err))
+    out = KafkaOut(brokers, topic)
 
     def produce(value):
-        producer.produce(topic, value=json.dumps(value).encode(), partition=0, on_delivery=delivered)
-        producer.poll(0)
+        out.produce(json.dumps(value).encode())
 
     events = []
     with open(path) as f:
@@ -41,7 +34,7 @@ def main():
     if fmt == "telegraf-json":
         batch, last = [], None
         for e in events:
-            seconds = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp())
+            seconds = nanoseconds(e["ts"]) // 1_000_000_000
             if seconds != last and batch:
                 produce({"metrics": batch})
                 messages += 1
@@ -59,9 +52,7 @@ def main():
             messages += 1
         produce({"timestamp": events[0]["ts"], "value": "1", "name": "up", "labels": {"__name__": "up"}})
         messages += 1
-    producer.flush(30)
-    if failures:
-        sys.exit(f"deliveries failed: {failures[:3]}")
+    out.finish()
     print(json.dumps({"messages": messages, "samples": len(events)}))
 
 

@@ -12,10 +12,6 @@ Prints one JSON object: how many messages and samples were produced.
 
 import json
 import sys
-from collections import defaultdict
-from datetime import datetime
-
-from confluent_kafka import Producer
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -27,37 +23,16 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
+from common import KafkaOut, samples_by_time
 from otlp_export import SCOPE, metrics_data, point
 
 
 def main():
     brokers, topic, path = sys.argv[1:4]
-    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(str(err))
-
-    def produce(value):
-        producer.produce(topic, value=value, partition=0, on_delivery=delivered)
-        producer.poll(0)
-
-    by_time = defaultdict(lambda: defaultdict(list))
-    order = []
-    samples = 0
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            e = json.loads(line)
-            ns = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()) * 1_000_000_000
-            if ns not in by_time:
-                order.append(ns)
-            by_time[ns][e["host"]].append((e["name"], float(e["value"])))
-            samples += 1
+    out = KafkaOut(brokers, topic)
+    order, by_time = samples_by_time(path)
     for ns in order:
-        produce(encode_metrics(metrics_data(by_time[ns], ns)).SerializeToString())
+        out.produce(encode_metrics(metrics_data(by_time[ns], ns)).SerializeToString())
     delta = MetricsData(resource_metrics=[ResourceMetrics(
         resource=Resource({"host.name": "delta-host"}),
         scope_metrics=[ScopeMetrics(scope=SCOPE, schema_url="", metrics=[Metric(
@@ -65,11 +40,10 @@ def main():
             data=Sum(data_points=[point(order[0], 3.0)],
                      aggregation_temporality=AggregationTemporality.DELTA, is_monotonic=True))])],
         schema_url="")])
-    produce(encode_metrics(delta).SerializeToString())
-    produce(b"\x0a\xff\xff\xff")
-    producer.flush(30)
-    if failures:
-        sys.exit(f"deliveries failed: {failures[:3]}")
+    out.produce(encode_metrics(delta).SerializeToString())
+    out.produce(b"\x0a\xff\xff\xff")
+    out.finish()
+    samples = sum(len(v) for hosts in by_time.values() for v in hosts.values())
     print(json.dumps({"messages": len(order) + 2, "samples": samples}))
 
 

@@ -15,8 +15,6 @@ was answered (200 with a partial success) and what a body that is not protobuf w
 
 import json
 import sys
-from collections import defaultdict
-from datetime import datetime
 
 import requests
 from google.rpc.status_pb2 import Status
@@ -37,6 +35,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from common import samples_by_time
 
 SCOPE = InstrumentationScope("vigil-tests")
 
@@ -67,17 +67,7 @@ def main():
     url, token, path = sys.argv[1:4]
     headers = {"Authorization": f"Bearer {token}"}
     exporter = OTLPMetricExporter(endpoint=f"{url}/v1/metrics", headers=headers, compression=Compression.Gzip)
-    by_time = defaultdict(lambda: defaultdict(list))
-    order = []
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            e = json.loads(line)
-            ns = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()) * 1_000_000_000
-            if ns not in by_time:
-                order.append(ns)
-            by_time[ns][e["host"]].append((e["name"], float(e["value"])))
+    order, by_time = samples_by_time(path)
     exported = failed = 0
     for ns in order:
         result = exporter.export(metrics_data(by_time[ns], ns))

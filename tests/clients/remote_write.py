@@ -15,8 +15,6 @@ series without a host was told.
 import json
 import logging
 import sys
-from collections import defaultdict
-from datetime import datetime
 
 from opentelemetry.exporter.prometheus_remote_write import PrometheusRemoteWriteMetricsExporter
 from opentelemetry.sdk.metrics.export import (
@@ -30,6 +28,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from common import samples_by_time
 
 SCOPE = InstrumentationScope("vigil-tests")
 
@@ -65,17 +65,7 @@ def main():
     logging.getLogger("opentelemetry.exporter.prometheus_remote_write").addHandler(captured)
     exporter = PrometheusRemoteWriteMetricsExporter(endpoint=f"{url}/api/v1/write",
                                                     basic_auth={"username": "prometheus", "password": token})
-    by_time = defaultdict(lambda: defaultdict(list))
-    order = []
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            e = json.loads(line)
-            ns = int(datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()) * 1_000_000_000
-            if ns not in by_time:
-                order.append(ns)
-            by_time[ns][e["host"]].append((e["name"], float(e["value"])))
+    order, by_time = samples_by_time(path)
     exported = failed = 0
     for ns in order:
         result = exporter.export(metrics_data(by_time[ns], ns))
