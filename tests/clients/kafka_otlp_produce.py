@@ -13,18 +13,8 @@ Prints one JSON object: how many messages and samples were produced.
 import json
 import sys
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Metric,
-    MetricsData,
-    ResourceMetrics,
-    ScopeMetrics,
-    Sum,
-)
-from opentelemetry.sdk.resources import Resource
-
 from common import KafkaOut, samples_by_time
-from otlp_export import SCOPE, metrics_data, point
+from otlp_export import delta_sum, metrics_data
 
 
 def main():
@@ -33,14 +23,7 @@ def main():
     order, by_time = samples_by_time(path)
     for ns in order:
         out.produce(encode_metrics(metrics_data(by_time[ns], ns)).SerializeToString())
-    delta = MetricsData(resource_metrics=[ResourceMetrics(
-        resource=Resource({"host.name": "delta-host"}),
-        scope_metrics=[ScopeMetrics(scope=SCOPE, schema_url="", metrics=[Metric(
-            name="requests", description="", unit="",
-            data=Sum(data_points=[point(order[0], 3.0)],
-                     aggregation_temporality=AggregationTemporality.DELTA, is_monotonic=True))])],
-        schema_url="")])
-    out.produce(encode_metrics(delta).SerializeToString())
+    out.produce(encode_metrics(delta_sum(order[0])).SerializeToString())
     out.produce(b"\x0a\xff\xff\xff")
     out.finish()
     samples = sum(len(v) for hosts in by_time.values() for v in hosts.values())

@@ -63,6 +63,17 @@ def metrics_data(samples, ns):
     return MetricsData(resource_metrics=resources)
 
 
+def delta_sum(ns):
+    """A monotonic sum of delta temporality, which Vigil refuses with the reason."""
+    return MetricsData(resource_metrics=[ResourceMetrics(
+        resource=Resource({"host.name": "delta-host"}),
+        scope_metrics=[ScopeMetrics(scope=SCOPE, schema_url="", metrics=[Metric(
+            name="requests", description="", unit="",
+            data=Sum(data_points=[point(ns, 3.0)],
+                     aggregation_temporality=AggregationTemporality.DELTA, is_monotonic=True))])],
+        schema_url="")])
+
+
 def main():
     url, token, path = sys.argv[1:4]
     headers = {"Authorization": f"Bearer {token}"}
@@ -78,13 +89,7 @@ def main():
     exporter.shutdown()
 
     protobuf = {**headers, "Content-Type": "application/x-protobuf"}
-    delta = MetricsData(resource_metrics=[ResourceMetrics(
-        resource=Resource({"host.name": "delta-host"}),
-        scope_metrics=[ScopeMetrics(scope=SCOPE, schema_url="", metrics=[Metric(
-            name="requests", description="", unit="",
-            data=Sum(data_points=[point(order[0], 3.0)],
-                     aggregation_temporality=AggregationTemporality.DELTA, is_monotonic=True))])],
-        schema_url="")])
+    delta = delta_sum(order[0])
     answer = requests.post(f"{url}/v1/metrics", data=encode_metrics(delta).SerializeToString(), headers=protobuf)
     response = ExportMetricsServiceResponse()
     response.ParseFromString(answer.content)
