@@ -9,8 +9,7 @@ use super::keyed::KeyedPartition;
 use super::{count, Looping, Shared};
 use crate::service::telemetry::{InternalEvent, StoreFailed, Telemetry};
 use rdkafka::consumer::Consumer;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long one attempt may take (a store that does not answer, rather than refuses).
