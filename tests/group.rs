@@ -670,6 +670,18 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     let moved_before = moved().await;
 
     pg_ctl(&cluster, "stop");
+    // Started again however the test ends: the next tests need the cluster.
+    struct StartOnDrop(Vec<String>);
+    impl Drop for StartOnDrop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("pg_ctlcluster")
+                .arg("--skip-systemctl-redirect")
+                .args(&self.0)
+                .arg("start")
+                .status();
+        }
+    }
+    let _started_again = StartOnDrop(cluster.clone());
     let stopped = std::time::Instant::now();
     for chunk in during {
         produce(chunk.clone()).await;

@@ -7,13 +7,19 @@
 
 use super::keyed::KeyedPartition;
 use super::{count, Looping, Shared};
+use crate::service::store::Store;
 use crate::service::telemetry::{InternalEvent, StoreFailed, Telemetry};
 use rdkafka::consumer::Consumer;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long one attempt may take (a store that does not answer, rather than refuses).
-const ATTEMPT: Duration = Duration::from_secs(5);
+/// How long one attempt may take (a store that does not answer, rather than refuses): long
+/// enough for a large checkpoint on a healthy but busy store.
+const ATTEMPT: Duration = Duration::from_secs(60);
+/// While the store fails, each try begins with a ping that may take this long, so that the
+/// loop never stands still for long waiting on a store that is down (a member that stands still
+/// holds back its partitions' idleness).
+const PROBE: Duration = Duration::from_millis(300);
 /// The wait after a first failure; it doubles, up to [`MAX_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_millis(100);
 const MAX_WAIT: Duration = Duration::from_secs(5);
@@ -36,21 +42,32 @@ impl StoreGate {
         self.0.lock().expect("gate").next.is_some_and(|t| Instant::now() < t)
     }
 
-    /// One attempt of `op`, unless the gate is closed; none when it was not made or failed.
+    /// One attempt of `op`, unless the gate is closed, or the store failed last time and does
+    /// not answer a ping now; none when it was not made or failed.
     pub fn attempt<T, E: std::fmt::Display>(
         &self,
         runtime: &tokio::runtime::Handle,
         telemetry: &Telemetry,
+        store: &Store,
         what: &'static str,
         op: impl std::future::Future<Output = Result<T, E>>,
     ) -> Option<T> {
         if self.closed() {
             return None;
         }
+        if self.0.lock().expect("gate").since.is_some() {
+            let probe = runtime.block_on(async { tokio::time::timeout(PROBE, store.ping()).await });
+            if let Err(e) =
+                probe.map_err(|_| "no answer to a ping".to_string()).and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                self.failed(telemetry, what, &e);
+                return None;
+            }
+        }
         let outcome = runtime.block_on(async { tokio::time::timeout(ATTEMPT, op).await });
-        let mut failing = self.0.lock().expect("gate");
         match outcome {
             Ok(Ok(v)) => {
+                let mut failing = self.0.lock().expect("gate");
                 if let Some(since) = failing.since.take() {
                     tracing::info!(
                         ms = since.elapsed().as_millis() as u64,
@@ -60,24 +77,30 @@ impl StoreGate {
                 *failing = Failing::default();
                 Some(v)
             }
-            failed => {
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer in {} s", ATTEMPT.as_secs()),
-                };
-                StoreFailed { operation: what, error: &error }.emit(telemetry);
-                if failing.since.is_none() {
-                    failing.since = Some(Instant::now());
-                    tracing::warn!(
-                        "the store cannot be written: keyed partitions hold their alerts and their checkpoints \
-                         wait; input goes on"
-                    );
-                }
-                failing.wait = (failing.wait * 2).clamp(FIRST_WAIT, MAX_WAIT);
-                failing.next = Some(Instant::now() + failing.wait);
+            Ok(Err(e)) => {
+                self.failed(telemetry, what, &e.to_string());
+                None
+            }
+            Err(_) => {
+                self.failed(telemetry, what, &format!("no answer in {} s", ATTEMPT.as_secs()));
                 None
             }
         }
+    }
+
+    /// A try failed: the gate closes for a while, longer after each failure.
+    fn failed(&self, telemetry: &Telemetry, what: &'static str, error: &str) {
+        StoreFailed { operation: what, error: &error }.emit(telemetry);
+        let mut failing = self.0.lock().expect("gate");
+        if failing.since.is_none() {
+            failing.since = Some(Instant::now());
+            tracing::warn!(
+                "the store cannot be written: keyed partitions hold their alerts and their checkpoints wait; input \
+                 goes on"
+            );
+        }
+        failing.wait = (failing.wait * 2).clamp(FIRST_WAIT, MAX_WAIT);
+        failing.next = Some(Instant::now() + failing.wait);
     }
 }
 
@@ -109,7 +132,7 @@ impl Shared {
         };
         let now = crate::event::now_ms();
         let op = self.store.save_partition_checkpoint(&p.fence, &checkpoint, now);
-        match self.gate.attempt(&self.runtime, &self.telemetry, "save_partition_checkpoint", op) {
+        match self.gate.attempt(&self.runtime, &self.telemetry, &self.store, "save_partition_checkpoint", op) {
             None => Saved::Later,
             Some(true) => Saved::Yes,
             Some(false) => {
@@ -147,7 +170,7 @@ impl Looping {
             None => None,
         };
         let op = self.m.store.insert_alerts_fenced(&p.fence, &p.out, webhook);
-        let Some(stored) = ctx.gate.attempt(&ctx.runtime, &self.m.telemetry, "insert_alerts", op) else {
+        let Some(stored) = ctx.gate.attempt(&ctx.runtime, &self.m.telemetry, &self.m.store, "insert_alerts", op) else {
             return true;
         };
         p.out.clear();
