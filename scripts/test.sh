@@ -34,11 +34,16 @@ free_port() {
 # makes a cluster on 5432 when it installs; the tests connect over TCP without a password, so
 # that cluster gets trust auth for loopback (lines of our own at the top of its pg_hba.conf).
 export VIGIL_TEST_POSTGRES="${VIGIL_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/postgres}"
-if ! command -v pg_createcluster >/dev/null 2>&1 || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+# The server's own binary decides, not its configuration: a purged or half-removed package can
+# leave /etc/postgresql and pg_createcluster behind without a server to run.
+pg_server_version() {
+  ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sed 's#/usr/lib/postgresql/\([^/]*\)/.*#\1#' | sort -n | tail -n 1
+}
+if ! command -v pg_createcluster >/dev/null 2>&1 || [ -z "$(pg_server_version)" ]; then
   echo "installing PostgreSQL (apt-get)"
   apt_install postgresql
 fi
-pg_version="$(ls /etc/postgresql | sort -n | tail -n 1)"
+pg_version="$(pg_server_version)"
 if ! pg_lsclusters -h | awk '{print $3}' | grep -qx 5432; then
   echo "creating the PostgreSQL cluster main on 127.0.0.1:5432"
   $sudo_ pg_createcluster "$pg_version" main -p 5432 -- --auth=trust >/dev/null
