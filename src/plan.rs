@@ -172,6 +172,18 @@ impl RulePlan {
             condition: &'a TExpr,
             for_ms: u64,
             keep_firing_for_ms: u64,
+            // Left out while every version is 0, so that the identities of rules over kinds
+            // whose keys never changed stay what earlier versions stored.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            key_versions: Vec<(EntityKind, u32)>,
+        }
+        let mut key_versions: Vec<(EntityKind, u32)> = Vec::new();
+        for s in &self.sources {
+            for kind in std::iter::once(s.subject.0).chain(s.object.as_ref().map(|o| o.0)) {
+                if kind.key_version() > 0 && !key_versions.iter().any(|(k, _)| *k == kind) {
+                    key_versions.push((kind, kind.key_version()));
+                }
+            }
         }
         StateId(structural_hash(&Identity {
             name: &self.name,
@@ -180,6 +192,7 @@ impl RulePlan {
             condition: &self.alert.condition,
             for_ms: self.alert.for_ms,
             keep_firing_for_ms: self.alert.keep_firing_for_ms,
+            key_versions,
         }))
     }
 }

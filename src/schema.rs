@@ -289,13 +289,26 @@ impl EntityKind {
     }
 
     /// The fields that identify one entity: two variables of this kind are the same entity when
-    /// these are equal, and grouping by the entity groups by these.
+    /// these are equal, and grouping by the entity groups by these. A metric series is its host,
+    /// its name and its whole label set (`cpu_busy{cpu="0"}` and `{cpu="1"}` are two series);
+    /// a series without labels has none (`labels` absent, or empty).
     pub fn key_fields(self) -> &'static [&'static str] {
         match self {
             EntityKind::Task => &["job_id", "task_index"],
             EntityKind::Machine => &["machine_id"],
             EntityKind::Host => &["host"],
-            EntityKind::Metric => &["host", "name"],
+            EntityKind::Metric => &["host", "name", "labels"],
+        }
+    }
+
+    /// The version of [`key_fields`](Self::key_fields): raised whenever a kind's key changes,
+    /// so that state a checkpoint kept under the old keys is not restored under the new ones
+    /// (it is part of a rule's state identity, [`crate::plan::RulePlan::state_id`]). Version 1
+    /// of `metric` added `labels`.
+    pub fn key_version(self) -> u32 {
+        match self {
+            EntityKind::Metric => 1,
+            EntityKind::Task | EntityKind::Machine | EntityKind::Host => 0,
         }
     }
 }

@@ -59,15 +59,27 @@ fn a_checkpoint_of_an_earlier_build_restores_and_continues_like_the_uninterrupte
 
     let bytes = std::fs::read(SNAPSHOT).expect("the stored snapshot");
     let mut restored = engine();
-    let rules = restored.restore(Snapshot::from_bytes(&bytes).expect("readable")).expect("restores");
-    assert_eq!(rules.len(), 14, "every rule gets its state back: {rules:?}");
+    let mut rules = restored.restore(Snapshot::from_bytes(&bytes).expect("readable")).expect("restores");
+    rules.sort();
+    // The snapshot was written when a metric series was its host and name; it is now its labels
+    // too (key version 1 of `metric`), so the rules that key by a series start empty and every
+    // other rule gets its state back.
+    let series_rules = ["host_silent", "metric_deviation", "metric_saturation", "metric_stuck"];
+    let mut kept: Vec<String> = engine().plans().iter().map(|p| p.name.clone()).collect();
+    kept.retain(|r| !series_rules.contains(&r.as_str()));
+    kept.sort();
+    assert_eq!(rules, kept);
     let mut continued = Vec::new();
     for e in &events[CUT..] {
         restored.push(e.clone(), &mut continued);
     }
     restored.flush(&mut continued);
-    assert!(!after.is_empty(), "the rest of the sample raises alerts");
-    assert_eq!(view(&continued), view(&after));
+    let of_kept = |alerts: &[Alert]| -> Vec<String> {
+        let alerts: Vec<Alert> = alerts.iter().filter(|a| kept.iter().any(|r| **r == *a.rule)).cloned().collect();
+        view(&alerts)
+    };
+    assert!(!of_kept(&after).is_empty(), "the rest of the sample raises alerts");
+    assert_eq!(of_kept(&continued), of_kept(&after));
 }
 
 /// The shipped rules and the sample through [`vigil::workers::Engines`]: the alerts, in full and

@@ -30,7 +30,19 @@ async fn stored(db: &std::path::Path) -> BTreeSet<String> {
 /// The CloudWatch series as `metric` JSON lines, and the transitions `vigil replay` of the
 /// shipped metric rules gives for them.
 fn workload() -> (Vec<String>, BTreeSet<String>) {
-    let lines: Vec<String> = cloudwatch_workload().into_iter().map(|(_, line)| line).collect();
+    labelled_workload(None)
+}
+
+/// [`workload`] with every sample carrying `labels` (a JSON object), which are part of each
+/// series' identity and so of its alerts'.
+fn labelled_workload(labels: Option<&str>) -> (Vec<String>, BTreeSet<String>) {
+    let lines: Vec<String> = cloudwatch_workload()
+        .into_iter()
+        .map(|(_, line)| match labels {
+            Some(labels) => format!(r#"{},"labels":{labels}}}"#, line.strip_suffix('}').unwrap_or(&line)),
+            None => line,
+        })
+        .collect();
     let expected: BTreeSet<String> = replay_alerts_with(&lines, &metric_rules())
         .iter()
         .map(transition)
@@ -63,8 +75,8 @@ async fn assert_stored(db: &std::path::Path, expected: &BTreeSet<String>, servic
 
 /// Produces the workload onto a topic of format `format` with `script`, and waits for the
 /// alerts of replay; the service's dead letters, for the caller to look into.
-async fn on_kafka(format: &str, script: &str, more: &[&str]) -> Vec<serde_json::Value> {
-    let (lines, expected) = workload();
+async fn on_kafka(format: &str, script: &str, more: &[&str], labels: Option<&str>) -> Vec<serde_json::Value> {
+    let (lines, expected) = labelled_workload(labels);
     let dir = temp_dir(&format!("kafka_{}", format.replace('-', "_")));
     let topic = unique("collector");
     let brokers = kafka_brokers();
@@ -102,7 +114,7 @@ async fn on_kafka(format: &str, script: &str, more: &[&str]) -> Vec<serde_json::
 #[tokio::test]
 #[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
 async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
-    let letters = on_kafka("influx", "kafka_influx_produce.py", &[]).await;
+    let letters = on_kafka("influx", "kafka_influx_produce.py", &[], None).await;
     // The line without a host tag is a dead letter with its line; the rest of its message is
     // taken (late, behind the watermark, so it changes no alert).
     assert!(
@@ -114,7 +126,7 @@ async fn telegraf_line_protocol_on_kafka_alerts_as_replay_does() {
 #[tokio::test]
 #[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
 async fn otlp_protobuf_on_kafka_alerts_as_replay_does() {
-    let letters = on_kafka("otlp-proto", "kafka_otlp_produce.py", &[]).await;
+    let letters = on_kafka("otlp-proto", "kafka_otlp_produce.py", &[], None).await;
     // The delta sum and the message that is not protobuf are dead letters saying why.
     let has = |text: &str| letters.iter().any(|l| l["reason"].as_str().is_some_and(|r| r.contains(text)));
     assert!(has("delta temporality") && has("not an ExportMetricsServiceRequest"), "{letters:?}");
@@ -124,7 +136,9 @@ async fn otlp_protobuf_on_kafka_alerts_as_replay_does() {
 #[ignore = "needs the Python clients, Apache Kafka and ../shared/data: run scripts/test.sh"]
 async fn telegraf_json_and_prometheus_kafka_adapter_on_kafka_alert_as_replay_does() {
     for format in ["telegraf-json", "prometheus-kafka-adapter"] {
-        let letters = on_kafka(format, "kafka_json_produce.py", &[format]).await;
+        // Prometheus labels every series with the `job` it scraped it for.
+        let labels = (format == "prometheus-kafka-adapter").then_some(r#"{"job":"node"}"#);
+        let letters = on_kafka(format, "kafka_json_produce.py", &[format], labels).await;
         // The message without a host is a dead letter saying so.
         let no_host = |l: &serde_json::Value| {
             l["reason"].as_str().is_some_and(|r| r.contains("`host`") || r.contains("`instance`"))

@@ -93,8 +93,16 @@ function el(tag, attrs = {}, ...children) {
 
 // ---- Alerts ----
 
+// A key as text; a series' label set as Prometheus writes one, `{cpu="0", mode="idle"}`.
 function keyText(key) {
-  return Object.entries(key || {}).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' ');
+  const text = (v) => {
+    if (typeof v === 'string') return v;
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      return `{${Object.entries(v).map(([n, x]) => `${n}=${JSON.stringify(String(x))}`).join(', ')}}`;
+    }
+    return JSON.stringify(v);
+  };
+  return Object.entries(key || {}).map(([k, v]) => `${k}=${text(v)}`).join(' ');
 }
 
 function newer(a, b) {

@@ -194,7 +194,12 @@ impl Alerting {
     fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
         let plan = &self.plan;
         let key_fields = Fields::new(
-            self.key_names.iter().filter_map(|(name, i)| Some((name.clone(), key.0.get(*i)?.to_json()))).collect(),
+            self.key_names
+                .iter()
+                .filter_map(|(name, i)| Some((name, key.0.get(*i)?)))
+                .filter(|(name, v)| !is_no_label_set(name, v))
+                .map(|(name, v)| (name.clone(), v.to_json()))
+                .collect(),
         );
         let values = Fields::new(
             self.value_names
@@ -222,6 +227,17 @@ impl Alerting {
             evidence: evidence.into(),
         }
     }
+}
+
+/// Whether a key value is a series' label set that is absent or empty: such a series is keyed
+/// by its host and name alone, as alerts showed every series before labels were part of one.
+fn is_no_label_set(name: &str, v: &Value) -> bool {
+    name.ends_with(".labels")
+        && match v {
+            Value::Null => true,
+            Value::Map(m) => m.is_empty(),
+            _ => false,
+        }
 }
 
 /// A rule's labels with the two every alert carries, which win over labels of the same name.

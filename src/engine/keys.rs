@@ -46,10 +46,12 @@ impl Hash for Key {
     }
 }
 
-/// Equality of key values: numbers by their bits, so that a NaN key finds itself.
+/// Equality of key values: numbers by their bits, so that a NaN key finds itself; an empty
+/// label set is no label set.
 fn same_key_value(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Num(x), Value::Num(y)) => x.to_bits() == y.to_bits(),
+        (Value::Map(m), Value::Null) | (Value::Null, Value::Map(m)) => m.is_empty(),
         _ => a == b,
     }
 }
@@ -57,6 +59,13 @@ fn same_key_value(a: &Value, b: &Value) -> bool {
 fn hash_key_value<H: Hasher>(v: &Value, state: &mut H) {
     match v {
         Value::Null => 0u8.hash(state),
+        Value::Map(m) if m.is_empty() => 0u8.hash(state),
+        Value::Map(m) => {
+            for (name, value) in m.iter() {
+                name.hash(state);
+                value.hash(state);
+            }
+        }
         Value::Num(n) => n.to_bits().hash(state),
         Value::Str(s) => s.hash(state),
         Value::Bool(b) => b.hash(state),

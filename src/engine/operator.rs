@@ -84,9 +84,11 @@ pub(crate) fn with_events<R>(
 
 /// Whether an event names every entity its pattern binds: `task t use machine m` needs a
 /// machine id, and an event without one is not that pattern (it would otherwise join every
-/// other machine-less event as "the same machine").
+/// other machine-less event as "the same machine"). A label set is the one key field that may
+/// be absent: a series without labels is still a series.
 pub(crate) fn binds_entities(key_positions: &[usize], event: &Event) -> bool {
-    key_positions.iter().all(|&i| event.fields.get(i).is_some_and(|v| !v.is_null()))
+    let optional = |i: usize| event.stream.fields().get(i).is_some_and(|(_, ty)| *ty == crate::schema::Type::Map);
+    key_positions.iter().all(|&i| event.fields.get(i).is_some_and(|v| !v.is_null()) || optional(i))
 }
 
 /// Where the key fields of a pattern's entities are in its stream's events, with their names

@@ -376,3 +376,39 @@ fn editing_what_a_rule_says_keeps_its_windows_and_active_alerts() {
     // Edited while m1's alert fires and its windows are open: the same alert, resolved once.
     assert_eq!(run(Some(150_000)), unchanged);
 }
+
+#[test]
+fn a_series_is_its_host_its_name_and_its_whole_label_set() {
+    let rule = r#"rule busy { metric s sample as e #time(1 min) state ss { v := avg(e.value) } group by s
+        alert ss.v > 75 }"#;
+    let sample = |ts: Millis, labels: Option<&[(&str, &str)]>, value: f64| {
+        let mut e = Event::new(crate::schema::Stream::Metric, ts);
+        e.set("host", Value::str("h1")).set("name", Value::str("cpu_busy")).set("value", Value::Num(value));
+        if let Some(labels) = labels {
+            let map = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            e.set("labels", Value::Map(std::sync::Arc::new(map)));
+        }
+        e
+    };
+    let mut engine = Engine::new(plans(rule), EngineConfig::default());
+    let mut out = Vec::new();
+    for i in 0..6 {
+        engine.push(sample(i * 10_000, Some(&[("cpu", "0")]), 1.0), &mut out);
+        engine.push(sample(i * 10_000, Some(&[("cpu", "1")]), 100.0), &mut out);
+        // No labels and an empty label set are one series.
+        engine.push(sample(i * 10_000, None, 80.0), &mut out);
+        engine.push(sample(i * 10_000 + 1, Some(&[]), 90.0), &mut out);
+    }
+    engine.advance_to(300_000, &mut out);
+    let mut keys: Vec<String> = out
+        .iter()
+        .filter(|a| a.status == crate::alert::Status::Firing)
+        .map(|a| serde_json::to_string(&a.key).unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [r#"{"s.host":"h1","s.labels":{"cpu":"1"},"s.name":"cpu_busy"}"#, r#"{"s.host":"h1","s.name":"cpu_busy"}"#],
+        "cpu 0 averages 1 and does not fire; cpu 1 and the unlabelled series (85) do"
+    );
+}

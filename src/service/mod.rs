@@ -357,13 +357,14 @@ fn engine_config(config: &ServeConfig) -> crate::engine::EngineConfig {
     }
 }
 
-/// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
-/// ingest log resume from.
 /// Engine threads: `--workers`, by default the number of cores.
 fn workers(config: &ServeConfig) -> usize {
     config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
+/// ingest log resume from. The rules it does not name start empty: new or changed ones, and
+/// those whose entities' keys changed since it was written.
 async fn restore(store: &store::Store, engine: &mut crate::workers::Engines) -> Result<Vec<Position>, ServiceError> {
     let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
         tracing::info!("no checkpoint: starting empty");
@@ -375,7 +376,7 @@ async fn restore(store: &store::Store, engine: &mut crate::workers::Engines) -> 
     });
     let restored = engine.restore(&bytes);
     match restored {
-        Ok(rules) => tracing::info!(rules = rules.len(), positions = %positions, "state restored from the checkpoint"),
+        Ok(rules) => tracing::info!(rules = ?rules, positions = %positions, "state restored from the checkpoint"),
         Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
     }
     Ok(resume)

@@ -8,7 +8,7 @@ FORMAT `telegraf-json`: as Telegraf's Kafka output with `data_format = "json"` a
 `{"metrics": [{"name", "tags": {"host"}, "fields": {"value"}, "timestamp": seconds}]}`.
 FORMAT `prometheus-kafka-adapter`: as prometheus-kafka-adapter writes what Prometheus
 remote-writes to it, one sample per message `{"timestamp", "value": text, "name", "labels"}`
-with the host in `instance` as `HOST:9100`. All to partition 0, in order; then one message
+with the host in `instance` as `HOST:9100` and the event's own `labels` (`job`, say). All to partition 0, in order; then one message
 without a host. Prints one JSON object: how many messages and samples were produced.
 """
 
@@ -48,7 +48,7 @@ def main():
     else:
         for e in events:
             produce({"timestamp": e["ts"], "value": repr(float(e["value"])), "name": e["name"],
-                     "labels": {"__name__": e["name"], "instance": f'{e["host"]}:9100', "job": "node"}})
+                     "labels": {**e.get("labels", {}), "__name__": e["name"], "instance": f'{e["host"]}:9100'}})
             messages += 1
         produce({"timestamp": events[0]["ts"], "value": "1", "name": "up", "labels": {"__name__": "up"}})
         messages += 1
