@@ -118,7 +118,7 @@ fn body(format: &str, batch: usize, c: usize, ts: i64) -> Vec<u8> {
                     samples: vec![Sample { value: (i % 90) as f64 + 0.5, timestamp: ts }],
                 })
                 .collect();
-            let raw = prost::Message::encode_to_vec(&WriteRequest { timeseries });
+            let raw = prost::Message::encode_to_vec(&WriteRequest { timeseries, metadata: Vec::new() });
             snap::raw::Encoder::new().compress_vec(&raw).expect("snappy")
         }
         "otlp" => {

@@ -29,6 +29,7 @@ pub mod eval;
 pub mod event;
 pub mod influx;
 pub mod input;
+pub mod metric_kind;
 pub mod otlp;
 pub mod parser;
 pub mod plan;

@@ -19,6 +19,7 @@
 //! skipped and counted, as remote-write's stale markers are.
 
 use crate::event::{DecodeError, Event, Millis, Value};
+use crate::metric_kind::{COUNTER, GAUGE};
 use crate::schema::Stream;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
@@ -432,11 +433,15 @@ impl Sink<'_> {
             format!("{what} {name} has delta temporality: Vigil reads running totals; have the sender export cumulative temporality")
         };
         match data {
-            Data::Gauge(g) => g.data_points.iter().for_each(|p| self.number(p)),
+            Data::Gauge(g) => g.data_points.iter().for_each(|p| self.number(p, GAUGE)),
             Data::Sum(s) if delta(s.aggregation_temporality) => {
                 self.refuse(points, "aggregationTemporality", refuse_delta("sum"))
             }
-            Data::Sum(s) => s.data_points.iter().for_each(|p| self.number(p)),
+            Data::Sum(s) => {
+                // A sum that may fall is a level (a queue's length), not a running total.
+                let kind = if s.is_monotonic { COUNTER } else { GAUGE };
+                s.data_points.iter().for_each(|p| self.number(p, kind))
+            }
             Data::Histogram(h) if delta(h.aggregation_temporality) => {
                 self.refuse(points, "aggregationTemporality", refuse_delta("histogram"))
             }
@@ -452,7 +457,8 @@ impl Sink<'_> {
                 let at = self.point(&p.attributes, p.time_unix_nano, p.flags);
                 self.count_and_sum(name, at.clone(), p.count, Some(p.sum));
                 for q in &p.quantile_values {
-                    self.sample(self.name.clone(), at.clone(), Some(("quantile", number_label(q.quantile))), q.value);
+                    let quantile = Some(("quantile", number_label(q.quantile)));
+                    self.sample(self.name.clone(), GAUGE, at.clone(), quantile, q.value);
                 }
             }),
         }
@@ -489,14 +495,14 @@ impl Sink<'_> {
         Some(Point { host, labels, ts })
     }
 
-    fn number(&mut self, p: &NumberDataPoint) {
+    fn number(&mut self, p: &NumberDataPoint, kind: &str) {
         let at = self.point(&p.attributes, p.time_unix_nano, p.flags);
         let value = match p.value {
             Some(NumberValue::AsDouble(v)) => v,
             Some(NumberValue::AsInt(v)) => v as f64,
             None => f64::NAN,
         };
-        self.sample(self.name.clone(), at, None, value);
+        self.sample(self.name.clone(), kind, at, None, value);
     }
 
     fn histogram(&mut self, name: &str, p: &HistogramDataPoint) {
@@ -507,18 +513,18 @@ impl Sink<'_> {
         for (i, count) in p.bucket_counts.iter().enumerate() {
             below += count;
             let le = p.explicit_bounds.get(i).map_or_else(|| "+Inf".to_string(), |b| number_label(*b));
-            self.sample(bucket.clone(), at.clone(), Some(("le", le)), below as f64);
+            self.sample(bucket.clone(), COUNTER, at.clone(), Some(("le", le)), below as f64);
         }
     }
 
     fn count_and_sum(&mut self, name: &str, at: Option<Point>, count: u64, sum: Option<f64>) {
-        self.sample(Value::str(&format!("{name}_count")), at.clone(), None, count as f64);
+        self.sample(Value::str(&format!("{name}_count")), COUNTER, at.clone(), None, count as f64);
         if let Some(sum) = sum {
-            self.sample(Value::str(&format!("{name}_sum")), at, None, sum);
+            self.sample(Value::str(&format!("{name}_sum")), COUNTER, at, None, sum);
         }
     }
 
-    fn sample(&mut self, name: Value, at: Option<Point>, label: Option<(&str, String)>, value: f64) {
+    fn sample(&mut self, name: Value, kind: &str, at: Option<Point>, label: Option<(&str, String)>, value: f64) {
         let Some(mut at) = at else { return };
         if !value.is_finite() {
             self.out.skipped += 1;
@@ -532,6 +538,7 @@ impl Sink<'_> {
         if !at.labels.is_empty() {
             event.set("labels", Value::Map(Arc::new(at.labels)));
         }
+        event.set("kind", Value::str(kind));
         self.out.events.push(event);
     }
 }
@@ -626,8 +633,8 @@ mod tests {
         assert_eq!(
             shown(&s),
             [
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"system.cpu.utilization","value":0.25,"labels":{"cpu":"0"}}"#,
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:02.000Z","host":"web-1","name":"requests","value":7}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"system.cpu.utilization","value":0.25,"labels":{"cpu":"0"},"kind":"gauge"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:02.000Z","host":"web-1","name":"requests","value":7,"kind":"counter"}"#,
             ]
         );
     }
@@ -716,11 +723,11 @@ mod tests {
         assert_eq!(
             shown(&s),
             [
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"load","value":1.5,"labels":{"core":"3"}}"#,
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:02.000Z","host":"web-1","name":"hits","value":9}"#,
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_count","value":4}"#,
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_sum","value":8}"#,
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt","value":3,"labels":{"quantile":"0.99"}}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"load","value":1.5,"labels":{"core":"3"},"kind":"gauge"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:02.000Z","host":"web-1","name":"hits","value":9,"kind":"counter"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_count","value":4,"kind":"counter"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_sum","value":8,"kind":"counter"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt","value":3,"labels":{"quantile":"0.99"},"kind":"gauge"}"#,
             ]
         );
         assert_eq!(s.skipped, 1, "the NaN quantile");

@@ -313,11 +313,13 @@ pub enum AggFunc {
     Set,
     First,
     Last,
+    /// A counter's per-second rate of increase, resets survived.
+    Rate,
 }
 
 impl AggFunc {
-    pub const NAMES: [&'static str; 11] =
-        ["count", "sum", "avg", "min", "max", "stddev", "percentile", "distinct_count", "set", "first", "last"];
+    pub const NAMES: [&'static str; 12] =
+        ["count", "sum", "avg", "min", "max", "stddev", "percentile", "distinct_count", "set", "first", "last", "rate"];
 }
 
 impl fmt::Display for AggFunc {
@@ -334,6 +336,7 @@ impl fmt::Display for AggFunc {
             AggFunc::Set => "set",
             AggFunc::First => "first",
             AggFunc::Last => "last",
+            AggFunc::Rate => "rate",
         };
         f.write_str(name)
     }
@@ -498,6 +501,8 @@ pub enum Func {
     ListMax,
     ListStddev,
     ListCount,
+    /// The first of two values that is present: `coalesce(e.kind, "")`.
+    Coalesce,
 }
 
 impl Func {
@@ -517,6 +522,7 @@ impl Func {
             Func::ListSum => "sum",
             Func::ListStddev => "stddev",
             Func::ListCount => "count",
+            Func::Coalesce => "coalesce",
         }
     }
 }

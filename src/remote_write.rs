@@ -14,6 +14,7 @@
 //! kept.
 
 use crate::event::{DecodeError, Event, Value};
+use crate::metric_kind::{self, Families};
 use crate::schema::Stream;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,19 @@ pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 pub struct WriteRequest {
     #[prost(message, repeated, tag = "1")]
     pub timeseries: Vec<TimeSeries>,
+    /// The types of metric families; Prometheus sends them in requests of their own.
+    #[prost(message, repeated, tag = "3")]
+    pub metadata: Vec<MetricMetadata>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetricMetadata {
+    /// `prometheus.MetricMetadata.MetricType`: 1 counter, 2 gauge, 3 histogram, 4 gauge
+    /// histogram, 5 summary, others 0 or above 5.
+    #[prost(int32, tag = "1")]
+    pub r#type: i32,
+    #[prost(string, tag = "2")]
+    pub metric_family_name: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -78,8 +92,13 @@ pub struct SeriesSamples {
     pub not_finite: usize,
 }
 
-/// The samples of one series as events; `host_label` names the host.
-pub fn series_samples(series: &TimeSeries, host_label: &str) -> Result<SeriesSamples, DecodeError> {
+/// The samples of one series as events; `host_label` names the host. Their `kind` is what
+/// `families` knows of the series' family, else what its name says.
+pub fn series_samples(
+    series: &TimeSeries,
+    host_label: &str,
+    families: Option<&Families>,
+) -> Result<SeriesSamples, DecodeError> {
     let mut name = None;
     let mut host = None;
     let mut labels = BTreeMap::new();
@@ -101,6 +120,7 @@ pub fn series_samples(series: &TimeSeries, host_label: &str) -> Result<SeriesSam
         reason: format!("series {name}: no such label, and every sample needs the label that names its host"),
     })?;
     let labels = (!labels.is_empty()).then(|| Value::Map(Arc::new(labels)));
+    let kind = families.map_or_else(|| metric_kind::by_name(name), |f| f.kind_of(name)).map(Value::str);
     let mut out = SeriesSamples::default();
     for s in &series.samples {
         if s.value.to_bits() == STALE_NAN {
@@ -115,6 +135,9 @@ pub fn series_samples(series: &TimeSeries, host_label: &str) -> Result<SeriesSam
         event.set("host", Value::str(host)).set("name", Value::str(name)).set("value", Value::Num(s.value));
         if let Some(labels) = &labels {
             event.set("labels", labels.clone());
+        }
+        if let Some(kind) = &kind {
+            event.set("kind", kind.clone());
         }
         out.events.push(event);
     }
@@ -156,7 +179,7 @@ pub fn adapter_sample(text: &str, host_label: &str) -> Result<SeriesSamples, Dec
             labels.push(Label { name: "__name__".into(), value: name.into() });
         }
     }
-    series_samples(&TimeSeries { labels, samples: vec![Sample { value, timestamp }] }, host_label)
+    series_samples(&TimeSeries { labels, samples: vec![Sample { value, timestamp }] }, host_label, None)
 }
 
 /// `host:port` without the port; an IPv6 address in brackets without them.
@@ -187,7 +210,7 @@ mod tests {
             &[("__name__", "node_load1"), ("instance", "web-1:9100"), ("job", "node")],
             &[(0.5, 1000), (f64::from_bits(STALE_NAN), 2000)],
         );
-        let got = series_samples(&s, "instance").expect("a series");
+        let got = series_samples(&s, "instance", None).expect("a series");
         assert_eq!(got.stale, 1, "the stale marker ends the series: no sample");
         assert_eq!(got.events.len(), 1);
         let e = &got.events[0];
@@ -203,18 +226,21 @@ mod tests {
 
     #[test]
     fn a_series_without_a_name_or_a_host_is_refused_with_why() {
-        let no_host = series_samples(&series(&[("__name__", "up")], &[(1.0, 1)]), "instance").expect_err("no host");
+        let no_host =
+            series_samples(&series(&[("__name__", "up")], &[(1.0, 1)]), "instance", None).expect_err("no host");
         assert_eq!(no_host.field.as_deref(), Some("instance"));
-        assert!(series_samples(&series(&[("instance", "a:1")], &[(1.0, 1)]), "instance").is_err());
+        assert!(series_samples(&series(&[("instance", "a:1")], &[(1.0, 1)]), "instance", None).is_err());
         let nan = series(&[("__name__", "up"), ("instance", "a:1")], &[(f64::NAN, 1), (2.0, 2)]);
-        let got = series_samples(&nan, "instance").expect("a series");
+        let got = series_samples(&nan, "instance", None).expect("a series");
         assert_eq!((got.not_finite, got.events.len()), (1, 1), "a NaN is no sample; the others are");
     }
 
     #[test]
     fn a_body_is_snappy_protobuf_checked_for_size_before_it_is_decompressed() {
-        let request =
-            WriteRequest { timeseries: vec![series(&[("__name__", "up"), ("instance", "a:1")], &[(1.0, 5)])] };
+        let request = WriteRequest {
+            timeseries: vec![series(&[("__name__", "up"), ("instance", "a:1")], &[(1.0, 5)])],
+            metadata: Vec::new(),
+        };
         let raw = prost::Message::encode_to_vec(&request);
         let body = snap::raw::Encoder::new().compress_vec(&raw).expect("snappy");
         assert_eq!(decode_body(&body, 1 << 20), Ok(request));

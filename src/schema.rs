@@ -98,8 +98,9 @@ streams! {
     }
     /// A machine lifecycle step (ADD, REMOVE, UPDATE) or incident (SOFTERROR, HARDERROR).
     MachineEvent "machine_event" { "machine_id": Str, "type": Str, "cpus": Number, "memory": Number, "detail": Str }
-    /// One sample of a named metric series.
-    Metric "metric" { "host": Str, "name": Str, "value": Number, "labels": Map }
+    /// One sample of a named metric series. `kind` is what the sender says the series is:
+    /// `counter` (only ever rises, but for resets), `gauge`, or absent when it does not say.
+    Metric "metric" { "host": Str, "name": Str, "value": Number, "labels": Map, "kind": Str }
 }
 
 const fn same(a: &str, b: &str) -> bool {

@@ -231,7 +231,8 @@ fn explain_physical_prints_what_the_engine_builds_from_a_rule_set() {
     assert!(stdout.contains("sequence: evicted_then_failed"), "{stdout}");
     assert!(stdout.contains("shared filters (each evaluated once per event)"), "{stdout}");
     assert!(stdout.contains("    type FAIL -> #1 (evicted_then_failed); #2 (job_failure_burst)"), "{stdout}");
-    assert!(stdout.contains("#11 (metric_saturation) after f1"), "{stdout}");
+    assert!(stdout.contains("#12 (metric_saturation) after f3"), "{stdout}");
+    assert!(stdout.contains("\"counter\" -> #9 (counter_rate_deviation)"), "{stdout}");
     assert!(stdout.contains("gate\n"), "{stdout}");
     // Rules that compute the same windowed state share one operator.
     let dir = std::env::temp_dir().join(format!("vigil-physical-{}", std::process::id()));

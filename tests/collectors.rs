@@ -30,17 +30,26 @@ async fn stored(db: &std::path::Path) -> BTreeSet<String> {
 /// The CloudWatch series as `metric` JSON lines, and the transitions `vigil replay` of the
 /// shipped metric rules gives for them.
 fn workload() -> (Vec<String>, BTreeSet<String>) {
-    labelled_workload(None)
+    workload_as(None, false)
 }
 
 /// [`workload`] with every sample carrying `labels` (a JSON object), which are part of each
-/// series' identity and so of its alerts'.
-fn labelled_workload(labels: Option<&str>) -> (Vec<String>, BTreeSet<String>) {
+/// series' identity and so of its alerts', and, with `kinds_by_name`, the `kind` that
+/// Prometheus' formats give a series by its name (`elb_request_count` is a counter there).
+fn workload_as(labels: Option<&str>, kinds_by_name: bool) -> (Vec<String>, BTreeSet<String>) {
+    let labels: Option<serde_json::Value> = labels.map(|l| serde_json::from_str(l).expect("labels"));
     let lines: Vec<String> = cloudwatch_workload()
         .into_iter()
-        .map(|(_, line)| match labels {
-            Some(labels) => format!(r#"{},"labels":{labels}}}"#, line.strip_suffix('}').unwrap_or(&line)),
-            None => line,
+        .map(|(_, line)| {
+            let mut event: serde_json::Value = serde_json::from_str(&line).expect("a line");
+            if let Some(labels) = &labels {
+                event["labels"] = labels.clone();
+            }
+            let kind = event["name"].as_str().and_then(vigil::metric_kind::by_name);
+            if let Some(kind) = kind.filter(|_| kinds_by_name) {
+                event["kind"] = kind.into();
+            }
+            event.to_string()
         })
         .collect();
     let expected: BTreeSet<String> = replay_alerts_with(&lines, &metric_rules())
@@ -76,7 +85,7 @@ async fn assert_stored(db: &std::path::Path, expected: &BTreeSet<String>, servic
 /// Produces the workload onto a topic of format `format` with `script`, and waits for the
 /// alerts of replay; the service's dead letters, for the caller to look into.
 async fn on_kafka(format: &str, script: &str, more: &[&str], labels: Option<&str>) -> Vec<serde_json::Value> {
-    let (lines, expected) = labelled_workload(labels);
+    let (lines, expected) = workload_as(labels, format == "prometheus-kafka-adapter");
     let dir = temp_dir(&format!("kafka_{}", format.replace('-', "_")));
     let topic = unique("collector");
     let brokers = kafka_brokers();
@@ -172,7 +181,7 @@ async fn influxdata_client_writes_line_protocol_that_alerts_as_replay_does() {
 #[tokio::test]
 #[ignore = "needs the Python clients and ../shared/data: run scripts/test.sh"]
 async fn opentelemetry_remote_write_exporter_alerts_as_replay_does() {
-    let (lines, expected) = workload();
+    let (lines, expected) = workload_as(None, true);
     let dir = temp_dir("remote_write");
     let rules = metric_rules();
     let service =

@@ -205,9 +205,9 @@ impl RuleChecker<'_> {
     /// arguments, or an unknown name.
     fn bad_call(&mut self, e: &Expr, name: &Ident, tys: &[Type], scope: &Scope) {
         let n = name.name.as_str();
-        const FUNCS: [&str; 14] = [
+        const FUNCS: [&str; 15] = [
             "abs", "sqrt", "ln", "round", "floor", "ceil", "lower", "upper", "min", "max", "avg", "sum", "stddev",
-            "count",
+            "count", "coalesce",
         ];
         const REDUCTIONS: [&str; 6] = ["avg", "sum", "min", "max", "stddev", "count"];
         if REDUCTIONS.contains(&n) {
@@ -404,6 +404,7 @@ impl RuleChecker<'_> {
 fn signature(name: &str) -> &'static str {
     match name {
         "lower" | "upper" => "it takes one string",
+        "coalesce" => "it takes two values of one type: `coalesce(e.kind, \"\")`",
         "min" | "max" => "it takes two numbers, two durations, or a range of windows such as `ss[1..3].cpu`",
         _ => "it takes one number",
     }
@@ -427,6 +428,9 @@ fn resolve_call(n: &str, tys: &[Type]) -> Option<(Func, Type)> {
         "round" => one_number(Func::Round),
         "floor" => one_number(Func::Floor),
         "ceil" => one_number(Func::Ceil),
+        "coalesce" if tys.len() == 2 && compatible(tys[0], tys[1]) => {
+            Some((Func::Coalesce, if tys[0] == Type::Error { tys[1] } else { tys[0] }))
+        }
         "lower" | "upper" if tys.len() == 1 && compatible(tys[0], Type::Str) => {
             Some((if n == "lower" { Func::Lower } else { Func::Upper }, Type::Str))
         }

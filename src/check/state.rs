@@ -92,7 +92,7 @@ impl RuleChecker<'_> {
         let ExprKind::Call(func, args) = &f.value.kind else {
             self.error(
                 Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("state field `{}` must be an aggregate", f.name.name), f.value.span, "not an aggregate")
-                    .with_help("use one of count, sum, avg, min, max, stddev, percentile, distinct_count, set, first, last; compute ratios in `alert`"),
+                    .with_help("use one of count, sum, avg, min, max, stddev, percentile, distinct_count, set, first, last, rate; compute ratios in `alert`"),
             );
             return None;
         };
@@ -175,6 +175,7 @@ impl RuleChecker<'_> {
                     "avg" => AggFunc::Avg,
                     "min" => AggFunc::Min,
                     "max" => AggFunc::Max,
+                    "rate" => AggFunc::Rate,
                     _ => AggFunc::Stddev,
                 };
                 (agg, Type::Number)

@@ -304,6 +304,7 @@ fn call(func: Func, args: &[TExpr], env: &Env) -> Value {
         Func::Round => num(0).map_or(Value::Null, |x| Value::Num(x.round())),
         Func::Floor => num(0).map_or(Value::Null, |x| Value::Num(x.floor())),
         Func::Ceil => num(0).map_or(Value::Null, |x| Value::Num(x.ceil())),
+        Func::Coalesce => vals.iter().find(|v| !v.is_null()).cloned().unwrap_or(Value::Null),
         Func::Lower | Func::Upper => match vals.first() {
             Some(Value::Str(s)) if func == Func::Lower => Value::str(&s.to_lowercase()),
             Some(Value::Str(s)) => Value::str(&s.to_uppercase()),

@@ -1,6 +1,6 @@
 //! Aggregates of a window's events, one accumulator per state field.
 
-use crate::event::Value;
+use crate::event::{Millis, Value};
 use crate::plan::AggFunc;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -30,6 +30,40 @@ pub enum Acc {
     Set(Box<BTreeSet<String>>),
     First(Box<Value>),
     Last(Box<Value>),
+    Rate(Box<Rate>),
+}
+
+/// `rate(x)` of a counter: how much it rose between the window's first and last samples, per
+/// second between them. A fall is a reset (the process restarted and counts from 0 again), so
+/// the sample after it counts whole, as PromQL's `rate` reads resets. Unlike PromQL's, the
+/// increase is not extrapolated to the window's edges: it is the slope the samples show, the
+/// same for a steady counter.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Rate {
+    first_ts: Millis,
+    last_ts: Millis,
+    last: f64,
+    increase: f64,
+    samples: u32,
+}
+
+impl Rate {
+    fn add(&mut self, x: f64, ts: Millis) {
+        if self.samples == 0 {
+            self.first_ts = ts;
+        } else {
+            self.increase += if x >= self.last { x - self.last } else { x };
+        }
+        self.last = x;
+        self.last_ts = ts;
+        self.samples = self.samples.saturating_add(1);
+    }
+
+    /// Per second; none from fewer than two samples, or two at one time.
+    fn result(&self) -> Option<f64> {
+        let seconds = (self.last_ts - self.first_ts) as f64 / 1000.0;
+        (self.samples >= 2 && seconds > 0.0).then(|| self.increase / seconds)
+    }
 }
 
 impl Acc {
@@ -47,11 +81,13 @@ impl Acc {
             AggFunc::Set => Acc::Set(Box::default()),
             AggFunc::First => Acc::First(Box::new(Value::Null)),
             AggFunc::Last => Acc::Last(Box::new(Value::Null)),
+            AggFunc::Rate => Acc::Rate(Box::default()),
         }
     }
 
-    /// Adds one event's value of the aggregate's argument (`Null` for `count()`).
-    pub fn add(&mut self, v: &Value) {
+    /// Adds one event's value of the aggregate's argument (`Null` for `count()`), at the
+    /// event's time `ts` (events come in time order).
+    pub fn add(&mut self, v: &Value, ts: Millis) {
         let num = v.as_f64().filter(|x| x.is_finite());
         match self {
             Acc::Count(n) => *n += 1,
@@ -103,6 +139,11 @@ impl Acc {
                     **l = v.clone();
                 }
             }
+            Acc::Rate(r) => {
+                if let Some(x) = num {
+                    r.add(x, ts);
+                }
+            }
         }
     }
 
@@ -117,6 +158,7 @@ impl Acc {
             Acc::Distinct(s) => Value::Num(s.len() as f64),
             Acc::Set(s) => Value::Set(Arc::new((**s).clone())),
             Acc::First(v) | Acc::Last(v) => (**v).clone(),
+            Acc::Rate(r) => r.result().map_or(Value::Null, Value::Num),
             _ => Value::Null,
         }
     }
@@ -146,9 +188,10 @@ pub fn percentile_of_sorted(sorted: &[f64], p: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// The aggregate of `values`, one a second.
     fn run(agg: AggFunc, values: &[Value]) -> Value {
         let mut acc = Acc::new(agg, true);
-        values.iter().for_each(|v| acc.add(v));
+        values.iter().zip(0..).for_each(|(v, i)| acc.add(v, i * 1000));
         acc.result()
     }
 
@@ -175,5 +218,22 @@ mod tests {
         assert_eq!(run(AggFunc::Avg, &[]), Value::Null);
         assert_eq!(run(AggFunc::Sum, &[]), Value::Num(0.0));
         assert_eq!(run(AggFunc::Stddev, &[Value::Num(1.0)]), Value::Null);
+    }
+
+    #[test]
+    fn a_rate_is_per_second_and_survives_counter_resets() {
+        let nums = |xs: &[f64]| xs.iter().map(|x| Value::Num(*x)).collect::<Vec<_>>();
+        // 10 a second for 3 seconds.
+        assert_eq!(run(AggFunc::Rate, &nums(&[100.0, 110.0, 120.0, 130.0])), Value::Num(10.0));
+        // A restart after 120: the counter starts again from 0 and reaches 5; 20 + 5 in 3 s.
+        let Value::Num(r) = run(AggFunc::Rate, &nums(&[100.0, 110.0, 120.0, 5.0])) else { panic!("a rate") };
+        assert!((r - 25.0 / 3.0).abs() < 1e-12, "{r}");
+        // Missing values are skipped; one sample, or none, has no rate.
+        assert_eq!(run(AggFunc::Rate, &[Value::Num(1.0), Value::Null, Value::Num(5.0)]), Value::Num(2.0));
+        assert_eq!(run(AggFunc::Rate, &nums(&[7.0])), Value::Null);
+        let mut same_time = Acc::new(AggFunc::Rate, true);
+        same_time.add(&Value::Num(1.0), 5);
+        same_time.add(&Value::Num(2.0), 5);
+        assert_eq!(same_time.result(), Value::Null);
     }
 }

@@ -600,7 +600,7 @@ impl Operator for WindowOperator {
             }
             group.open.update(first_start, last_start, slide, empty, |f, acc| {
                 if let Some((field, value)) = args.get(f) {
-                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value));
+                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value), event.ts);
                 }
             });
         };

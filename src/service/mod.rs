@@ -324,6 +324,7 @@ fn app_state(
         read_token: config.api_read_token.clone(),
         influx_host_tag: config.influx_host_tag.clone(),
         remote_write_host_label: config.remote_write_host_label.clone(),
+        metric_families: Default::default(),
         otlp_host_attribute: config.otlp_host_attribute.clone(),
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),

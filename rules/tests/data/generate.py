@@ -18,8 +18,11 @@ def ts(t):
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def metric(t, host, name, value):
-    return {"stream": "metric", "ts": ts(t), "host": host, "name": name, "value": round(value, 3)}
+def metric(t, host, name, value, kind=None):
+    event = {"stream": "metric", "ts": ts(t), "host": host, "name": name, "value": round(value, 3)}
+    if kind:
+        event["kind"] = kind
+    return event
 
 
 def daily(seed, host, name, days, step=timedelta(minutes=5), level=50.0, swing=10.0, noise=2.0):
@@ -40,6 +43,28 @@ def write(name, rows):
     with open(HERE / name, "w") as f:
         for r in rows:
             f.write(json.dumps(metric(*r)) + "\n")
+
+
+def counter(seed, host, name, days, resets=(), burst=None):
+    """A counter scraped every minute whose rate follows a daily cycle around 100/s: it
+    restarts from 0 at each time of `resets`; within `burst` (start, end) its rate is 6 times
+    as high. [(time, host, name, value, "counter")]."""
+    rng = random.Random(seed)
+    out = []
+    total = 0.0
+    t = START + timedelta(seconds=30)
+    end = START + timedelta(days=days)
+    while t < end:
+        phase = (t - START).total_seconds() / 86400.0 * 2 * math.pi
+        rate = max(0.0, 100.0 + 30.0 * math.sin(phase) + rng.gauss(0, 5))
+        if burst and burst[0] <= t < burst[1]:
+            rate *= 6
+        total += rate * 60
+        if any(t - timedelta(minutes=1) < r <= t for r in resets):
+            total = rate * 30
+        out.append([t, host, name, total, "counter"])
+        t += timedelta(minutes=1)
+    return out
 
 
 def at(rows, when):
@@ -89,6 +114,16 @@ def main():
         if START + timedelta(hours=8) <= r[0] < START + timedelta(hours=9):
             r[3] = 37.5
     write("stuck_idle_and_frozen.jsonl", rows + busy)
+
+    # counter_rate_deviation: a request counter that restarts from 0 twice in three days.
+    resets = [START + timedelta(days=1, hours=10), START + timedelta(days=2, hours=15)]
+    write("counter_quiet.jsonl", counter(8, "h1", "http_requests_total", 3, resets))
+    # The same with six times the traffic for ten minutes at day 2 + 6 h; beside it, a series
+    # without a kind whose raw value climbs as a counter's does: not read by the rule.
+    burst = (START + timedelta(days=2, hours=6), START + timedelta(days=2, hours=6, minutes=10))
+    spiky = counter(8, "h1", "http_requests_total", 3, resets, burst)
+    unmarked = [r[:4] for r in counter(9, "h2", "bytes_sent", 3, burst=burst)]
+    write("counter_burst.jsonl", spiky + unmarked)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ pub struct AppState {
     pub influx_host_tag: String,
     /// The remote-write label that names a sample's host.
     pub remote_write_host_label: String,
+    /// The metric families remote-write senders described, for their samples' `kind`.
+    pub metric_families: crate::metric_kind::Families,
     /// The OTLP resource (or data point) attribute that names a sample's host.
     pub otlp_host_attribute: String,
     pub health: Arc<Health>,

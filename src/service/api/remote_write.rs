@@ -56,10 +56,13 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
         ),
         BodyError::Bad(reason) => ApiError::new(StatusCode::BAD_REQUEST, reason),
     })?;
+    for m in &request.metadata {
+        state.metric_families.learn(&m.metric_family_name, crate::metric_kind::Family::from_remote_write(m.r#type));
+    }
     let mut rejects = Rejects::counting("remote_write", "series");
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
     for (i, series) in request.timeseries.iter().enumerate() {
-        let taken = series_samples(series, &state.remote_write_host_label)
+        let taken = series_samples(series, &state.remote_write_host_label, Some(&state.metric_families))
             .and_then(|s| state.intake.check_all(&s.events).map(|_| s));
         match taken {
             Ok(s) => {

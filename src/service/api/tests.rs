@@ -10,6 +10,7 @@ use tower::ServiceExt;
 
 struct App {
     router: Router,
+    state: Arc<AppState>,
     dir: std::path::PathBuf,
 }
 
@@ -87,6 +88,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         read_token: read_token.map(String::from),
         influx_host_tag: "host".into(),
         remote_write_host_label: "instance".into(),
+        metric_families: Default::default(),
         otlp_host_attribute: "host.name".into(),
         health,
         engine_health,
@@ -99,7 +101,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             max_samples_per_request: 1000,
         },
     });
-    App { router: router(state), dir }
+    App { router: router(state.clone()), state, dir }
 }
 
 async fn call(app: &App, method: Method, uri: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {
@@ -203,10 +205,19 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
             &[("__name__", "node_load1"), ("instance", "web-1:9100"), ("job", "node")],
             &[0.5, f64::from_bits(STALE_NAN)],
         )],
+        metadata: Vec::new(),
     };
     assert_eq!(send(&app, "/api/v1/write", body(&good), &headers).await, (204, serde_json::Value::Null));
+    // Prometheus sends the types of metric families in requests of their own: remembered.
+    let metadata = WriteRequest {
+        timeseries: Vec::new(),
+        metadata: vec![crate::remote_write::MetricMetadata { r#type: 2, metric_family_name: "queue_total".into() }],
+    };
+    assert_eq!(send(&app, "/api/v1/write", body(&metadata), &headers).await, (204, serde_json::Value::Null));
+    assert_eq!(app.state.metric_families.kind_of("queue_total"), Some("gauge"));
     let mixed = WriteRequest {
         timeseries: vec![series(&[("__name__", "up"), ("job", "node")], &[1.0]), good.timeseries[0].clone()],
+        metadata: Vec::new(),
     };
     let (status, answer) = send(&app, "/api/v1/write", body(&mixed), &headers).await;
     assert_eq!(status, 400, "{answer}");
