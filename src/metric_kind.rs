@@ -50,7 +50,7 @@ impl Family {
     }
 
     /// The kind of the series `name` of this family.
-    fn kind_of(self, name: &str) -> Option<&'static str> {
+    pub fn kind_of(self, name: &str) -> Option<&'static str> {
         match self {
             Family::Counter => Some(COUNTER),
             Family::Gauge => Some(GAUGE),

@@ -13,6 +13,8 @@
 //! A series without a name or a host is refused with the reason; the request's other series are
 //! kept.
 
+pub mod v2;
+
 use crate::event::{DecodeError, Event, Value};
 use crate::metric_kind::{self, Families};
 use crate::schema::Stream;
@@ -73,15 +75,16 @@ pub enum BodyError {
     Bad(String),
 }
 
-/// Decompresses (snappy block format) and decodes a remote-write 1.0 body, refusing one that
-/// would decompress past `limit` bytes before decompressing it.
-pub fn decode_body(body: &[u8], limit: usize) -> Result<WriteRequest, BodyError> {
+/// Decompresses (snappy block format) and decodes a remote-write body (a 1.0 `WriteRequest`
+/// or a 2.0 [`v2::Request`], named `what` in errors), refusing one that would decompress past
+/// `limit` bytes before decompressing it.
+pub fn decode_body<M: prost::Message + Default>(body: &[u8], limit: usize, what: &str) -> Result<M, BodyError> {
     let len = snap::raw::decompress_len(body).map_err(|e| BodyError::Bad(format!("not snappy: {e}")))?;
     if len > limit {
         return Err(BodyError::TooLarge(len));
     }
     let raw = snap::raw::Decoder::new().decompress_vec(body).map_err(|e| BodyError::Bad(format!("not snappy: {e}")))?;
-    prost::Message::decode(raw.as_slice()).map_err(|e| BodyError::Bad(format!("not a WriteRequest: {e}")))
+    M::decode(raw.as_slice()).map_err(|e| BodyError::Bad(format!("not a {what}: {e}")))
 }
 
 /// The events of one series, and how many of its samples were stale markers or not finite.
@@ -98,6 +101,17 @@ pub fn series_samples(
     series: &TimeSeries,
     host_label: &str,
     families: Option<&Families>,
+) -> Result<SeriesSamples, DecodeError> {
+    let name = series.labels.iter().find(|l| l.name == "__name__").map_or("", |l| l.value.as_str());
+    let kind = families.map_or_else(|| metric_kind::by_name(name), |f| f.kind_of(name));
+    series_samples_of_kind(series, host_label, kind)
+}
+
+/// [`series_samples`] of a series whose `kind` is known.
+pub fn series_samples_of_kind(
+    series: &TimeSeries,
+    host_label: &str,
+    kind: Option<&str>,
 ) -> Result<SeriesSamples, DecodeError> {
     let mut name = None;
     let mut host = None;
@@ -120,7 +134,7 @@ pub fn series_samples(
         reason: format!("series {name}: no such label, and every sample needs the label that names its host"),
     })?;
     let labels = (!labels.is_empty()).then(|| Value::Map(Arc::new(labels)));
-    let kind = families.map_or_else(|| metric_kind::by_name(name), |f| f.kind_of(name)).map(Value::str);
+    let kind = kind.map(Value::str);
     let mut out = SeriesSamples::default();
     for s in &series.samples {
         if s.value.to_bits() == STALE_NAN {
@@ -243,11 +257,16 @@ mod tests {
         };
         let raw = prost::Message::encode_to_vec(&request);
         let body = snap::raw::Encoder::new().compress_vec(&raw).expect("snappy");
-        assert_eq!(decode_body(&body, 1 << 20), Ok(request));
-        assert_eq!(decode_body(&body, 4), Err(BodyError::TooLarge(raw.len())));
-        assert!(matches!(decode_body(b"not snappy at all", 1 << 20), Err(BodyError::Bad(_))));
+        assert_eq!(decode_body::<WriteRequest>(&body, 1 << 20, "WriteRequest"), Ok(request));
+        assert_eq!(decode_body::<WriteRequest>(&body, 4, "WriteRequest"), Err(BodyError::TooLarge(raw.len())));
+        assert!(matches!(
+            decode_body::<WriteRequest>(b"not snappy at all", 1 << 20, "WriteRequest"),
+            Err(BodyError::Bad(_))
+        ));
         let not_proto = snap::raw::Encoder::new().compress_vec(&[0xff, 0xff, 0xff]).expect("snappy");
-        assert!(matches!(decode_body(&not_proto, 1 << 20), Err(BodyError::Bad(r)) if r.contains("WriteRequest")));
+        assert!(
+            matches!(decode_body::<WriteRequest>(&not_proto, 1 << 20, "WriteRequest"), Err(BodyError::Bad(r)) if r.contains("WriteRequest"))
+        );
     }
 
     #[test]

@@ -117,14 +117,26 @@ async fn call(app: &App, method: Method, uri: &str, body: &str, token: Option<&s
 }
 
 async fn send(app: &App, uri: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let (status, _, body) = send_for_headers(app, uri, body, headers).await;
+    (status, body)
+}
+
+/// [`send`], with the answer's headers.
+async fn send_for_headers(
+    app: &App,
+    uri: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (u16, axum::http::HeaderMap, serde_json::Value) {
     let mut request = HttpRequest::builder().method(Method::POST).uri(uri);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let response = app.router.clone().oneshot(request.body(Body::from(body)).expect("request")).await.expect("answers");
     let status = response.status().as_u16();
+    let answer_headers = response.headers().clone();
     let bytes = response.into_body().collect().await.expect("body").to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+    (status, answer_headers, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
 }
 
 #[tokio::test]
@@ -225,10 +237,63 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     assert!(answer["error"].as_str().is_some_and(|e| e.contains("`instance`")), "{answer}");
     let (status, _) = send(&app, "/api/v1/write", b"garbage".to_vec(), &headers).await;
     assert_eq!(status, 400);
-    let v2 = [("content-type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")];
-    let (status, answer) = send(&app, "/api/v1/write", body(&good), &v2).await;
-    assert!(status == 415 && answer["error"].as_str().is_some_and(|e| e.contains("not read yet")), "{answer}");
+    let other = [("content-type", "application/x-protobuf;proto=io.prometheus.write.v3.Request")];
+    let (status, answer) = send(&app, "/api/v1/write", body(&good), &other).await;
+    assert!(status == 415 && answer["error"].as_str().is_some_and(|e| e.contains("v2.Request")), "{answer}");
     assert_eq!(send(&app, "/api/v1/write", body(&good), &[("content-type", "application/json")]).await.0, 415);
+}
+
+#[tokio::test]
+async fn remote_write_2_is_read_on_the_same_path_and_says_what_it_wrote() {
+    use crate::remote_write::v2::{Histogram, Request, Series};
+    use crate::remote_write::Sample;
+    let app = app(None, None).await;
+    let now = crate::event::now_ms();
+    let symbols = ["", "__name__", "rpc_seconds", "instance", "web-1:9100", "up"];
+    let request = Request {
+        symbols: symbols.iter().map(|s| s.to_string()).collect(),
+        timeseries: vec![
+            Series {
+                labels_refs: vec![1, 2, 3, 4],
+                samples: vec![Sample { value: 0.5, timestamp: now }, Sample { value: 0.7, timestamp: now + 1 }],
+                histograms: vec![Histogram { count_int: Some(3), sum: 1.5, timestamp: now, ..Default::default() }],
+                ..Default::default()
+            },
+            // No host label: refused, and the request's other series still written.
+            Series {
+                labels_refs: vec![1, 5],
+                samples: vec![Sample { value: 1.0, timestamp: now }],
+                ..Default::default()
+            },
+        ],
+    };
+    let body = snap::raw::Encoder::new().compress_vec(&prost::Message::encode_to_vec(&request)).expect("snappy");
+    let headers = [
+        ("content-type", "application/x-protobuf;proto=io.prometheus.write.v2.Request"),
+        ("content-encoding", "snappy"),
+    ];
+    let (status, written, answer) = send_for_headers(&app, "/api/v1/write", body, &headers).await;
+    assert_eq!(status, 400, "{answer}");
+    let header = |name: &str| written.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert_eq!(header("x-prometheus-remote-write-samples-written"), "2");
+    assert_eq!(header("x-prometheus-remote-write-histograms-written"), "1");
+    assert_eq!(header("x-prometheus-remote-write-exemplars-written"), "0");
+    assert_eq!(answer["accepted"], 4, "two samples, and the histogram's count and sum: {answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("`instance`")), "{answer}");
+    // Only the good series: all written, 204. With an exemplar, which is not kept: 400 saying so.
+    let mut good = request.clone();
+    good.timeseries.truncate(1);
+    let encode =
+        |r: &Request| snap::raw::Encoder::new().compress_vec(&prost::Message::encode_to_vec(r)).expect("snappy");
+    assert_eq!(send_for_headers(&app, "/api/v1/write", encode(&good), &headers).await.0, 204);
+    good.timeseries[0].exemplars.push(crate::remote_write::v2::Exemplar {
+        labels_refs: vec![],
+        value: 1.0,
+        timestamp: now,
+    });
+    let (status, written, answer) = send_for_headers(&app, "/api/v1/write", encode(&good), &headers).await;
+    assert!(status == 400 && answer["error"].as_str().is_some_and(|e| e.contains("1 exemplars")), "{answer}");
+    assert_eq!(written.get("x-prometheus-remote-write-samples-written").map(|v| v.as_bytes()), Some(&b"2"[..]));
 }
 
 #[tokio::test]
