@@ -537,3 +537,51 @@ async fn paced_produce_sends_each_event_when_it_is_due() {
     assert!(status.success());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test]
+async fn when_every_sender_stops_absences_still_fire_and_vigil_says_its_input_stopped() {
+    let dir = temp_dir("input_stopped");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    let silent = "rule quick_silence { host h report metric s1 as e1  host h report metric s2 as e2
+                  with e1 -> not e2 for 3 s  alert severity critical  return h.host }";
+    std::fs::write(rules.join("quick_silence.saql"), silent).expect("rule");
+    let service = Service::start(&[
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--database-url",
+        &sqlite_url(&dir),
+        "--input-stopped-after",
+        "4s",
+    ]);
+    let sample = |ts: i64| {
+        let ts = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ts) * 1_000_000)
+            .expect("a time")
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("formatted");
+        format!("{{\"stream\":\"metric\",\"ts\":\"{ts}\",\"host\":\"web-1\",\"name\":\"up\",\"value\":1}}\n")
+    };
+    let now = || vigil::event::now_ms();
+    assert_eq!(post_events(&service.url, sample(now())).await["accepted"], 1);
+    // No event comes after it: the silence is due by the wall clock, and then the input is
+    // said to have stopped.
+    let alerts = |rule: &'static str| {
+        let url = format!("{}/api/v1/alerts?rule={rule}", service.url);
+        async move { get_json(&url).await["alerts"].as_array().cloned().unwrap_or_default() }
+    };
+    let silence = eventually("the absence, with no event after it", || async {
+        alerts("quick_silence").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(silence["key"]["h.host"], "web-1");
+    let stopped =
+        eventually("the self-alert", || async { alerts("vigil_input_stopped").await.into_iter().next() }).await;
+    assert_eq!((stopped["status"].as_str(), stopped["severity"].as_str()), (Some("firing"), Some("critical")));
+    // Input again: it resolves.
+    post_events(&service.url, sample(now())).await;
+    eventually("the self-alert resolved", || async {
+        alerts("vigil_input_stopped").await.into_iter().find(|a| a["status"] == "resolved")
+    })
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+}

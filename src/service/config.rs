@@ -248,6 +248,8 @@ settings! {
         "Samples one request to a collector receiver (remote-write, OTLP, line protocol) may carry; a larger one is refused whole (413)";
     lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
         "How late an event may arrive and still count, e.g. `30s`";
+    input_stopped_after: Duration ["5min"] = parse_duration, env "VIGIL_INPUT_STOPPED_AFTER",
+        "Quiet input after which the self-alert `vigil_input_stopped` fires (and at least three of the input's longest recent gaps)";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
         "How far ahead of this machine's clock an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
     max_event_jump: Duration ["0s"] = parse_duration, env "VIGIL_MAX_EVENT_JUMP",

@@ -11,6 +11,7 @@
 //! behind the alerts it produced, with the next position of every source it covers, so the
 //! store never holds a checkpoint ahead of its alerts.
 
+use super::idle::Idle;
 use super::position::{Position, HTTP_SOURCE};
 use super::telemetry::Telemetry;
 use crate::alert::Alert;
@@ -162,6 +163,8 @@ pub struct EngineLoop {
     pub restored: Vec<Position>,
     /// The state budget, in bytes.
     pub max_state_bytes: usize,
+    /// Quiet input after which `vigil_input_stopped` fires ([`super::idle`]).
+    pub input_stopped_after: Duration,
 }
 
 /// The engine's input channel and the output channel out of it.
@@ -184,6 +187,9 @@ struct Running {
     late_seen: BTreeMap<String, u64>,
     evicted_seen: BTreeMap<(String, &'static str), u64>,
     last_event: Instant,
+    /// The time of the newest event taken.
+    newest: Option<Millis>,
+    idle: Idle,
     last_checkpoint: Instant,
     last_gauges: Instant,
 }
@@ -211,6 +217,8 @@ impl EngineLoop {
                     late_seen: BTreeMap::new(),
                     evicted_seen: BTreeMap::new(),
                     last_event: Instant::now(),
+                    newest: None,
+                    idle: Idle::new(self.input_stopped_after),
                     last_checkpoint: Instant::now(),
                     last_gauges: Instant::now(),
                 };
@@ -300,7 +308,14 @@ impl EngineLoop {
         match input {
             // The watermark trails the newest event, so the newest events wait for a newer
             // one. When none comes for a second the stream is idle: release them.
-            Input::Tick if r.last_event.elapsed() >= IDLE => self.engine.flush(&mut r.out),
+            Input::Tick if r.last_event.elapsed() >= IDLE => {
+                self.engine.flush(&mut r.out);
+                // Before the first event since a restart, the restored time stands for it.
+                let newest = r.newest.or_else(|| self.engine.watermark());
+                if let Some(now) = r.idle.quiet(r.last_event, newest, now_ms(), &mut r.out) {
+                    self.engine.advance_to(now, &mut r.out);
+                }
+            }
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
             Input::Ack(reply) => {
                 let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
@@ -325,7 +340,9 @@ impl EngineLoop {
         if events.is_empty() {
             return;
         }
+        r.idle.input(r.last_event, now_ms(), &mut r.out);
         r.last_event = Instant::now();
+        r.newest = events.iter().map(|e| e.ts).max().max(r.newest);
         for e in &events {
             events_in[e.stream as usize].inc();
         }

@@ -12,6 +12,7 @@ pub mod api;
 pub mod config;
 pub mod engine_loop;
 pub mod group;
+pub mod idle;
 pub mod ingest_log;
 pub mod kafka;
 pub mod position;
@@ -183,6 +184,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
             checkpoint_every: config.checkpoint_interval,
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
+            input_stopped_after: config.input_stopped_after,
         }
         .spawn(rx, alerts_tx);
         let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;

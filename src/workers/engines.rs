@@ -204,6 +204,11 @@ impl Engines {
         self.each(out, |_, engine, out| engine.settle(out));
     }
 
+    /// See [`Engine::advance_to`]: every worker's time moves to `now`.
+    pub fn advance_to(&mut self, now: Millis, out: &mut Vec<Alert>) {
+        self.each(out, move |_, engine, out| engine.advance_to(now, out));
+    }
+
     /// See [`Engine::reload`]; every worker keeps the same rules' state.
     pub fn reload(&mut self, plans: Vec<RulePlan>, out: &mut Vec<Alert>) -> Vec<String> {
         if let Inner::Many(split) = &mut self.inner {

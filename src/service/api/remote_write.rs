@@ -48,9 +48,11 @@ fn check_headers(headers: &HeaderMap) -> Result<Version, ApiError> {
     let version = match proto {
         "prometheus.writerequest" => Version::V1,
         "io.prometheus.write.v2.request" => Version::V2,
-        other => return unsupported(format!(
+        other => {
+            return unsupported(format!(
             "`proto={other}` is not taken: send prometheus.WriteRequest (1.0) or io.prometheus.write.v2.Request (2.0)"
-        )),
+        ))
+        }
     };
     let encoding = header("content-encoding");
     if !encoding.is_empty() && encoding != "snappy" {

@@ -37,6 +37,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         checkpoint_every: Duration::from_secs(3600),
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
+        input_stopped_after: Duration::from_secs(300),
     }
     .spawn(rx, alerts_tx);
     let (published, _) = broadcast::channel(64);
