@@ -729,3 +729,65 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     drop(members);
     drop_database_at(&admin, &db_name).await;
 }
+
+/// Every member takes pushed events: each forwards them to the group's topic, and the member
+/// that owns their key group judges them. Events for one alert pushed half to each member
+/// raise it, once.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn every_member_of_a_group_takes_pushed_events() {
+    let brokers = kafka_brokers();
+    let tasks = unique("group_push_tasks");
+    let (db_name, db_url) = create_database().await;
+    let group = unique("group_push");
+    let rules = temp_dir("push_rules");
+    std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("rule");
+    let task_topic = format!("task_event={tasks}");
+    let args = [
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--kafka-join-group",
+        "--kafka-create-topics",
+        "--topic",
+        &task_topic,
+        "--kafka-option",
+        "session.timeout.ms=6000",
+        "--rules",
+        rules.to_str().expect("utf-8"),
+    ];
+    let a = Service::start(&args);
+    let b = Service::start(&args);
+    let evict_fail = |job: &str, minute: i64| -> (String, String) {
+        let lines: Vec<String> = evict_then_fail(job, minute).lines().map(|l| format!("{l}\n")).collect();
+        (lines[0].clone(), lines[1].clone())
+    };
+    // Each pair's eviction to one member, its failure to the other.
+    for (i, job) in ["push-1", "push-2", "push-3"].iter().enumerate() {
+        let (evict, fail) = evict_fail(job, i as i64 * 10);
+        assert_eq!(post_events(&a.url, evict).await["accepted"], 1);
+        assert_eq!(post_events(&b.url, fail).await["accepted"], 1);
+    }
+    // Time moves past the last failure on every partition with a later event of each job.
+    let (evict, fail) = evict_fail("push-later", 120);
+    post_events(&a.url, evict + &fail).await;
+    let alerts = eventually("the three alerts, on either member", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", b.url)).await;
+        let mut jobs: Vec<String> = page["alerts"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a["key"]["t.job_id"].as_str().map(str::to_string))
+            .filter(|j| j != "push-later")
+            .collect();
+        jobs.sort();
+        (jobs.len() >= 3).then_some(jobs)
+    })
+    .await;
+    assert_eq!(alerts, ["push-1", "push-2", "push-3"], "each alert once");
+    drop((a, b));
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&rules).ok();
+}

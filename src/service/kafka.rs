@@ -110,6 +110,16 @@ pub fn forwarding_producer<C: rdkafka::producer::ProducerContext>(
     client(brokers, &defaults, options).create_with_context(context)
 }
 
+/// The producer of a group member's HTTP ingest ([`super::group::push`]): idempotent, so a
+/// retry inside it writes no event twice.
+pub fn push_producer(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    let defaults = [("linger.ms", "5"), ("message.timeout.ms", "30000"), ("enable.idempotence", "true")];
+    client(brokers, &defaults, options).create()
+}
+
 /// Creates the topics that do not exist yet (`partitions` partitions, as many replicas as the
 /// broker's `default.replication.factor`), for
 /// brokers without automatic topic creation. Existing topics are left as they are.

@@ -170,7 +170,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         drop(alerts_tx);
         let writer = spawn_writers(&config, &wiring, None, alerts_rx, dead_rx, &external_url)?;
         let member = join_group(&config, &wiring, loaded.plans(), rx, &external_url).await?;
-        (member, writer, None, refuse_ingest())
+        (member, writer, None, forward_ingest(&config)?)
     } else {
         let mut engine = build_engine(&config, loaded.plans());
         let resume = restore(&store, &mut engine).await?;
@@ -290,20 +290,13 @@ async fn join_group(
         .map_err(|source| ServiceError::JoinGroup { group: config.kafka_group.clone(), source })
 }
 
-/// HTTP ingest of a group member: events reach a group through its Kafka topics only, where
-/// every instance can read them.
-fn refuse_ingest() -> mpsc::Sender<sources::http::Batch> {
-    let (tx, mut rx) = mpsc::channel::<sources::http::Batch>(16);
-    tokio::spawn(async move {
-        while let Some(batch) = rx.recv().await {
-            let _ = batch.reply.send(sources::http::Logged::Failed(
-                "this instance shares a Kafka consumer group (--kafka-join-group): send events to the group's \
-                 Kafka topics, where every instance of the group reads them"
-                    .into(),
-            ));
-        }
-    });
-    tx
+/// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`group::push`]).
+fn forward_ingest(config: &ServeConfig) -> Result<mpsc::Sender<sources::http::Batch>, ServiceError> {
+    let brokers = config.kafka_brokers.as_deref().unwrap_or_default();
+    let producer =
+        kafka::push_producer(brokers, &config.kafka_options).map_err(|e| ServiceError::KafkaConsumer(e.into()))?;
+    let forward = group::push::Forward { producer, topics: config.topics.clone() };
+    Ok(forward.spawn())
 }
 
 /// What the API's handlers share.

@@ -136,8 +136,6 @@ pub(super) async fn log_events(
     Ok(logging)
 }
 
-/// Events decoded from another format, as the JSON lines the ingest log keeps (read back after a
-/// crash), each with the range of its line.
 /// A request of more samples than `--max-samples-per-request` is refused whole: 413, which a
 /// sender does not retry as it is (it can send smaller batches).
 pub(super) fn within_request_limit(state: &AppState, samples: usize) -> ApiResult<()> {
@@ -149,6 +147,8 @@ pub(super) fn within_request_limit(state: &AppState, samples: usize) -> ApiResul
     Err(ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, message))
 }
 
+/// Events decoded from another format, as the JSON lines the ingest log keeps (read back after a
+/// crash), each with the range of its line.
 pub(super) fn as_json_lines(events: Vec<crate::event::Event>) -> (Bytes, Vec<(Range<usize>, crate::event::Event)>) {
     let mut body = Vec::with_capacity(events.len() * 96);
     let mut ranged = Vec::with_capacity(events.len());

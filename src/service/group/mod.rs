@@ -18,6 +18,7 @@ mod ends;
 mod forward;
 pub mod keyed;
 mod outage;
+pub mod push;
 pub mod rules;
 #[cfg(test)]
 mod tests;
