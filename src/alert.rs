@@ -57,6 +57,41 @@ pub struct Alert {
     pub evidence: Arc<[Evidence]>,
 }
 
+impl Alert {
+    /// One of Vigil's own alerts (about itself, not raised by a rule), firing at `now`: labelled
+    /// with its name and severity, and `labels` besides, and summarised by `summary`.
+    pub fn own(
+        rule: &str,
+        severity: &str,
+        key: Fields,
+        values: Fields,
+        labels: &[(&str, &str)],
+        summary: String,
+        now: Millis,
+    ) -> Alert {
+        let mut all = BTreeMap::from([
+            ("alertname".to_string(), rule.to_string()),
+            ("severity".to_string(), severity.to_string()),
+        ]);
+        all.extend(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Alert {
+            id: alert_id(rule, &key, now),
+            rule: Arc::from(rule),
+            severity: Arc::from(severity),
+            status: Status::Firing,
+            time: now,
+            starts_at: now,
+            ends_at: None,
+            detected_at: now,
+            key,
+            values,
+            labels: Arc::new(all),
+            annotations: Arc::new(BTreeMap::from([("summary".to_string(), summary)])),
+            evidence: Arc::from(Vec::new()),
+        }
+    }
+}
+
 /// Named JSON values of an alert (its key, its `return` values), written as a JSON object in
 /// their order. Made once per alert episode and shared by its records; the names are shared by
 /// every alert of the rule. A list of pairs rather than a map: an alert has a few of them, and a

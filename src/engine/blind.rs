@@ -6,10 +6,9 @@
 //! host going quiet. Vigil then raises an alert of its own, `vigil_state_evicted`, keyed by the
 //! rule, so that the operator knows; it resolves an hour (event time) after the last such drop.
 
-use crate::alert::{alert_id, Alert, Fields, Status};
+use crate::alert::{Alert, Fields, Status};
 use crate::event::Millis;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The name the self-alert carries as its rule.
@@ -58,42 +57,20 @@ impl BlindSpot {
     }
 
     fn alert(&self, rule: &str, now: Millis) -> Alert {
-        let name: Arc<str> = Arc::from(RULE);
         let key = Fields::new(vec![(Arc::from("rule"), json!(rule))]);
         let why = match self.reason {
             "memory" => "the state budget (--max-state-mb)",
             _ => "the key cap (--max-keys-per-rule)",
         };
-        let labels = BTreeMap::from([
-            ("alertname".to_string(), RULE.to_string()),
-            ("severity".to_string(), "warning".to_string()),
-            ("rule".to_string(), rule.to_string()),
+        let summary = format!(
+            "rule {rule} dropped waiting absence matches or learned cadences to stay within {why}: a key that goes quiet now may not be reported"
+        );
+        let values = Fields::new(vec![
+            (Arc::from("rule"), json!(rule)),
+            (Arc::from("dropped"), json!(self.dropped)),
+            (Arc::from("reason"), json!(self.reason)),
         ]);
-        let annotations = BTreeMap::from([(
-            "summary".to_string(),
-            format!(
-                "rule {rule} dropped waiting absence matches or learned cadences to stay within {why}: a key that goes quiet now may not be reported"
-            ),
-        )]);
-        Alert {
-            id: alert_id(RULE, &key, now),
-            rule: name,
-            severity: Arc::from("warning"),
-            status: Status::Firing,
-            time: now,
-            starts_at: now,
-            ends_at: None,
-            detected_at: now,
-            key,
-            values: Fields::new(vec![
-                (Arc::from("rule"), json!(rule)),
-                (Arc::from("dropped"), json!(self.dropped)),
-                (Arc::from("reason"), json!(self.reason)),
-            ]),
-            labels: Arc::new(labels),
-            annotations: Arc::new(annotations),
-            evidence: Arc::from(Vec::new()),
-        }
+        Alert::own(RULE, "warning", key, values, &[("rule", rule)], summary, now)
     }
 
     /// When the firing self-alert would resolve.

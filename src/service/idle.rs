@@ -11,10 +11,10 @@
 //! gaps (a feed that comes every 10 minutes is not stopped after 5), and resolves with the next
 //! input.
 
-use crate::alert::{alert_id, Alert, Fields, Status};
+use crate::alert::{Alert, Fields, Status};
 use crate::event::Millis;
 use serde_json::json;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,29 +87,12 @@ impl Idle {
 
     fn alert(&self, quiet: Duration, now: Millis) -> Alert {
         let key = Fields::new(vec![(Arc::from("input"), json!("all"))]);
-        let labels = BTreeMap::from([
-            ("alertname".to_string(), RULE.to_string()),
-            ("severity".to_string(), "critical".to_string()),
-        ]);
         let summary = format!(
             "no event, sample or message has reached Vigil for {} s: every sender stopped, or the way to Vigil is cut; absence rules go on by the wall clock",
             quiet.as_secs()
         );
-        Alert {
-            id: alert_id(RULE, &key, now),
-            rule: Arc::from(RULE),
-            severity: Arc::from("critical"),
-            status: Status::Firing,
-            time: now,
-            starts_at: now,
-            ends_at: None,
-            detected_at: now,
-            key,
-            values: Fields::new(vec![(Arc::from("quiet_seconds"), json!(quiet.as_secs()))]),
-            labels: Arc::new(labels),
-            annotations: Arc::new(BTreeMap::from([("summary".to_string(), summary)])),
-            evidence: Arc::from(Vec::new()),
-        }
+        let values = Fields::new(vec![(Arc::from("quiet_seconds"), json!(quiet.as_secs()))]);
+        Alert::own(RULE, "critical", key, values, &[], summary, now)
     }
 }
 
