@@ -181,6 +181,31 @@ async fn owns_keyed_partitions(service: &Service) {
     .await;
 }
 
+/// Waits until no rebalance is under way: every member owns input and keyed partitions, and
+/// together they own every partition of each (`inputs` of the input topics, 12 keyed: the
+/// default). A member takes a partition over only once the store has its claim, so a rebalance
+/// that is still under way when the store stops holds that member, and with it the time of every
+/// keyed partition, until the store is back.
+async fn settled(members: &[Service], inputs: f64) {
+    let owned = |m: &str, topic: &dyn Fn(&str) -> bool| {
+        m.lines()
+            .filter(|l| l.starts_with("vigil_group_owned_partitions{") && topic(l))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    eventually("the group to settle: every partition owned, by every member", || async {
+        let mut per_member = Vec::new();
+        for s in members {
+            let m = metrics(&s.url).await;
+            per_member.push((owned(&m, &|l| l.contains("topic=\"input\"")), owned(&m, &|l| l.contains("-keyed\""))));
+        }
+        let every = per_member.iter().all(|(i, k)| *i > 0.0 && *k > 0.0);
+        let (i, k) = per_member.iter().fold((0.0, 0.0), |(i, k), (a, b)| (i + a, k + b));
+        (every && i == inputs && k == 12.0).then_some(())
+    })
+    .await;
+}
+
 static ONE_CASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One run of a group through faults.
@@ -666,10 +691,8 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     })
     .await;
     pool.close().await;
-    // Both members run keyed partitions: the rebalance of the second's join is over.
-    for member in &members {
-        owns_keyed_partitions(member).await;
-    }
+    // The rebalances of the second's join are over, in both groups.
+    settled(&members, 12.0).await;
     let moved_before = moved().await;
 
     pg_ctl(&cluster, "stop");
