@@ -538,6 +538,14 @@ async fn paced_produce_sends_each_event_when_it_is_due() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Milliseconds since the epoch as RFC 3339, as events carry their time.
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .expect("a time")
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("formatted")
+}
+
 #[tokio::test]
 async fn when_every_sender_stops_absences_still_fire_and_vigil_says_its_input_stopped() {
     let dir = temp_dir("input_stopped");
@@ -555,10 +563,7 @@ async fn when_every_sender_stops_absences_still_fire_and_vigil_says_its_input_st
         "4s",
     ]);
     let sample = |ts: i64| {
-        let ts = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ts) * 1_000_000)
-            .expect("a time")
-            .format(&time::format_description::well_known::Rfc3339)
-            .expect("formatted");
+        let ts = rfc3339(ts);
         format!("{{\"stream\":\"metric\",\"ts\":\"{ts}\",\"host\":\"web-1\",\"name\":\"up\",\"value\":1}}\n")
     };
     let now = || vigil::event::now_ms();
@@ -583,5 +588,75 @@ async fn when_every_sender_stops_absences_still_fire_and_vigil_says_its_input_st
         alerts("vigil_input_stopped").await.into_iter().find(|a| a["status"] == "resolved")
     })
     .await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A remote-write sender resending its backlog after Vigil was down: two shards, each in time
+/// order, one ten minutes ahead of the other. Time follows the slower, so none of its samples
+/// is late and its alert comes; with time following the newest sample alone
+/// (`--source-idle-after 0s`), the slow shard's samples are late.
+#[tokio::test]
+async fn a_backlog_resent_by_parallel_shards_is_taken_not_late() {
+    let dir = temp_dir("backlog");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    let hot = "rule hot { host h report metric s as e where e.value > 90 return h.host }";
+    std::fs::write(rules.join("hot.saql"), hot).expect("rule");
+    let start = vigil::event::now_ms() - 3_600_000;
+    let samples = |host: &str, from_min: i64, to_min: i64, hot_min: i64| -> String {
+        (from_min * 6..to_min * 6)
+            .map(|i| {
+                let ts = rfc3339(start + i * 10_000);
+                let value = if i == hot_min * 6 { 99 } else { 10 };
+                format!("{{\"stream\":\"metric\",\"ts\":\"{ts}\",\"host\":\"{host}\",\"name\":\"cpu\",\"value\":{value}}}\n")
+            })
+            .collect()
+    };
+    for (idle_after, late_expected) in [("10s", false), ("0s", true)] {
+        let db = sqlite_url(&dir.join(idle_after));
+        std::fs::create_dir_all(dir.join(idle_after)).expect("db dir");
+        let rules_arg = rules.to_str().expect("utf-8");
+        let args = [
+            "--rules",
+            rules_arg,
+            "--database-url",
+            &db,
+            "--lateness",
+            "0s",
+            "--source-idle-after",
+            idle_after,
+            "--checkpoint-interval",
+            "1s",
+        ];
+        // Before Vigil goes down: the last samples both shards sent, and a checkpoint after them.
+        let mut before = Service::start(&args);
+        post_events(&before.url, samples("fast-1", -1, 0, 99) + &samples("slow-1", -1, 0, 99)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        post_events(&before.url, samples("other-1", -1, 0, 99)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+        before.kill();
+        let service = Service::start(&args);
+        assert!(service.log().contains("state restored from the checkpoint"), "{}", service.log());
+        // The fast shard resends its first ten minutes before the slow one sends anything.
+        let fast = post_events(&service.url, samples("fast-1", 0, 10, 99)).await;
+        assert_eq!(fast["late"], 0, "{fast}");
+        let mut late = 0;
+        for minute in 0..10 {
+            let slow = post_events(&service.url, samples("slow-1", minute, minute + 1, 4)).await;
+            late += slow["late"].as_u64().expect("a count");
+        }
+        if late_expected {
+            // All but the last, of the fast shard's newest millisecond, not released yet.
+            assert_eq!(late, 59, "one watermark: the slow shard's samples are late");
+            continue;
+        }
+        assert_eq!(late, 0, "time follows the slow shard: none of its samples is late");
+        let url = format!("{}/api/v1/alerts?rule=hot", service.url);
+        let alert = eventually("the slow shard's alert", || async {
+            get_json(&url).await["alerts"].as_array().and_then(|a| a.first().cloned())
+        })
+        .await;
+        assert_eq!(alert["key"]["h.host"], "slow-1");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

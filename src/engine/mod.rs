@@ -102,6 +102,10 @@ pub struct Engine {
     buffer: ReorderBuffer,
     arrivals: u64,
     max_ts: Option<Millis>,
+    /// The newest time that every live source of the input has reached, when the caller tracks
+    /// sources ([`Engine::set_slowest`]): time moves no further than the newest event's would
+    /// from here, so that a source behind the others (a sender resending a backlog) is not late.
+    slowest: Option<Millis>,
     /// Every event up to here has been released to the operators.
     watermark: Option<Millis>,
     timers: BinaryHeap<Reverse<(Millis, usize)>>,
@@ -202,6 +206,7 @@ impl Engine {
             buffer: ReorderBuffer::default(),
             arrivals: 0,
             max_ts: None,
+            slowest: None,
             watermark: None,
             timers: BinaryHeap::new(),
             registered: vec![None; n],
@@ -246,6 +251,7 @@ impl Engine {
         fresh.buffer = std::mem::take(&mut self.buffer);
         fresh.arrivals = self.arrivals;
         fresh.max_ts = self.max_ts;
+        fresh.slowest = self.slowest;
         fresh.watermark = self.watermark;
         fresh.stats = std::mem::take(&mut self.stats);
         fresh.ceiling = self.ceiling;
@@ -453,8 +459,27 @@ impl Engine {
         self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
         self.arrivals += 1;
         self.buffer.push(Pending { ts, event, arrival: self.arrivals });
-        let target = release_target(self.max_ts.unwrap_or(Millis::MIN), self.config.lateness_ms);
+        let target = release_target(self.newest().unwrap_or(Millis::MIN), self.config.lateness_ms);
         self.release(target, out);
+    }
+
+    /// The newest event's time, or the slowest live source's when that is behind it.
+    fn newest(&self) -> Option<Millis> {
+        match (self.max_ts, self.slowest) {
+            (Some(max), Some(slowest)) => Some(max.min(slowest)),
+            (max, _) => max,
+        }
+    }
+
+    /// The newest time every live source has reached (`None`: the caller knows of no source
+    /// that holds time back). Time moves as the newest event's would from there; when it rises,
+    /// the events it lets through are released.
+    pub fn set_slowest(&mut self, slowest: Option<Millis>, out: &mut Vec<Alert>) {
+        let before = self.newest();
+        self.slowest = slowest;
+        if let Some(newest) = self.newest().filter(|n| before.is_none_or(|b| *n > b)) {
+            self.release(release_target(newest, self.config.lateness_ms), out);
+        }
     }
 
     /// The summaries of the windows that stage-one operators closed since the last call
@@ -504,8 +529,8 @@ impl Engine {
     /// End of input: every buffered event is released and time moves to the newest timestamp.
     /// Windows that have not ended and absences not yet due stay open.
     pub fn flush(&mut self, out: &mut Vec<Alert>) {
-        if let Some(max) = self.max_ts {
-            self.release(max, out);
+        if let Some(newest) = self.newest() {
+            self.release(newest, out);
         }
     }
 
@@ -513,13 +538,15 @@ impl Engine {
     /// wait for a newer event (a service's quiet stream). An event of that timestamp arriving
     /// after this is late.
     pub fn settle(&mut self, out: &mut Vec<Alert>) {
-        if let Some(max) = self.max_ts {
-            self.advance_to(max, out);
+        if let Some(newest) = self.newest() {
+            self.advance_to(newest, out);
         }
     }
 
-    /// Moves time to `now` without an event (a service's idle clock, with lateness applied).
+    /// Moves time to `now` without an event (a service's idle clock, with lateness applied),
+    /// no further than the slowest live source allows.
     pub fn advance_to(&mut self, now: Millis, out: &mut Vec<Alert>) {
+        let now = self.slowest.map_or(now, |s| now.min(s));
         let target = now.saturating_sub(self.config.lateness_ms);
         if self.max_ts.is_none_or(|m| m < target) {
             self.max_ts = Some(target);

@@ -225,6 +225,35 @@ fn settling_releases_the_newest_millisecond_within_the_lateness() {
 }
 
 #[test]
+fn time_moves_no_further_than_the_slowest_source_allows() {
+    // Two shards resending a backlog: the fast one an hour ahead of the slow one. With the slow
+    // one's time given, none of its events is late, and the alerts are those of sorted input.
+    let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+    let mut out = Vec::new();
+    engine.set_slowest(Some(0), &mut out);
+    for min in 60..63 {
+        assert!(engine.push(fail(min, "fast"), &mut out));
+    }
+    assert!(engine.watermark().is_none_or(|w| w < 0), "nothing released past the slow shard");
+    for min in 0..3 {
+        assert!(engine.push(fail(min, "slow"), &mut out), "the slow shard's minute {min} is not late");
+        engine.set_slowest(Some(min * 60_000), &mut out);
+    }
+    engine.set_slowest(Some(62 * 60_000), &mut out);
+    let firing = |out: &[Alert]| -> Vec<String> {
+        let firing = out.iter().filter(|a| a.status == crate::alert::Status::Firing);
+        firing.map(|a| format!("{:?}", a.key)).collect()
+    };
+    let jobs = firing(&out);
+    assert_eq!(jobs.len(), 1, "the slow job's burst; the fast one's newest minute waits: {jobs:?}");
+    assert!(jobs[0].contains("slow"), "{jobs:?}");
+    engine.set_slowest(None, &mut out);
+    engine.flush(&mut out);
+    assert_eq!(firing(&out).len(), 2, "no source holds time back: the rest is released");
+    assert!(!engine.push(fail(30, "slow"), &mut out), "behind both shards, late");
+}
+
+#[test]
 fn reload_keeps_the_state_of_unchanged_rules() {
     let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
     let mut out = Vec::new();

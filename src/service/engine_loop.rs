@@ -11,6 +11,7 @@
 //! behind the alerts it produced, with the next position of every source it covers, so the
 //! store never holds a checkpoint ahead of its alerts.
 
+use super::event_time::{Origin, Slowest, SourceClocks};
 use super::idle::Idle;
 use super::position::{Position, HTTP_SOURCE};
 use super::telemetry::Telemetry;
@@ -165,6 +166,8 @@ pub struct EngineLoop {
     pub max_state_bytes: usize,
     /// Quiet input after which `vigil_input_stopped` fires ([`super::idle`]).
     pub input_stopped_after: Duration,
+    /// Quiet after which a source stops holding time back ([`super::event_time`]).
+    pub source_idle_after: Duration,
 }
 
 /// The engine's input channel and the output channel out of it.
@@ -190,6 +193,7 @@ struct Running {
     /// The time of the newest event taken.
     newest: Option<Millis>,
     idle: Idle,
+    sources: SourceClocks,
     last_checkpoint: Instant,
     last_gauges: Instant,
 }
@@ -219,6 +223,7 @@ impl EngineLoop {
                     last_event: Instant::now(),
                     newest: None,
                     idle: Idle::new(self.input_stopped_after),
+                    sources: SourceClocks::new(self.source_idle_after, self.engine.watermark().is_some()),
                     last_checkpoint: Instant::now(),
                     last_gauges: Instant::now(),
                 };
@@ -278,19 +283,28 @@ impl EngineLoop {
         let mut events = Vec::with_capacity(batch.len());
         // Which of them came from HTTP ingest, whose late ones the next `Ack` counts.
         let mut ingested = Vec::new();
+        let now = Instant::now();
         for input in batch {
             match input {
                 Input::Event(event, position) => {
+                    // A replayed file is no source that holds time back (`super::event_time`).
+                    if let Some(p) = position.as_ref().filter(|p| !p.topic.starts_with(super::sources::file::PREFIX)) {
+                        r.sources.heard(Origin::Partition(&p.topic, p.partition), &event, now);
+                    }
                     if let Some(p) = position {
                         r.positions.insert((p.topic, p.partition), p.offset);
                     }
                     events.push(event);
                 }
                 Input::Events(list, p) => {
+                    for event in &list {
+                        r.sources.heard(Origin::Partition(&p.topic, p.partition), event, now);
+                    }
                     r.positions.insert((p.topic, p.partition), p.offset);
                     events.extend(list);
                 }
                 Input::Ingested(event, offset) => {
+                    r.sources.heard(Origin::Pushed, &event, now);
                     r.ingested = Some(offset);
                     ingested.push(events.len());
                     events.push(event);
@@ -304,7 +318,23 @@ impl EngineLoop {
         self.push(events, ingested, r, events_in);
     }
 
+    /// The slowest live source's time to the engines ([`super::event_time`]).
+    fn follow_sources(&mut self, r: &mut Running) {
+        if r.sources.enabled() {
+            let slowest = match r.sources.slowest(Instant::now()) {
+                Slowest::Held => Some(self.engine.watermark().unwrap_or(Millis::MIN)),
+                Slowest::At(t) => Some(t),
+                Slowest::Free => None,
+            };
+            self.engine.set_slowest(slowest, &mut r.out);
+            self.telemetry.live_sources.set(r.sources.live() as i64);
+        }
+    }
+
     fn control(&mut self, input: Input, r: &mut Running) {
+        if matches!(input, Input::Tick) {
+            self.follow_sources(r);
+        }
         match input {
             // The watermark trails the newest event, so the newest events wait for a newer
             // one. When none comes for a second the stream is idle: release them.
@@ -339,6 +369,9 @@ impl EngineLoop {
     ) {
         if events.is_empty() {
             return;
+        }
+        if r.sources.added() {
+            self.follow_sources(r);
         }
         r.idle.input(r.last_event, now_ms(), &mut r.out);
         r.last_event = Instant::now();

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod config;
 pub mod engine_loop;
+pub mod event_time;
 pub mod group;
 pub mod idle;
 pub mod ingest_log;
@@ -185,6 +186,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
             input_stopped_after: config.input_stopped_after,
+            source_idle_after: config.source_idle_after,
         }
         .spawn(rx, alerts_tx);
         let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;

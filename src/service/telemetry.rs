@@ -26,6 +26,8 @@ pub struct Telemetry {
     pub shed: IntCounterVec,
     pub samples: SampleMetrics,
     pub state_bytes: IntGauge,
+    /// Sources that hold event time back ([`super::event_time`]).
+    pub live_sources: IntGauge,
     pub workers: IntGauge,
     /// Of a group member (`--kafka-join-group`).
     pub group: GroupMetrics,
@@ -241,6 +243,11 @@ impl Telemetry {
         Telemetry {
             group: GroupMetrics::new(&registry),
             state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
+            live_sources: gauge(
+                &registry,
+                "vigil_event_time_sources",
+                "Sources (partitions, files, pushed series) whose newest event time holds the engine's time back",
+            ),
             workers: gauge(&registry, "vigil_workers", "Engine threads splitting the rules' keys (--workers)"),
             slow_streams: plain_counter(
                 &registry,

@@ -180,14 +180,36 @@ impl Engines {
                     }
                 });
                 split.in_flight.push_back(ingested);
-                while split.in_flight.len() > DEPTH {
-                    let (late, ingested) = split.collect(out);
-                    self.late += late;
-                    self.late_ingested += ingested;
-                }
+                self.collect_beyond_depth(out);
             }
         }
         std::mem::take(&mut self.late)
+    }
+
+    /// Collects the oldest batches while more than [`DEPTH`] are in flight.
+    fn collect_beyond_depth(&mut self, out: &mut Vec<Alert>) {
+        let Inner::Many(split) = &mut self.inner else { return };
+        while split.in_flight.len() > DEPTH {
+            let (late, ingested) = split.collect(out);
+            self.late += late;
+            self.late_ingested += ingested;
+        }
+    }
+
+    /// See [`Engine::set_slowest`]: handed to the workers behind the batches in flight, not
+    /// waited for.
+    pub fn set_slowest(&mut self, slowest: Option<Millis>, out: &mut Vec<Alert>) {
+        match &mut self.inner {
+            Inner::One(engine) => engine.set_slowest(slowest, out),
+            Inner::Many(split) => {
+                split.send(move |_, engine, out| {
+                    engine.set_slowest(slowest, out);
+                    Vec::<bool>::new()
+                });
+                split.in_flight.push_back(Vec::new());
+                self.collect_beyond_depth(out);
+            }
+        }
     }
 
     /// Late events of HTTP ingest since the last call, once every batch in flight is done.

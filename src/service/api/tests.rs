@@ -38,6 +38,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
         input_stopped_after: Duration::from_secs(300),
+        source_idle_after: Duration::from_secs(10),
     }
     .spawn(rx, alerts_tx);
     let (published, _) = broadcast::channel(64);
