@@ -251,7 +251,7 @@ settings! {
     input_stopped_after: Duration ["5min"] = parse_duration, env "VIGIL_INPUT_STOPPED_AFTER",
         "Quiet input after which the self-alert `vigil_input_stopped` fires (and at least three of the input's longest recent gaps)";
     source_idle_after: Duration ["10s"] = parse_duration, env "VIGIL_SOURCE_IDLE_AFTER",
-        "How long a source (a partition, file, or pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
+        "How long a source (a Kafka partition, or a pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
     max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
         "How far ahead of this machine's clock an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
     max_event_jump: Duration ["0s"] = parse_duration, env "VIGIL_MAX_EVENT_JUMP",
