@@ -223,7 +223,11 @@ impl EngineLoop {
                     last_event: Instant::now(),
                     newest: None,
                     idle: Idle::new(self.input_stopped_after),
-                    sources: SourceClocks::new(self.source_idle_after, self.engine.watermark().is_some()),
+                    sources: SourceClocks::new(
+                        self.source_idle_after,
+                        self.engine.watermark().is_some() || !self.restored.is_empty(),
+                        Instant::now(),
+                    ),
                     last_checkpoint: Instant::now(),
                     last_gauges: Instant::now(),
                 };

@@ -12,8 +12,9 @@
 //! engine takes it and then ends, and would only hold the live sources back. A source that has
 //! sent nothing for `--source-idle-after` (wall clock) stops holding time back, as a split that
 //! Flink marks idle: a series that ended, or a sender that stopped. After a restart from a
-//! checkpoint, time stays where it was for that long from the first input, so that every sender
-//! resending its backlog is heard from before any of them moves time.
+//! checkpoint, time stays where it was for that long from the start, so that every sender
+//! resending its backlog (Prometheus retries within 5 s) is heard from before any of them moves
+//! time.
 
 use crate::engine::keys::FieldsKey;
 use crate::event::{Event, Millis};
@@ -46,13 +47,6 @@ pub enum Slowest {
     Free,
 }
 
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-enum Hold {
-    No,
-    FromFirstInput,
-    Since(Instant),
-}
-
 /// The newest event time of each live source.
 pub struct SourceClocks {
     idle_after: Duration,
@@ -60,21 +54,22 @@ pub struct SourceClocks {
     clocks: HashMap<u64, (Millis, Instant), foldhash::fast::FixedState>,
     /// The metric stream's series fields: host, name, labels.
     series: [usize; 3],
-    /// After a restart: time holds for `idle_after` from the first input.
-    hold: Hold,
+    /// After a restart: time holds until then.
+    hold: Option<Instant>,
     /// A source was added since the last [`SourceClocks::slowest`].
     added: bool,
 }
 
 impl SourceClocks {
-    /// `restored`: the engine's state came from a checkpoint.
-    pub fn new(idle_after: Duration, restored: bool) -> SourceClocks {
+    /// `restored`: the engine's state came from a checkpoint, and time holds for `idle_after`
+    /// from `now`, the start.
+    pub fn new(idle_after: Duration, restored: bool, now: Instant) -> SourceClocks {
         let field = |name| Stream::Metric.field_index(name).expect("a field of the metric stream");
         SourceClocks {
             idle_after,
             clocks: HashMap::default(),
             series: [field("host"), field("name"), field("labels")],
-            hold: if restored { Hold::FromFirstInput } else { Hold::No },
+            hold: restored.then(|| now + idle_after),
             added: false,
         }
     }
@@ -88,9 +83,6 @@ impl SourceClocks {
     pub fn heard(&mut self, from: Origin<'_>, event: &Event, now: Instant) {
         if !self.enabled() {
             return;
-        }
-        if self.hold == Hold::FromFirstInput {
-            self.hold = Hold::Since(now);
         }
         let hasher = self.clocks.hasher();
         let source = match from {
@@ -131,10 +123,9 @@ impl SourceClocks {
             return Slowest::Free;
         }
         match self.hold {
-            Hold::FromFirstInput => return Slowest::Held,
-            Hold::Since(since) if now.duration_since(since) < self.idle_after => return Slowest::Held,
-            Hold::Since(_) => self.hold = Hold::No,
-            Hold::No => {}
+            Some(until) if now < until => return Slowest::Held,
+            Some(_) => self.hold = None,
+            None => {}
         }
         let idle_after = self.idle_after;
         self.clocks.retain(|_, (_, heard)| now.duration_since(*heard) < idle_after);
@@ -156,8 +147,8 @@ mod tests {
 
     #[test]
     fn time_follows_the_slowest_live_source_and_an_idle_one_lets_go() {
-        let mut clocks = SourceClocks::new(Duration::from_secs(10), true);
         let t0 = Instant::now() - Duration::from_secs(100);
+        let mut clocks = SourceClocks::new(Duration::from_secs(10), true, t0);
         let at = |s: u64| t0 + Duration::from_secs(s);
         assert_eq!(clocks.slowest(at(0)), Slowest::Held, "restarted, no input yet");
         clocks.heard(Origin::Pushed, &sample("fast", 5_000), at(0));
@@ -180,8 +171,8 @@ mod tests {
 
     #[test]
     fn partitions_and_other_pushes_are_a_source_each() {
-        let mut clocks = SourceClocks::new(Duration::from_secs(10), false);
         let t0 = Instant::now() - Duration::from_secs(100);
+        let mut clocks = SourceClocks::new(Duration::from_secs(10), false, t0);
         let later = t0 + Duration::from_secs(9);
         let mut event = Event::new(Stream::TaskEvent, 7_000);
         clocks.heard(Origin::Pushed, &event, t0);
@@ -200,7 +191,7 @@ mod tests {
 
     #[test]
     fn zero_turns_it_off() {
-        let mut clocks = SourceClocks::new(Duration::ZERO, true);
+        let mut clocks = SourceClocks::new(Duration::ZERO, true, Instant::now());
         clocks.heard(Origin::Pushed, &sample("a", 1_000), Instant::now());
         assert!(!clocks.enabled());
         assert_eq!(clocks.slowest(Instant::now()), Slowest::Free);
