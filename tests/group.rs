@@ -167,15 +167,19 @@ impl Drop for Cluster {
     }
 }
 
+/// The sum of the `/metrics` lines `m` has that start with `prefix` and pass `filter`.
+fn sum_of(m: &str, prefix: &str, filter: impl Fn(&str) -> bool) -> f64 {
+    m.lines()
+        .filter(|l| l.starts_with(prefix) && filter(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>()
+}
+
 /// Waits until an instance runs keyed partitions: a fault injected into it then moves them.
 async fn owns_keyed_partitions(service: &Service) {
     eventually("the instance to be faulted runs keyed partitions", || async {
         let m = metrics(&service.url).await;
-        let owned = m
-            .lines()
-            .filter(|l| l.starts_with("vigil_group_owned_partitions{") && l.contains("-keyed\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
+        let owned = sum_of(&m, "vigil_group_owned_partitions{", |l| l.contains("-keyed\""));
         (owned > 0.0).then_some(())
     })
     .await;
@@ -187,12 +191,7 @@ async fn owns_keyed_partitions(service: &Service) {
 /// that is still under way when the store stops holds that member, and with it the time of every
 /// keyed partition, until the store is back.
 async fn settled(members: &[Service], inputs: f64) {
-    let owned = |m: &str, topic: &dyn Fn(&str) -> bool| {
-        m.lines()
-            .filter(|l| l.starts_with("vigil_group_owned_partitions{") && topic(l))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
+    let owned = |m: &str, topic: &dyn Fn(&str) -> bool| sum_of(m, "vigil_group_owned_partitions{", topic);
     eventually("the group to settle: every partition owned, by every member", || async {
         let mut per_member = Vec::new();
         for s in members {
@@ -667,9 +666,7 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     let producer = producer(&brokers);
     let produce = |chunk: Vec<String>| send_chunk(&producer, &topic, chunk);
     let members = [Service::start(&args), Service::start(&args)];
-    let counter = |m: &str, name: &str| {
-        m.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
-    };
+    let counter = |m: &str, name: &str| sum_of(m, name, |_| true);
     let moved = || async {
         let mut n = 0.0;
         for s in &members {
