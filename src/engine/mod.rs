@@ -364,14 +364,32 @@ impl Engine {
 
     /// About how many bytes the rules' state takes (see [`Operator::state_bytes`]).
     pub fn state_bytes(&self) -> usize {
-        self.operators.iter().map(|op| op.state_bytes()).sum::<usize>()
-            + self.buffer.len() * (std::mem::size_of::<Pending>() + 160)
+        self.operators.iter().map(|op| op.state_bytes()).sum::<usize>() + self.buffer_bytes()
+    }
+
+    /// About how many bytes the events waiting in the reorder buffer take.
+    fn buffer_bytes(&self) -> usize {
+        self.buffer.len() * (std::mem::size_of::<Pending>() + 160)
+    }
+
+    /// Releases the reorder buffer's oldest events until the state is estimated under
+    /// `max_bytes` (the operators' share as it was before: the events released add to it), or
+    /// nothing waits.
+    fn release_early(&mut self, max_bytes: usize, out: &mut Vec<Alert>) {
+        let kept = self.state_bytes() - self.buffer_bytes();
+        while self.buffer_bytes() + kept > max_bytes {
+            let Some(next) = self.buffer.next_ts() else { break };
+            let before = self.buffer.len();
+            self.release(next, out);
+            if self.buffer.len() == before {
+                break;
+            }
+        }
     }
 
     /// Drops keys, from the operators that hold the most, until the state is estimated under
-    /// `max_bytes` (a bounded number of rounds). Self-alerts that the drops cause go to `out`.
-    /// Returns the estimate after.
-    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
+    /// `max_bytes` (a bounded number of rounds). Returns the estimate after.
+    fn drop_keys(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
         let now = self.watermark.unwrap_or(crate::event::MIN_TS);
         let mut total = self.state_bytes();
         for _ in 0..64 {
@@ -387,6 +405,33 @@ impl Engine {
             self.finish(before, now, out);
             schedule(&mut self.registered, &mut self.timers, self.operators[largest].as_ref(), largest);
             total = self.state_bytes();
+        }
+        total
+    }
+
+    /// Keeps the state estimated under `max_bytes`. Events waiting in the reorder buffer go
+    /// first, oldest first, released early: the budget bounds what a slow or stopped source
+    /// ([`Engine::set_slowest`]), or a flood of new series each a source, keeps waiting, at the
+    /// cost of later events behind them being late. Then keys are dropped, from the operators
+    /// that hold the most; the events released may have added keys, so both go round again
+    /// while that helps. Self-alerts that either causes go to `out`. Returns the estimate after.
+    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
+        let waiting = self.buffer.len();
+        let mut total = self.state_bytes();
+        for _ in 0..4 {
+            if total <= max_bytes {
+                break;
+            }
+            let before = (self.buffer.len(), total);
+            self.release_early(max_bytes, out);
+            total = self.drop_keys(max_bytes, out);
+            if (self.buffer.len(), total) == before {
+                break;
+            }
+        }
+        if self.buffer.len() < waiting {
+            let released = waiting - self.buffer.len();
+            tracing::warn!(released, waiting, "over the state budget: waiting events released early");
         }
         total
     }

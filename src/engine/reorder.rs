@@ -88,6 +88,14 @@ impl ReorderBuffer {
         }
     }
 
+    /// The timestamp of the next event out.
+    pub fn next_ts(&self) -> Option<Millis> {
+        match self.queue_first()? {
+            true => self.in_order.front().map(|p| p.ts),
+            false => self.late.peek().map(|p| p.0.ts),
+        }
+    }
+
     /// How many events wait.
     pub fn len(&self) -> usize {
         self.in_order.len() + self.late.len()

@@ -254,6 +254,24 @@ fn time_moves_no_further_than_the_slowest_source_allows() {
 }
 
 #[test]
+fn the_state_budget_releases_what_a_slow_source_holds_back() {
+    let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
+    let mut out = Vec::new();
+    engine.set_slowest(Some(0), &mut out);
+    for min in 60..120 {
+        assert!(engine.push(fail(min, "fast"), &mut out));
+    }
+    let held = engine.state_bytes();
+    assert_eq!(engine.enforce_budget(held, &mut out), held, "within the budget, the hold stays");
+    assert!(engine.watermark().is_none_or(|w| w < 0));
+    engine.enforce_budget(held / 2, &mut out);
+    assert!(engine.watermark().is_some_and(|w| w >= 60 * 60_000), "the oldest released");
+    assert!(!engine.push(fail(30, "slow"), &mut out), "the slow source's later events are late");
+    engine.enforce_budget(0, &mut out);
+    assert_eq!(engine.watermark(), Some(119 * 60_000), "all of them");
+}
+
+#[test]
 fn reload_keeps_the_state_of_unchanged_rules() {
     let mut engine = Engine::new(plans(TWO_RULES), EngineConfig::default());
     let mut out = Vec::new();

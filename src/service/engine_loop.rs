@@ -292,7 +292,7 @@ impl EngineLoop {
             match input {
                 Input::Event(event, position) => {
                     // A replayed file is no source that holds time back (`super::event_time`).
-                    if let Some(p) = position.as_ref().filter(|p| !p.topic.starts_with(super::sources::file::PREFIX)) {
+                    if let Some(p) = position.as_ref().filter(|p| !p.is_file()) {
                         r.sources.heard(Origin::Partition(&p.topic, p.partition), &event, now);
                     }
                     if let Some(p) = position {

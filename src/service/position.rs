@@ -4,6 +4,9 @@
 /// hold a `:`, so the two never mix).
 pub const HTTP_SOURCE: &str = "http:ingest";
 
+/// How a replayed file's source name starts (`file:<path>`).
+pub const FILE_PREFIX: &str = "file:";
+
 /// Where an event came from: a Kafka topic, partition and offset; a replayed file
 /// (`file:<path>`, partition 0, line number); or the ingest log ([`HTTP_SOURCE`], offset). A
 /// checkpoint records the next of each.
@@ -12,6 +15,13 @@ pub struct Position {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+}
+
+impl Position {
+    /// Whether it is a line of a replayed file.
+    pub fn is_file(&self) -> bool {
+        self.topic.starts_with(FILE_PREFIX)
+    }
 }
 
 /// The next offset a checkpoint's positions give for `source` (partition 0), if any.

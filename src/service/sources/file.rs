@@ -12,11 +12,8 @@ use tokio::sync::mpsc;
 /// The source name a replayed file's position is checkpointed under (Kafka topic names cannot
 /// hold a `:`, so the two never mix).
 pub fn source_name(path: &std::path::Path) -> String {
-    format!("{PREFIX}{}", path.display())
+    format!("{}{}", crate::service::position::FILE_PREFIX, path.display())
 }
-
-/// How a file's source name starts.
-pub const PREFIX: &str = "file:";
 
 /// Feeds a recorded file into the running service on a thread of its own, reporting malformed
 /// lines (and times out of bounds) as dead letters.
