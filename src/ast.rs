@@ -56,6 +56,7 @@ pub struct RuleDecl {
     pub cluster: Option<ClusterClause>,
     pub score: Option<ScoreClause>,
     pub alert: Option<AlertClause>,
+    pub rollup: Option<RollupClause>,
     pub labels: Vec<TemplateField>,
     pub annotations: Vec<TemplateField>,
     pub returns: Option<Vec<ReturnItem>>,
@@ -196,6 +197,15 @@ pub struct AlertClause {
     pub for_: Option<Duration>,
     pub keep_firing_for: Option<Duration>,
     pub refractory: Option<Duration>,
+}
+
+/// `rollup by s.host severity warning`
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollupClause {
+    pub span: Span,
+    /// The key field whose value the roll-up gathers alerts by.
+    pub by: Expr,
+    pub severity: Option<Ident>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -45,6 +45,7 @@ pub mod codes {
     pub const MODEL_MIX: &str = "E0311";
     pub const COST: &str = "E0312";
     pub const SCORE: &str = "E0313";
+    pub const ROLLUP: &str = "E0314";
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -260,13 +260,15 @@ fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
 }
 
 /// Replays `inputs` together through a fresh engine running `plans`; the firing alerts. With
-/// `spans`, the time span of each metric series read is noted in it.
+/// `spans`, the time span of each metric series read is noted in it; with `gather`, the
+/// series are gathered onto that many hosts first ([`gather_onto`]).
 pub fn alerts_of(
     plans: &[RulePlan],
     inputs: &[PathBuf],
     format: Format,
     options: &ReplayOptions,
     spans: Option<&std::rc::Rc<std::cell::RefCell<Spans>>>,
+    gather: Option<u32>,
 ) -> Result<Vec<Alert>, EvalError> {
     let mut engine = crate::engine::Engine::new(
         plans.to_vec(),
@@ -277,6 +279,17 @@ pub fn alerts_of(
     for path in inputs {
         let mut input = crate::input::open_gated(path, format, &InputOptions::default(), engine.gate(), pool.clone())
             .map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
+        if let Some(hosts) = gather {
+            let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
+            input.records = Box::new(records.map(move |mut r| {
+                if let Ok(Decoded::Event(e)) = &mut r.event {
+                    if e.stream == crate::schema::Stream::Metric {
+                        gather_onto(std::sync::Arc::make_mut(e), hosts);
+                    }
+                }
+                r
+            }));
+        }
         if let Some(spans) = spans {
             let spans = spans.clone();
             let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
@@ -304,9 +317,28 @@ pub fn alerts_of(
     Ok(fired)
 }
 
-/// The first and last sample time of each metric series (host, name).
+/// Puts a metric sample's series on one of `hosts` hosts (`gathered-<n>`, by a hash of its own
+/// host), its own host kept as the label `instance` so that it stays a series of its own: real
+/// series on hosts of as many series as a node_exporter host sends, when the data has a few per
+/// host.
+pub fn gather_onto(e: &mut crate::event::Event, hosts: u32) {
+    use crate::event::{field_position, Value};
+    let host_at = field_position(e.stream, "host");
+    let labels_at = field_position(e.stream, "labels");
+    let own = e.value(host_at).to_text();
+    let n = crate::engine::keys::key_group_of(&own) % hosts.max(1);
+    let mut labels = match e.value(labels_at) {
+        Value::Map(m) => (*m).clone(),
+        _ => BTreeMap::new(),
+    };
+    labels.insert("instance".into(), own);
+    e.fields[host_at] = Value::str(&format!("gathered-{n}"));
+    e.fields[labels_at] = Value::Map(std::sync::Arc::new(labels));
+}
+
+/// The first and last sample time of each metric series (host, name, labels).
 #[derive(Debug, Default)]
-pub struct Spans(HashMap<(String, String), (Millis, Millis)>);
+pub struct Spans(HashMap<(String, String, String), (Millis, Millis)>);
 
 impl Spans {
     fn note(&mut self, e: &crate::event::Event) {
@@ -314,7 +346,7 @@ impl Spans {
             return;
         }
         let text = |field: &str| e.value(crate::event::field_position(e.stream, field)).to_text();
-        let span = self.0.entry((text("host"), text("name"))).or_insert((e.ts, e.ts));
+        let span = self.0.entry((text("host"), text("name"), text("labels"))).or_insert((e.ts, e.ts));
         span.0 = span.0.min(e.ts);
         span.1 = span.1.max(e.ts);
     }
@@ -330,6 +362,8 @@ pub struct Budget {
     /// Days of samples, summed over hosts (a host's span is its series' together).
     pub host_days: f64,
     pub alerts: BTreeMap<String, usize>,
+    /// Pages: firing alerts of severity `critical`, by rule.
+    pub pages: BTreeMap<String, usize>,
 }
 
 impl Budget {
@@ -346,19 +380,21 @@ impl Budget {
     }
 }
 
-/// Replays `inputs` together through `plans` and counts alerts against the series' days.
+/// Replays `inputs` together through `plans` and counts alerts against the series' days (with
+/// `gather`, the series gathered onto that many hosts, [`gather_onto`]).
 pub fn run_budget(
     plans: &[RulePlan],
     inputs: &[PathBuf],
     format: Format,
     options: &ReplayOptions,
+    gather: Option<u32>,
 ) -> Result<Budget, EvalError> {
     let spans = std::rc::Rc::new(std::cell::RefCell::new(Spans::default()));
-    let alerts = alerts_of(plans, inputs, format, options, Some(&spans))?;
+    let alerts = alerts_of(plans, inputs, format, options, Some(&spans), gather)?;
     let spans = spans.borrow();
     const DAY: f64 = 86_400_000.0;
     let mut hosts: HashMap<&str, (Millis, Millis)> = HashMap::new();
-    for ((host, _), &(first, last)) in &spans.0 {
+    for ((host, _, _), &(first, last)) in &spans.0 {
         let span = hosts.entry(host).or_insert((first, last));
         span.0 = span.0.min(first);
         span.1 = span.1.max(last);
@@ -369,12 +405,16 @@ pub fn run_budget(
         series_days: spans.0.values().map(|(a, b)| (b - a) as f64 / DAY).sum(),
         host_days: hosts.values().map(|(a, b)| (b - a) as f64 / DAY).sum(),
         alerts: BTreeMap::new(),
+        pages: BTreeMap::new(),
     };
     for p in plans {
         budget.alerts.insert(p.name.clone(), 0);
     }
     for a in alerts {
         *budget.alerts.entry(a.rule.to_string()).or_default() += 1;
+        if &*a.severity == "critical" {
+            *budget.pages.entry(a.rule.to_string()).or_default() += 1;
+        }
     }
     Ok(budget)
 }
@@ -399,15 +439,16 @@ pub fn run_labelled(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(file) = files.get(i) else { break };
-                let result =
-                    alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None).map(|alerts| {
+                let result = alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None, None).map(
+                    |alerts| {
                         let times: Vec<Millis> = alerts.iter().map(|a| a.time).collect();
                         let mut score = score_file(file, &times);
                         for a in &alerts {
                             *score.alerts.entry(a.rule.to_string()).or_default() += 1;
                         }
                         score
-                    });
+                    },
+                );
                 if let Ok(mut r) = results.lock() {
                     r[i] = Some(result);
                 }

@@ -183,6 +183,10 @@ enum Command {
         /// Input format for `--budget`; `auto` decides from each file's name and first line.
         #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
         format: vigil::input::Format,
+        /// With `--budget`: gather the series onto this many hosts (each keeps its own host as
+        /// the label `instance`), to measure roll-ups on hosts of many series.
+        #[arg(long, requires = "budget", value_parser = clap::value_parser!(u32).range(1..))]
+        hosts: Option<u32>,
         /// How late an event may arrive and still count.
         #[arg(long, default_value = "0s", value_parser = duration)]
         lateness: u64,
@@ -247,7 +251,7 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &input_options, &options, out.as_deref(), usize::from(workers))
         }
         Command::Test { paths } => rule_tests(&paths),
-        Command::Eval { rules, inputs, labels, scoreboard, budget, format, lateness, threads } => {
+        Command::Eval { rules, inputs, labels, scoreboard, budget, format, hosts, lateness, threads } => {
             let options = ReplayOptions {
                 lateness_ms: lateness as i64,
                 speed: vigil::replay::Speed::Max,
@@ -255,7 +259,7 @@ fn main() -> ExitCode {
                 bounds: vigil::event::TimeBounds { max_future_ms: None, max_jump_ms: None },
             };
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            evaluate(&rules, &inputs, labels, scoreboard, budget.then_some(format), &options, threads)
+            evaluate(&rules, &inputs, labels, scoreboard, budget.then_some((format, hosts)), &options, threads)
         }
         Command::Bench {
             workload,
@@ -424,7 +428,7 @@ fn evaluate(
     inputs: &[PathBuf],
     labels: Option<PathBuf>,
     scoreboard: Option<PathBuf>,
-    budget: Option<vigil::input::Format>,
+    budget: Option<(vigil::input::Format, Option<u32>)>,
     options: &ReplayOptions,
     threads: usize,
 ) -> Result<bool> {
@@ -433,9 +437,9 @@ fn evaluate(
         bail!("no rules in {}", rules.display());
     }
     let started = std::time::Instant::now();
-    if let Some(format) = budget {
+    if let Some((format, hosts)) = budget {
         let files = vigil::eval::files_under(inputs)?;
-        let b = vigil::eval::run_budget(&plans, &files, format, options)?;
+        let b = vigil::eval::run_budget(&plans, &files, format, options, hosts)?;
         print!("{}", vigil::eval::report::budget(&b));
         eprintln!("{} files in {:.1} s", files.len(), started.elapsed().as_secs_f64());
         return Ok(true);

@@ -246,6 +246,7 @@ impl Builder<'_> {
             cluster: None,
             score: None,
             alert: None,
+            rollup: None,
             labels: Vec::new(),
             annotations: Vec::new(),
             returns: None,
@@ -294,6 +295,10 @@ impl Builder<'_> {
                 Rule::alert_clause => {
                     let a = self.alert_clause(clause);
                     set_once(&mut r.alert, Some(a), "alert", cspan, &mut r.repeated);
+                }
+                Rule::rollup_clause => {
+                    let rollup = self.rollup_clause(clause);
+                    set_once(&mut r.rollup, Some(rollup), "rollup", cspan, &mut r.repeated);
                 }
                 Rule::labels_clause => {
                     if !r.labels.is_empty() {
@@ -512,6 +517,14 @@ impl Builder<'_> {
             }
         }
         a
+    }
+
+    fn rollup_clause(&mut self, p: Pair<Rule>) -> RollupClause {
+        let span = self.span(&p);
+        let mut it = p.into_inner();
+        let by = self.expr(it.next().expect("rollup field"));
+        let severity = it.next().map(|s| self.ident(s.into_inner().next().expect("severity name")));
+        RollupClause { span, by, severity }
     }
 
     fn template_fields(&mut self, p: Pair<Rule>) -> Vec<TemplateField> {

@@ -10,7 +10,9 @@ use crate::schema::{EntityKind, Stream, Type};
 use serde::Serialize;
 use std::fmt;
 
+mod alert;
 mod score;
+pub use alert::{AlertPlan, RollupPlan};
 pub use score::{ScorePlan, ScoreSlot, ScoreStep, ScorerSpec};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -291,6 +293,20 @@ pub struct StatePlan {
     pub group_by: Vec<GroupKey>,
 }
 
+impl StatePlan {
+    /// The names of the group key's values, as alerts show them (`s.host`, `s.name`, ...).
+    pub fn key_names(&self) -> Vec<String> {
+        self.group_by
+            .iter()
+            .flat_map(|k| match k {
+                GroupKey::Entity { var, kind } => kind.key_fields().iter().map(|f| format!("{var}.{f}")).collect(),
+                GroupKey::Value(e) => vec![e.to_string()],
+            })
+            .chain(self.group_by.is_empty().then(|| "group".to_string()))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StateFieldPlan {
     pub name: String,
@@ -388,16 +404,6 @@ pub enum Distance {
     Euclidean,
     Manhattan,
     Chebyshev,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlertPlan {
-    pub condition: TExpr,
-    pub severity: &'static str,
-    pub for_ms: u64,
-    pub keep_firing_for_ms: u64,
-    /// After an alert fires for a key, no new alert for that key until this long after.
-    pub refractory_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -748,6 +754,9 @@ impl RulePlan {
         )?;
         if a.refractory_ms > 0 {
             writeln!(f, "    refractory {}", format_duration(a.refractory_ms))?;
+        }
+        if let Some(r) = &a.rollup {
+            writeln!(f, "  rollup by {}, severity {}", r.by, r.severity)?;
         }
         for (title, fields) in [("labels", &self.labels), ("annotations", &self.annotations)] {
             if fields.is_empty() {

@@ -250,3 +250,51 @@ fn explain_physical_prints_what_the_engine_builds_from_a_rule_set() {
     assert!(stdout.contains("task_usage: judged from its numbers (1 filter)"), "{stdout}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn eval_budget_gathers_series_onto_hosts_and_counts_their_roll_ups_as_pages() {
+    let rules = temp_file(
+        "hot.saql",
+        r#"rule hot {
+  metric s sample as e #time(10 min)
+  state ss { v := avg(e.value) } group by s
+  alert ss.v > 75 severity warning
+  rollup by s.host severity critical
+}
+"#,
+    );
+    // Five machines of one series each, two days of ten-minute samples; one machine hot for
+    // ten minutes every five hours, then all five at once in the last hour.
+    const MIN: i64 = 60_000;
+    let mut lines = String::new();
+    for t in (0..48 * 60 * MIN).step_by(10 * MIN as usize) {
+        for m in 0..5 {
+            let hot = (47 * 60 * MIN..47 * 60 * MIN + 10 * MIN).contains(&t) || (m == 0 && t % (5 * 60 * MIN) == 0);
+            let value = if hot { 90 } else { 10 };
+            lines.push_str(&format!(r#"{{"stream":"metric","ts":{t},"host":"vm{m}","name":"cpu","value":{value}}}"#));
+            lines.push('\n');
+        }
+    }
+    let input = temp_file("fleet.jsonl", &lines);
+    let args = |hosts: Option<&str>| {
+        let mut a = vec!["eval", "--budget", "--rules", rules.to_str().unwrap(), input.to_str().unwrap()];
+        if let Some(h) = hosts {
+            a.extend(["--hosts", h]);
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |hosts: Option<&str>| {
+        let a = args(hosts);
+        let (code, out, err) = vigil(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let apart = run(None);
+    assert!(apart.contains("5 series on 5 hosts"), "{apart}");
+    assert!(apart.contains("Pages (critical): 0,"), "a machine of one series never rolls up: {apart}");
+    let together = run(Some("1"));
+    assert!(together.contains("5 series on 1 hosts"), "{together}");
+    assert!(together.contains("Pages (critical): 1,"), "the last hour is one page: {together}");
+    let (code, _, err) = vigil(&["eval", "--hosts", "2", input.to_str().unwrap()]);
+    assert_eq!(code, 2, "--hosts needs --budget: {err}");
+}

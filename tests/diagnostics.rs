@@ -79,7 +79,9 @@ golden_cases! {
     case_42_score_without_state => "42_score_without_state",
     case_43_scorer_outside_score => "43_scorer_outside_score",
     case_44_scorer_parameter => "44_scorer_parameter",
-    case_45_interval_outside_absence => "45_interval_outside_absence"
+    case_45_interval_outside_absence => "45_interval_outside_absence",
+    case_46_rollup_not_a_key_field => "46_rollup_not_a_key_field",
+    case_47_rollup_without_state => "47_rollup_without_state"
 }
 
 #[test]

@@ -216,7 +216,8 @@ impl<'a> RuleChecker<'a> {
             None => (0..self.sources.len()).collect(),
         };
         let scope = self.output_scope(&positive);
-        let alert = self.alert(&scope);
+        let mut alert = self.alert(&scope);
+        alert.rollup = self.rollup(state.as_ref());
         let labels = self.templates(&r.labels, "label", &scope);
         let annotations = self.templates(&r.annotations, "annotation", &scope);
         let returns = self.returns(&scope, &positive, state.as_ref());

@@ -415,37 +415,70 @@ impl RuleChecker<'_> {
                 for_ms: 0,
                 keep_firing_for_ms: 0,
                 refractory_ms: 0,
+                rollup: None,
             };
         };
         let condition = match &a.condition {
             Some(c) => self.condition(c, scope),
             None => TExpr { ty: Type::Bool, kind: TExprKind::Bool(true) },
         };
-        let severity = match &a.severity {
-            None => "warning",
-            Some(s) => match schema::SEVERITIES.iter().find(|v| **v == s.name) {
-                Some(v) => v,
-                None => {
-                    self.error(
-                        Diagnostic::new(
-                            codes::SEVERITY,
-                            format!("unknown severity `{}`", s.name),
-                            s.span,
-                            "not a severity",
-                        )
-                        .with_help(suggestion(&s.name, schema::SEVERITIES)),
-                    );
-                    "warning"
-                }
-            },
-        };
+        let severity = self.severity(a.severity.as_ref());
         AlertPlan {
             condition,
             severity,
             for_ms: a.for_.map_or(0, |d| d.millis),
             keep_firing_for_ms: a.keep_firing_for.map_or(0, |d| d.millis),
             refractory_ms: a.refractory.map_or(0, |d| d.millis),
+            rollup: None,
         }
+    }
+
+    /// A severity's name (`warning` when none is given, or an unknown one after its error).
+    fn severity(&mut self, given: Option<&Ident>) -> &'static str {
+        let Some(s) = given else { return "warning" };
+        match schema::SEVERITIES.iter().find(|v| **v == s.name) {
+            Some(v) => v,
+            None => {
+                self.error(
+                    Diagnostic::new(
+                        codes::SEVERITY,
+                        format!("unknown severity `{}`", s.name),
+                        s.span,
+                        "not a severity",
+                    )
+                    .with_help(suggestion(&s.name, schema::SEVERITIES)),
+                );
+                "warning"
+            }
+        }
+    }
+
+    /// The `rollup` clause: it gathers the alerts of a window rule's groups by one of the
+    /// fields of their key, which must leave others (a series' name beside its host).
+    pub(super) fn rollup(&mut self, state: Option<&StatePlan>) -> Option<RollupPlan> {
+        let r = self.rule.rollup.as_ref()?;
+        let severity = self.severity(r.severity.as_ref());
+        let by = r.by.to_string();
+        let Some(state) = state.filter(|_| self.rule.alert.is_some()) else {
+            self.error(Diagnostic::new(
+                codes::ROLLUP,
+                "a roll-up needs a rule with a state and an alert",
+                r.span,
+                "gathers the alerts of a state's groups",
+            ));
+            return None;
+        };
+        let keys = state.key_names();
+        if !keys.contains(&by) || keys.len() < 2 {
+            let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let why = if keys.len() < 2 { "the whole key: nothing to gather" } else { "not a field of the key" };
+            self.error(
+                Diagnostic::new(codes::ROLLUP, format!("cannot roll up by `{by}`"), r.by.span, why)
+                    .with_note(format!("the groups' key is {}", names.join(", "))),
+            );
+            return None;
+        }
+        Some(RollupPlan { by, severity })
     }
 
     pub(super) fn templates(

@@ -3,6 +3,7 @@
 use super::eval::{eval, Env};
 use super::keys::Key;
 use super::lifecycle::{Lifecycle, Transition};
+use super::rollup::{Rollup, RollupState};
 use crate::alert::{alert_id, Alert, Evidence, Fields, Status};
 use crate::ast::HoleFormat;
 use crate::event::Millis;
@@ -35,6 +36,8 @@ pub struct Alerting {
     severity: Arc<str>,
     labels: Option<Arc<BTreeMap<String, String>>>,
     annotations: Option<Arc<BTreeMap<String, String>>>,
+    /// With `rollup by`: the alerts of the keys gathered by one of their fields.
+    rollup: Option<Rollup>,
 }
 
 impl Alerting {
@@ -51,6 +54,11 @@ impl Alerting {
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         sorted.dedup_by(|a, b| a.0 == b.0);
         let value_names = plan.returns.iter().map(|(name, _)| Arc::from(name.as_str())).collect();
+        let rollup = plan.alert.rollup.as_ref().and_then(|r| {
+            let position = key_names.iter().rposition(|n| *n == r.by)?;
+            let labels = fixed_text(&plan.labels).unwrap_or_default();
+            Some(Rollup::new(rule.clone(), &r.by, r.severity, position, labels))
+        });
         Alerting {
             plan,
             key_names: sorted,
@@ -63,6 +71,7 @@ impl Alerting {
             severity,
             labels,
             annotations,
+            rollup,
         }
     }
 
@@ -89,6 +98,22 @@ impl Alerting {
         self.quiet = quiet.into_iter().collect();
     }
 
+    /// Whether the rule rolls its alerts up (`rollup by`).
+    pub fn rolls_up(&self) -> bool {
+        self.rollup.is_some()
+    }
+
+    /// The roll-up's state, for a checkpoint, if the rule has one.
+    pub fn rollup_snapshot(&self) -> Option<RollupState> {
+        self.rollup.as_ref().map(Rollup::snapshot)
+    }
+
+    pub fn restore_rollup(&mut self, state: Option<RollupState>) {
+        if let (Some(r), Some(state)) = (&mut self.rollup, state) {
+            r.restore(state);
+        }
+    }
+
     /// Whether a new alert for `key` would start within the refractory period of its last one.
     fn quieted(&self, key: &Key, t: Millis) -> bool {
         !self.quiet.is_empty() && !self.lifecycle.is_active(key) && self.quiet.get(key).is_some_and(|until| t < *until)
@@ -106,7 +131,10 @@ impl Alerting {
     /// About what the lifecycle and the firing alerts take (an alert with its evidence is a
     /// few hundred bytes to a few kilobytes).
     pub fn state_bytes(&self) -> usize {
-        self.lifecycle.active() * 160 + self.firing.len() * 2048 + self.quiet.len() * 96
+        self.lifecycle.active() * 160
+            + self.firing.len() * 2048
+            + self.quiet.len() * 96
+            + self.rollup.as_ref().map_or(0, Rollup::state_bytes)
     }
 
     pub fn is_active(&self, key: &Key) -> bool {
@@ -124,6 +152,9 @@ impl Alerting {
         out: &mut Vec<Alert>,
     ) {
         let holds = holds && !self.quieted(key, t);
+        if let Some(r) = &mut self.rollup {
+            r.observed(key, t, out);
+        }
         let transition = self.lifecycle.observe(key, t, holds);
         self.transition(key, transition, env, evidence, out);
     }
@@ -163,8 +194,12 @@ impl Alerting {
                     self.quiet.insert(key.clone(), tr.at.saturating_add(refractory));
                 }
                 let alert = self.build(key, &tr, env, evidence());
+                let summary = alert.annotations.get("summary").cloned();
                 self.firing.insert(key.clone(), alert.clone());
                 out.push(alert);
+                if let Some(r) = &mut self.rollup {
+                    r.fired(key, tr.at, summary.unwrap_or_default(), out);
+                }
             }
             Some(tr) => self.resolve(key, &tr, out),
             None => {}

@@ -33,6 +33,7 @@ pub mod operator;
 mod outlier;
 pub mod physical;
 mod reorder;
+mod rollup;
 pub mod routing;
 pub mod scorer;
 mod sequence;

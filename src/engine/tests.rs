@@ -459,3 +459,60 @@ fn a_series_is_its_host_its_name_and_its_whole_label_set() {
         "cpu 0 averages 1 and does not fire; cpu 1 and the unlabelled series (85) do"
     );
 }
+
+#[test]
+fn many_series_of_a_host_alerting_together_roll_up_and_a_checkpoint_keeps_the_count() {
+    let rule = r#"rule hot { metric s sample as e #time(10 min) state ss { v := avg(e.value) } group by s
+        alert ss.v > 75 severity warning
+        rollup by s.host severity critical }"#;
+    let sample = |ts: Millis, host: &str, name: &str, value: f64| {
+        let mut e = Event::new(crate::schema::Stream::Metric, ts);
+        e.set("host", Value::str(host)).set("name", Value::str(name)).set("value", Value::Num(value));
+        e
+    };
+    const MIN: Millis = 60_000;
+    let feed =
+        |engine: &mut Engine, from: Millis, to: Millis, hot: &dyn Fn(Millis, usize) -> bool, out: &mut Vec<Alert>| {
+            for t in (from..to).step_by(10 * MIN as usize) {
+                for (i, name) in ["cpu", "mem", "disk", "net"].iter().enumerate() {
+                    let value = if hot(t, i) { 90.0 } else { 10.0 };
+                    engine.push(sample(t, "h1", name, value), out);
+                }
+            }
+        };
+    let mut engine = Engine::new(plans(rule), EngineConfig::default());
+    let mut out = Vec::new();
+    // A day and a half: one series hot now and then, never two at once.
+    feed(&mut engine, 0, 36 * 60 * MIN, &|t, i| i == 0 && (t / (60 * MIN)) % 5 == 0 && t % (60 * MIN) == 0, &mut out);
+    assert!(out.iter().all(|a| &*a.severity == "warning"), "no roll-up from one series at a time");
+    let single = out.iter().filter(|a| a.status == crate::alert::Status::Firing).count();
+    assert!(single > 3, "{single}");
+    let snapshot = engine.snapshot().expect("snapshot");
+    let mut restored = Engine::new(plans(rule), EngineConfig::default());
+    restored.restore(snapshot).expect("restores");
+    out.clear();
+    // Then all four at once: at the host's rate (8 alerts in 37 hours), 3 in an hour would have
+    // a chance of about 2e-3, 4 of about 1e-4.
+    let start = 36 * 60 * MIN;
+    feed(
+        &mut restored,
+        start,
+        start + 2 * 60 * MIN,
+        &|t, _| (start + 10 * MIN..start + 30 * MIN).contains(&t),
+        &mut out,
+    );
+    let pages: Vec<&Alert> = out.iter().filter(|a| &*a.severity == "critical").collect();
+    assert_eq!(pages.len(), 2, "one roll-up, fired and resolved: {pages:?}");
+    assert_eq!(serde_json::to_string(&pages[0].key).unwrap(), r#"{"s.host":"h1"}"#);
+    assert_eq!(pages[0].values.get("alerted"), Some(&serde_json::json!(4)));
+    assert_eq!(pages[1].status, crate::alert::Status::Resolved);
+    // Its state is partitioned by host: every series of a host is judged where its roll-up is.
+    let groups = |host: &str, name: &str| {
+        let mut into = Vec::new();
+        restored.key_groups(&sample(0, host, name, 1.0), &mut into);
+        into
+    };
+    assert_eq!(groups("h1", "cpu"), groups("h1", "mem"));
+    let spread: std::collections::BTreeSet<Vec<u32>> = (0..20).map(|i| groups(&format!("h{i}"), "cpu")).collect();
+    assert!(spread.len() > 10, "hosts spread over key groups: {spread:?}");
+}

@@ -100,7 +100,7 @@ impl WindowOperatorBuilder {
         let first = self.plans[0].clone();
         let WindowedPlan { window, state } = self.windowed;
         let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
-        let key_names = key_names(&state);
+        let key_names = state.key_names();
         // A group's scorers have learned its past: they are kept through a week of quiet (a
         // series that reports daily stays known), or the idle timeout, whichever is shorter.
         let scored = (SCORED_MEMORY_MS as u64).div_ceil(window.slide_ms) as usize;
@@ -155,6 +155,7 @@ impl WindowOperatorBuilder {
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
+            rolled_up_by: rolled_up_by(&dependents, &key_names),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
             has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
             rebuild: rebuild_positions(&state, first.sources[0].stream),
@@ -183,16 +184,15 @@ impl WindowOperatorBuilder {
     }
 }
 
-fn key_names(state: &StatePlan) -> Vec<String> {
-    state
-        .group_by
-        .iter()
-        .flat_map(|k| match k {
-            GroupKey::Entity { var, kind } => kind.key_fields().iter().map(|f| format!("{var}.{f}")).collect(),
-            GroupKey::Value(e) => vec![e.to_string()],
-        })
-        .chain(state.group_by.is_empty().then(|| "group".to_string()))
-        .collect()
+/// Where in the key the rules' roll-up field is, when some roll their alerts up and all of those
+/// by the same field.
+fn rolled_up_by(dependents: &[Dependent], key_names: &[String]) -> Option<usize> {
+    let mut fields = dependents.iter().filter_map(|d| d.plan.alert.rollup.as_ref().map(|r| r.by.as_str()));
+    let first = fields.next()?;
+    if fields.any(|f| f != first) {
+        return None;
+    }
+    key_names.iter().rposition(|n| n == first)
 }
 
 /// What a window operator's snapshot holds.
@@ -201,6 +201,9 @@ type WindowState = (KeyMap<Group>, Option<Millis>, Vec<super::alerting::Alerting
 /// each rule's keys in their refractory period. Checkpoints of builds before these end at the
 /// state above.
 type WindowExtension = (Vec<(Key, Box<[Option<Scores>]>)>, Vec<Vec<(Key, Millis)>>);
+/// What follows that, when any rule rolls its alerts up: each rule's roll-up. Checkpoints of
+/// builds before roll-ups end before it, and the roll-ups start empty.
+type RollupExtension = Vec<Option<super::rollup::RollupState>>;
 
 /// How long a scored group is remembered without events.
 const SCORED_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
@@ -290,6 +293,10 @@ pub struct WindowOperator {
     has_scores: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
     rebuild: Option<Vec<usize>>,
+    /// The place in the key of the field the rules roll their alerts up by, when they do (and
+    /// agree on it): the state is partitioned by that field alone, so that every group of a
+    /// host is judged where its roll-up is.
+    rolled_up_by: Option<usize>,
     /// End of the next window to close.
     next_close: Option<Millis>,
     /// A window with nothing in it yet, copied for each new one.
@@ -443,9 +450,10 @@ impl WindowOperator {
             let active = *active;
             for (d, dependent) in dependents.iter_mut().enumerate() {
                 // The common case of many threshold rules over one state: a compiled test, and
-                // for a group that does not meet it and has no alert to resolve, nothing more.
+                // for a group that does not meet it and has no alert to resolve, nothing more
+                // (unless the rule rolls its alerts up, which follows every group it judges).
                 let compiled = dependent.test.as_ref().map(|test| test.holds_on_window(history));
-                if compiled == Some(false) && dependent.alerting.active() == 0 {
+                if compiled == Some(false) && dependent.alerting.active() == 0 && !dependent.alerting.rolls_up() {
                     continue;
                 }
                 let plan = &dependent.plan;
@@ -573,7 +581,11 @@ impl Operator for WindowOperator {
         // second stage judges the summaries of its groups.
         let fleet_wide = self.stage == Stage::Whole
             && self.dependents.iter().any(|d| matches!(d.plan.model, crate::plan::ModelPlan::Outlier(..)));
-        self.rebuild.clone().filter(|p| !p.is_empty() && !fleet_wide)
+        let fields = self.rebuild.clone().filter(|p| !p.is_empty() && !fleet_wide)?;
+        Some(match self.rolled_up_by.and_then(|i| fields.get(i)) {
+            Some(field) => vec![*field],
+            None => fields,
+        })
     }
 
     fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
@@ -680,10 +692,15 @@ impl Operator for WindowOperator {
         let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
         let mut bytes = postcard::to_stdvec(&(&self.groups, self.next_close, alerting))?;
         let quiet: Vec<Vec<(Key, Millis)>> = self.dependents.iter().map(|d| d.alerting.quiet_snapshot()).collect();
-        if self.has_scores || quiet.iter().any(|q| !q.is_empty()) {
+        let rollups: RollupExtension = self.dependents.iter().map(|d| d.alerting.rollup_snapshot()).collect();
+        let rolled_up = rollups.iter().any(Option::is_some);
+        if self.has_scores || rolled_up || quiet.iter().any(|q| !q.is_empty()) {
             let scores: Vec<(&Key, &Box<[Option<Scores>]>)> =
                 self.groups.iter().filter(|(_, g)| !g.scores.is_empty()).map(|(k, g)| (k, &g.scores)).collect();
             bytes = postcard::to_extend(&(scores, quiet), bytes)?;
+        }
+        if rolled_up {
+            bytes = postcard::to_extend(&rollups, bytes)?;
         }
         Ok(bytes)
     }
@@ -695,8 +712,12 @@ impl Operator for WindowOperator {
         for (d, a) in self.dependents.iter_mut().zip(alerting) {
             d.alerting.restore(a);
         }
-        let (scores, quiet): WindowExtension =
-            if rest.is_empty() { Default::default() } else { postcard::from_bytes(rest)? };
+        let ((scores, quiet), rest): (WindowExtension, &[u8]) =
+            if rest.is_empty() { (Default::default(), rest) } else { postcard::take_from_bytes(rest)? };
+        let rollups: RollupExtension = if rest.is_empty() { Vec::new() } else { postcard::from_bytes(rest)? };
+        for (d, r) in self.dependents.iter_mut().zip(rollups) {
+            d.alerting.restore_rollup(r);
+        }
         for (key, s) in scores {
             if let Some(g) = self.groups.get_mut(&key) {
                 g.scores = s;

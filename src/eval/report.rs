@@ -160,5 +160,13 @@ pub fn budget(b: &Budget) -> String {
     }
     let total = b.total();
     let _ = writeln!(out, "| **all** | {total} | {:.3} | {:.3} |", b.per_series_day(total), b.per_host_day(total));
+    let pages: usize = b.pages.values().sum();
+    let by_rule: Vec<String> = b.pages.iter().map(|(rule, n)| format!("{n} {rule}")).collect();
+    let _ = writeln!(
+        out,
+        "\nPages (critical): {pages}, {:.3} per host per week{}",
+        b.per_host_day(pages) * 7.0,
+        if by_rule.is_empty() { String::new() } else { format!(" ({})", by_rule.join(", ")) }
+    );
     out
 }

@@ -81,6 +81,7 @@ const CLAUSE_KEYWORDS: &[&str] = &[
     "severity",
     "keep_firing_for",
     "refractory",
+    "rollup",
     "score",
 ];
 
@@ -140,6 +141,7 @@ fn describe_rule(r: Rule) -> Option<&'static str> {
         | Rule::cluster_clause
         | Rule::score_clause
         | Rule::alert_clause
+        | Rule::rollup_clause
         | Rule::labels_clause
         | Rule::annotations_clause
         | Rule::return_clause => "a clause",
@@ -204,6 +206,7 @@ fn describe_literal(token: &str) -> Option<String> {
         "invariant",
         "cluster",
         "alert",
+        "rollup",
         "labels",
         "annotations",
         "return",
