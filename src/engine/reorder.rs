@@ -1,9 +1,12 @@
 //! The reorder buffer: events wait here until the watermark passes them, then leave in time
 //! order (ties broken by content, then by arrival, so any arrival order gives one result).
 //!
-//! Most input arrives in order or nearly so. An event that sorts after every waiting event
-//! joins the back of a queue in constant time; only an event that arrives out of order goes to
-//! a heap. The next event out is the smaller of the two fronts.
+//! Most input arrives in time order or nearly so. An event no older than every waiting event
+//! joins the back of a queue in constant time; only an older one goes to a heap. The queue is in
+//! time order only: the events of one timestamp (a collector's request carries a thousand samples
+//! of one time, in no order of content) stay in arrival order until their timestamp reaches the
+//! front, and are sorted then, once, together. The next event out is the smaller of the two
+//! fronts.
 
 use crate::event::{Event, Millis};
 use std::cmp::{Ordering, Reverse};
@@ -46,23 +49,49 @@ impl Ord for Pending {
 
 #[derive(Default)]
 pub struct ReorderBuffer {
-    /// Events that arrived in order, smallest first.
+    /// Events by timestamp; of the front timestamp's, the first `sorted` are in full order.
     in_order: VecDeque<Pending>,
+    sorted: usize,
     /// The rest.
     late: BinaryHeap<Reverse<Pending>>,
 }
 
 impl ReorderBuffer {
     pub fn push(&mut self, pending: Pending) {
-        if self.in_order.back().is_none_or(|last| *last <= pending) {
+        if self.in_order.back().is_none_or(|last| last.ts <= pending.ts) {
+            if self.in_order.front().is_some_and(|first| first.ts == pending.ts) {
+                // It joins the front timestamp's events, which are sorted again when next read.
+                self.sorted = 0;
+            }
             self.in_order.push_back(pending);
         } else {
             self.late.push(Reverse(pending));
         }
     }
 
+    /// Puts the queue's front timestamp's events in full order, unless they are.
+    fn sort_front(&mut self) {
+        let Some(ts) = self.in_order.front().map(|p| p.ts).filter(|_| self.sorted == 0) else { return };
+        let (a, b) = self.in_order.as_mut_slices();
+        let in_a = a.partition_point(|p| p.ts <= ts);
+        if in_a < a.len() || b.first().is_none_or(|p| p.ts != ts) {
+            a[..in_a].sort_unstable();
+            self.sorted = in_a;
+        } else {
+            // The run goes on past the ring buffer's wrap (rare): out, sorted, and back.
+            let n = in_a + b.partition_point(|p| p.ts <= ts);
+            let mut run: Vec<Pending> = self.in_order.drain(..n).collect();
+            run.sort_unstable();
+            for p in run.into_iter().rev() {
+                self.in_order.push_front(p);
+            }
+            self.sorted = n;
+        }
+    }
+
     /// Whether the next event out comes from the queue rather than the heap.
-    fn queue_first(&self) -> Option<bool> {
+    fn queue_first(&mut self) -> Option<bool> {
+        self.sort_front();
         match (self.in_order.front(), self.late.peek()) {
             (Some(a), Some(Reverse(b))) => Some(a <= b),
             (Some(_), None) => Some(true),
@@ -83,13 +112,16 @@ impl ReorderBuffer {
     /// which is newer than the Rust version the crate supports).
     fn front_until(&mut self, until: Millis) -> Option<Pending> {
         match self.in_order.front() {
-            Some(p) if p.ts <= until => self.in_order.pop_front(),
+            Some(p) if p.ts <= until => {
+                self.sorted -= 1;
+                self.in_order.pop_front()
+            }
             _ => None,
         }
     }
 
     /// The timestamp of the next event out.
-    pub fn next_ts(&self) -> Option<Millis> {
+    pub fn next_ts(&mut self) -> Option<Millis> {
         match self.queue_first()? {
             true => self.in_order.front().map(|p| p.ts),
             false => self.late.peek().map(|p| p.0.ts),
@@ -140,6 +172,44 @@ mod tests {
             // events here differ in nothing else).
             let mut want: Vec<(i64, u64)> = times.iter().enumerate().map(|(n, &t)| (t, n as u64)).collect();
             want.sort_by_key(|&(t, n)| (t, n % 3 != 0, n));
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn simultaneous_events_leave_in_content_order_across_pushes_pops_and_the_rings_wrap() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for _ in 0..100 {
+            let mut buffer = ReorderBuffer::default();
+            // What is waiting, as the full order sorts it.
+            let mut waiting: Vec<(i64, String, u64)> = Vec::new();
+            let mut released = i64::MIN;
+            let (mut out, mut want) = (Vec::new(), Vec::new());
+            for n in 0..400u64 {
+                if rng.u8(0..8) == 0 {
+                    // Release up to a time, as the engine's watermark does.
+                    let until = released.max(rng.i64(0..60));
+                    while let Some(p) = buffer.pop_until(until) {
+                        out.push((p.ts, p.event.map(|e| e.value(0).to_text()).unwrap_or_default(), p.arrival));
+                    }
+                    waiting.sort();
+                    let cut = waiting.partition_point(|w| w.0 <= until);
+                    want.extend(waiting.drain(..cut));
+                    released = until;
+                    continue;
+                }
+                let ts = released.max(0) + 1 + rng.i64(0..6);
+                let host = format!("h{}", rng.u8(0..5));
+                let mut event = Event::new(Stream::Metric, ts);
+                event.fields[0] = crate::event::Value::str(&host);
+                buffer.push(Pending { ts, event: Some(Arc::new(event)), arrival: n });
+                waiting.push((ts, host, n));
+            }
+            while let Some(p) = buffer.pop_until(i64::MAX) {
+                out.push((p.ts, p.event.map(|e| e.value(0).to_text()).unwrap_or_default(), p.arrival));
+            }
+            waiting.sort();
+            want.extend(waiting);
             assert_eq!(out, want);
         }
     }
