@@ -41,9 +41,10 @@ counters() {
 start_vigil "$@"
 sleep 2
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prom" \
-  --web.listen-address="127.0.0.1:$pport" > "$work/prometheus.log" 2>&1 &
+  --web.listen-address="127.0.0.1:$pport" --storage.remote.flush-deadline=5s > "$work/prometheus.log" 2>&1 &
 prom_pid=$!
-trap 'kill $prom_pid $vigil_pid 2>/dev/null || true' EXIT
+# Prometheus first, while Vigil still takes what it flushes on the way down.
+trap 'kill $prom_pid 2>/dev/null; wait $prom_pid 2>/dev/null; kill $vigil_pid 2>/dev/null || true' EXIT
 sleep 90
 echo "before the stop:"
 counters

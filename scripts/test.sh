@@ -98,6 +98,16 @@ if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl
 fi
 
+# Alertmanager, the real one, for tests/alertmanager.rs: Debian's package (its service is not
+# started; each test runs its own on a free port).
+if [ -z "${VIGIL_TEST_ALERTMANAGER:-}" ]; then
+  if ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+    echo "installing Alertmanager (apt-get)"
+    apt_install prometheus-alertmanager
+  fi
+  export VIGIL_TEST_ALERTMANAGER="$(command -v prometheus-alertmanager)"
+fi
+
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing Chromium for the browser tests (apt-get)"

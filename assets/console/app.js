@@ -538,6 +538,9 @@ async function start() {
     }
     await loadHistory();
     if (state.view !== 'alerts') show(state.view);
+    // A link to one alert (Alertmanager's generatorURL): `/?alert=ID` opens it.
+    const linked = new URLSearchParams(window.location.search).get('alert');
+    if (linked) await openAlert(linked);
   } catch (error) {
     report(error);
   }

@@ -117,6 +117,14 @@ macro_rules! settings {
             /// A recorded file fed into the running service, repeatable
             #[arg(long = "replay")]
             pub replay: Vec<PathBuf>,
+            /// An Alertmanager that gets every alert (`POST /api/v2/alerts`), repeatable: each
+            /// of an HA pair or cluster is given every one, as Prometheus does
+            #[arg(long = "alertmanager-url", env = "VIGIL_ALERTMANAGER_URL", value_delimiter = ',', value_parser = parse_http_url)]
+            pub alertmanager_url: Vec<String>,
+            /// A label every alert sent to Alertmanager carries unless it has it, NAME=VALUE,
+            /// repeatable: which Vigil sent it
+            #[arg(long = "alertmanager-external-label", value_parser = crate::service::alertmanager::parse_external_label)]
+            pub alertmanager_external_labels: Vec<(String, String)>,
             /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
             #[arg(long, env = "VIGIL_CONFIG")]
             pub config: Option<PathBuf>,
@@ -148,6 +156,12 @@ macro_rules! settings {
             /// Recorded files to feed in.
             #[serde(default)]
             pub replay: Vec<PathBuf>,
+            /// Alertmanagers that get every alert.
+            #[serde(default)]
+            pub alertmanager_url: Vec<String>,
+            /// Labels of every alert sent to Alertmanager: `[alertmanager_external_labels] site = "eu1"`.
+            #[serde(default)]
+            pub alertmanager_external_labels: BTreeMap<String, String>,
         }
 
         /// The settings in force.
@@ -166,6 +180,8 @@ macro_rules! settings {
             /// Topics whose messages are not Vigil's JSON lines.
             pub topic_formats: BTreeMap<String, TopicFormat>,
             pub replay: Vec<PathBuf>,
+            pub alertmanager_url: Vec<String>,
+            pub alertmanager_external_labels: BTreeMap<String, String>,
         }
 
         impl ServeConfig {
@@ -188,6 +204,8 @@ macro_rules! settings {
                     topics: BTreeMap::new(),
                     topic_formats: BTreeMap::new(),
                     replay: Vec::new(),
+                    alertmanager_url: Vec::new(),
+                    alertmanager_external_labels: BTreeMap::new(),
                 }
             }
 
@@ -270,6 +288,10 @@ settings! {
         "Whether the ingest log is flushed to disk before ingest answers (`false` loses acknowledged events on a power cut)";
     webhook_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_WEBHOOK_TIMEOUT",
         "How long one webhook call may take, e.g. `5s`";
+    alertmanager_resend_delay: Duration ["1min"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_RESEND_DELAY",
+        "How often firing alerts are sent to Alertmanager again; each is sent ending four of these ahead, so that Alertmanager resolves it if Vigil goes away";
+    alertmanager_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_TIMEOUT",
+        "How long one request to Alertmanager may take";
     webhook_max_attempts: u32 ["12"] = parse_positive::<u32>, env "VIGIL_WEBHOOK_MAX_ATTEMPTS",
         "Attempts before a webhook delivery is dead";
     webhook_backoff: Duration ["1s"] = parse_duration, env "VIGIL_WEBHOOK_BACKOFF",
@@ -530,6 +552,19 @@ impl ServeConfig {
         config.topic_formats.extend(args.kafka_topic_formats);
         config.topic_formats.retain(|_, f| *f != TopicFormat::Vigil);
         config.replay = if args.replay.is_empty() { file.replay } else { args.replay };
+        config.alertmanager_url = if args.alertmanager_url.is_empty() {
+            file.alertmanager_url.iter().filter_map(|u| parse_http_url(u).map_err(|e| problems.push(e)).ok()).collect()
+        } else {
+            args.alertmanager_url
+        };
+        let labels = table_pairs(
+            "alertmanager_external_labels",
+            &file.alertmanager_external_labels,
+            super::alertmanager::parse_external_label,
+            &mut problems,
+        );
+        config.alertmanager_external_labels.extend(labels);
+        config.alertmanager_external_labels.extend(args.alertmanager_external_labels);
         problems.extend(config.validate());
         if problems.is_empty() {
             Ok(config)

@@ -8,6 +8,7 @@
 //!                                                                   '--> webhook outbox --> receiver
 //! ```
 
+pub mod alertmanager;
 pub mod api;
 pub mod config;
 pub mod engine_loop;
@@ -431,6 +432,25 @@ fn spawn_writers(
         };
         tokio::spawn(deliverer.run(w.stop.clone()));
         tracing::info!(url = %redact(url), "delivering alerts to the webhook");
+    }
+    if !config.alertmanager_url.is_empty() {
+        let client =
+            reqwest::Client::builder().timeout(config.alertmanager_timeout).build().map_err(ServiceError::Webhook)?;
+        let notifier = alertmanager::Notifier {
+            settings: alertmanager::Settings {
+                urls: config.alertmanager_url.clone(),
+                resend_delay: config.alertmanager_resend_delay,
+                external_labels: config.alertmanager_external_labels.clone(),
+                external_url: external_url.to_string(),
+            },
+            store: w.store.clone(),
+            published: w.published.subscribe(),
+            telemetry: w.telemetry.clone(),
+            client,
+        };
+        tokio::spawn(notifier.run(w.stop.clone()));
+        let urls: Vec<String> = config.alertmanager_url.iter().map(|u| redact(u)).collect();
+        tracing::info!(alertmanagers = ?urls, "sending alerts to Alertmanager");
     }
     Ok(writer)
 }

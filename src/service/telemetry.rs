@@ -4,7 +4,8 @@
 //! would make the series count grow with the cluster.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Telemetry {
@@ -25,6 +26,7 @@ pub struct Telemetry {
     pub evicted: IntCounterVec,
     pub shed: IntCounterVec,
     pub samples: SampleMetrics,
+    pub notifications: NotificationMetrics,
     pub state_bytes: IntGauge,
     /// Sources that hold event time back ([`super::event_time`]).
     pub live_sources: IntGauge,
@@ -42,6 +44,41 @@ pub struct SampleMetrics {
     pub taken: IntCounterVec,
     /// Lines or series refused, by format and reason.
     pub rejected: IntCounterVec,
+}
+
+/// Alerts sent to Alertmanager ([`super::alertmanager`]), by Alertmanager, under the names of
+/// Prometheus' notifier.
+pub struct NotificationMetrics {
+    pub sent: IntCounterVec,
+    pub errors: IntCounterVec,
+    pub latency: HistogramVec,
+}
+
+impl NotificationMetrics {
+    fn new(registry: &Registry) -> NotificationMetrics {
+        let latency = HistogramVec::new(
+            HistogramOpts::new("vigil_notifications_latency_seconds", "Time of one request to Alertmanager")
+                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
+            &["alertmanager"],
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(latency.clone())).expect("registered once");
+        NotificationMetrics {
+            sent: counter(
+                registry,
+                "vigil_notifications_sent_total",
+                "Alerts sent to Alertmanager (resends included), by Alertmanager",
+                &["alertmanager"],
+            ),
+            errors: counter(
+                registry,
+                "vigil_notifications_errors_total",
+                "Alerts that could not be sent to Alertmanager (sent again at the next resend), by Alertmanager",
+                &["alertmanager"],
+            ),
+            latency,
+        }
+    }
 }
 
 impl SampleMetrics {
@@ -273,6 +310,7 @@ impl Telemetry {
                 &["source"],
             ),
             samples: SampleMetrics::new(&registry),
+            notifications: NotificationMetrics::new(&registry),
             spooled,
             events_in: counter(&registry, "vigil_events_in_total", "Events taken in, by stream", &["stream"]),
             malformed: counter(

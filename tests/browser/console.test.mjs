@@ -135,6 +135,16 @@ test('the alert detail draws its plot, opened from the keyboard', async () => {
   await page.keyboard.press('Escape');
 });
 
+test('a link to one alert (the generatorURL Alertmanager shows) opens it', async () => {
+  const id = await page.locator('#alerts tbody tr[data-rule="straggler_task"]').first().getAttribute('data-id');
+  const linked = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  linked.on('pageerror', (e) => errors.push(String(e)));
+  await linked.goto(service.url + '/?alert=' + encodeURIComponent(id));
+  await linked.waitForSelector('#detail:not([hidden])', { timeout: 5000 });
+  assert.match(await linked.textContent('#detail-title'), /^straggler_task: /);
+  await linked.close();
+});
+
 test('a rule with a mistake shows the diagnostic at its line, and the fixed rule saves', async () => {
   await page.click('nav button[data-view="rules"]');
   await page.click('#rules tbody tr[data-rule="job_failure_burst"]');

@@ -1,0 +1,180 @@
+//! Vigil sending to a real Alertmanager (Debian's `prometheus-alertmanager`, which
+//! scripts/test.sh installs; VIGIL_TEST_ALERTMANAGER names another binary).
+
+mod support;
+
+use serde_json::Value as Json;
+use std::process::{Child, Command, Stdio};
+use support::*;
+
+/// A running Alertmanager, killed when dropped.
+struct Alertmanager {
+    child: Child,
+    url: String,
+    args: Vec<String>,
+}
+
+impl Alertmanager {
+    /// Routes `severity="critical"` to `pager`, the rest to `chat`; groups by alert name and
+    /// notifies a second after a group changes.
+    async fn start(dir: &std::path::Path, pager: &str, chat: &str) -> Alertmanager {
+        let config = format!(
+            "route:\n  receiver: chat\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  \
+             repeat_interval: 1h\n  routes:\n    - matchers: ['severity=\"critical\"']\n      receiver: pager\n\
+             receivers:\n  - name: chat\n    webhook_configs: [{{url: '{chat}', send_resolved: true}}]\n  \
+             - name: pager\n    webhook_configs: [{{url: '{pager}', send_resolved: true}}]\n"
+        );
+        let path = dir.join("alertmanager.yml");
+        std::fs::write(&path, config).expect("config");
+        let port = kafka_ports(1);
+        let args = vec![
+            format!("--config.file={}", path.display()),
+            format!("--storage.path={}", dir.join("am-data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--cluster.listen-address=".to_string(),
+        ];
+        let mut am = Alertmanager { child: spawn(&args), url: format!("http://127.0.0.1:{port}"), args };
+        am.wait_ready().await;
+        am
+    }
+
+    async fn wait_ready(&mut self) {
+        let ready = format!("{}/-/ready", self.url);
+        eventually("Alertmanager ready", || async {
+            reqwest::get(&ready).await.ok().filter(|r| r.status().is_success()).map(|_| ())
+        })
+        .await;
+    }
+
+    /// Killed at once (no shutdown), then started again on the same storage.
+    async fn restart_after(&mut self, while_down: impl std::future::Future<Output = ()>) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        while_down.await;
+        self.child = spawn(&self.args);
+        self.wait_ready().await;
+    }
+
+    async fn alerts(&self) -> Vec<Json> {
+        let got = reqwest::get(format!("{}/api/v2/alerts", self.url)).await.expect("Alertmanager answers");
+        got.json::<Json>().await.expect("JSON").as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn spawn(args: &[String]) -> Child {
+    let binary =
+        std::env::var("VIGIL_TEST_ALERTMANAGER").unwrap_or_else(|_| "/usr/bin/prometheus-alertmanager".to_string());
+    Command::new(&binary).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| {
+        panic!("{binary} does not start ({e}): scripts/test.sh installs Debian's prometheus-alertmanager")
+    })
+}
+
+fn named<'a>(alerts: &'a [Json], name: &str, job: &str) -> Option<&'a Json> {
+    alerts.iter().find(|a| a["labels"]["alertname"] == name && a["labels"]["t_job_id"] == job)
+}
+
+/// Alert names in a receiver's notifications.
+fn notified(receiver: &Receiver) -> Vec<String> {
+    let bodies = receiver.bodies();
+    let alerts = bodies.iter().flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default());
+    alerts.filter_map(|a| a["labels"]["alertname"].as_str().map(String::from)).collect()
+}
+
+fn burst(job: &str) -> String {
+    (0..5)
+        .map(|i| {
+            format!(
+                "{{\"stream\":\"task_event\",\"ts\":\"2026-01-01T01:0{i}:00Z\",\"type\":\"FAIL\",\"job_id\":\"{job}\",\
+                 \"task_index\":{i},\"machine_id\":\"m{i}\"}}\n"
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs Alertmanager: run scripts/test.sh"]
+async fn alerts_reach_alertmanager_route_as_configured_and_survive_its_restart() {
+    let dir = temp_dir("alertmanager");
+    // The shipped burst rule (critical), and the shipped eviction rule kept firing for a day
+    // (a warning that stays firing: event time stands still in this past-dated input).
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules folder");
+    std::fs::copy("rules/job_failure_burst.saql", rules.join("job_failure_burst.saql")).expect("copy");
+    let evicted = std::fs::read_to_string("rules/evicted_then_failed.saql").expect("rule");
+    let evicted = evicted.replace("alert severity warning", "alert severity warning keep_firing_for 1 d");
+    assert!(evicted.contains("keep_firing_for 1 d"), "{evicted}");
+    std::fs::write(rules.join("evicted_then_failed.saql"), evicted).expect("write");
+    let (pager, chat) = (Receiver::start(0).await, Receiver::start(0).await);
+    let mut am = Alertmanager::start(&dir, &pager.url, &chat.url).await;
+    let service = Service::start(&[
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--database-url",
+        &sqlite_url(&dir),
+        "--lateness",
+        "0s",
+        "--alertmanager-url",
+        &am.url,
+        "--alertmanager-resend-delay",
+        "2s",
+        "--alertmanager-external-label",
+        "site=test",
+    ]);
+    post_events(&service.url, evict_then_fail("j1", 0) + &burst("b1")).await;
+
+    let alerts = eventually("both alerts in Alertmanager", || async {
+        let alerts = am.alerts().await;
+        (named(&alerts, "evicted_then_failed", "j1").is_some() && named(&alerts, "job_failure_burst", "b1").is_some())
+            .then_some(alerts)
+    })
+    .await;
+    let warning = named(&alerts, "evicted_then_failed", "j1").expect("there");
+    assert_eq!(warning["labels"]["severity"], "warning");
+    assert_eq!(warning["labels"]["t_task_index"], "0");
+    assert_eq!(warning["labels"]["site"], "test", "the external label");
+    assert_eq!(warning["status"]["state"], "active");
+    let id = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed", service.url)).await["alerts"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    assert_eq!(warning["generatorURL"], format!("{}/?alert={id}", service.url));
+    assert!(alerts.iter().any(|a| a["labels"]["alertname"] == "Watchdog"), "the watchdog fires: {alerts:?}");
+
+    // Routed as configured: the critical burst pages, the warning goes to chat.
+    eventually("the routed notifications", || async {
+        let (paged, chatted) = (notified(&pager), notified(&chat));
+        (paged.contains(&"job_failure_burst".to_string()) && chatted.contains(&"evicted_then_failed".to_string()))
+            .then_some(())
+    })
+    .await;
+    assert!(!notified(&pager).contains(&"evicted_then_failed".to_string()), "a warning never pages");
+
+    // Alertmanager killed; an alert fires while it is down; started again, it has all of them.
+    let url = service.url.clone();
+    am.restart_after(async move {
+        post_events(&url, evict_then_fail("j2", 70)).await;
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    })
+    .await;
+    eventually("every alert in Alertmanager after its restart", || async {
+        let alerts = am.alerts().await;
+        ["j1", "j2"]
+            .iter()
+            .all(|j| named(&alerts, "evicted_then_failed", j).is_some())
+            .then_some(())
+            .filter(|_| named(&alerts, "job_failure_burst", "b1").is_some())
+    })
+    .await;
+    let m = metrics(&service.url).await;
+    let am_label = format!("alertmanager=\"{}\"", am.url);
+    assert!(m.lines().any(|l| l.starts_with("vigil_notifications_errors_total") && l.contains(&am_label)), "{m}");
+    assert!(m.lines().any(|l| l.starts_with("vigil_notifications_sent_total") && l.contains(&am_label)), "{m}");
+    std::fs::remove_dir_all(&dir).ok();
+}
