@@ -1,4 +1,4 @@
-//! Vigil sending to a real Alertmanager (Debian's `prometheus-alertmanager`, which
+//! Vigil sending to a real Alertmanager, and showing its silences (Debian's `prometheus-alertmanager`, which
 //! scripts/test.sh installs; VIGIL_TEST_ALERTMANAGER names another binary).
 
 mod support;
@@ -87,6 +87,16 @@ fn notified(receiver: &Receiver) -> Vec<String> {
     alerts.filter_map(|a| a["labels"]["alertname"].as_str().map(String::from)).collect()
 }
 
+/// Now and an hour from now, as Alertmanager's API writes times.
+fn now_and_an_hour_on() -> (String, String) {
+    let format = |t: std::time::SystemTime| {
+        let ms = t.duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+        vigil::event::format_time(ms)
+    };
+    let now = std::time::SystemTime::now();
+    (format(now), format(now + std::time::Duration::from_secs(3600)))
+}
+
 fn burst(job: &str) -> String {
     (0..5)
         .map(|i| {
@@ -100,7 +110,7 @@ fn burst(job: &str) -> String {
 
 #[tokio::test]
 #[ignore = "needs Alertmanager: run scripts/test.sh"]
-async fn alerts_reach_alertmanager_route_as_configured_and_survive_its_restart() {
+async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_show_its_silences() {
     let dir = temp_dir("alertmanager");
     // The shipped burst rule (critical), and the shipped eviction rule kept firing for a day
     // (a warning that stays firing: event time stands still in this past-dated input).
@@ -172,6 +182,35 @@ async fn alerts_reach_alertmanager_route_as_configured_and_survive_its_restart()
             .filter(|_| named(&alerts, "job_failure_burst", "b1").is_some())
     })
     .await;
+    // A silence made in Alertmanager shows where the console reads it.
+    let now = now_and_an_hour_on();
+    let silence = serde_json::json!({
+        "matchers": [
+            {"name": "alertname", "value": "evicted_then_failed", "isRegex": false, "isEqual": true},
+            {"name": "t_job_id", "value": "j1", "isRegex": false, "isEqual": true}
+        ],
+        "startsAt": now.0, "endsAt": now.1, "createdBy": "test", "comment": "maintenance"
+    });
+    let made: Json = reqwest::Client::new()
+        .post(format!("{}/api/v2/silences", am.url))
+        .json(&silence)
+        .send()
+        .await
+        .expect("Alertmanager answers")
+        .json()
+        .await
+        .expect("JSON");
+    let silence_id = made["silenceID"].as_str().expect("a silence id").to_string();
+    let j1 = get_json(&format!("{}/api/v1/alerts?rule=evicted_then_failed&key=t.job_id=j1", service.url)).await;
+    let j1 = j1["alerts"][0]["id"].as_str().expect("j1's id").to_string();
+    let silenced = eventually("the silence seen by Vigil", || async {
+        let got = get_json(&format!("{}/api/v1/alertmanager/silenced", service.url)).await;
+        got["silenced"].as_object().filter(|s| !s.is_empty()).cloned()
+    })
+    .await;
+    assert_eq!(silenced.keys().collect::<Vec<_>>(), [&j1], "j1 alone is silenced: {silenced:?}");
+    assert_eq!(silenced[&j1], serde_json::json!([silence_id]));
+
     let m = metrics(&service.url).await;
     let am_label = format!("alertmanager=\"{}\"", am.url);
     assert!(m.lines().any(|l| l.starts_with("vigil_notifications_errors_total") && l.contains(&am_label)), "{m}");

@@ -10,6 +10,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   token: sessionStorage.getItem('vigil-token') || '',
   alerts: new Map(), // id -> latest transition
+  silenced: {}, // id -> ids of the Alertmanager silences that hold it
   page: 0,
   view: 'alerts',
   rules: [],
@@ -161,8 +162,9 @@ function renderAlerts() {
       group = a.rule;
       out.push(el('tr', { class: 'group' }, el('td', { colspan: '6', text: group })));
     }
-    const tr = el('tr', { tabindex: '0', 'data-id': a.id, 'data-status': a.status, 'data-rule': a.rule },
-      el('td', { class: 'status-' + a.status, text: a.status }),
+    const silenced = a.status === 'firing' && state.silenced[a.id];
+    const tr = el('tr', { tabindex: '0', 'data-id': a.id, 'data-status': a.status, 'data-rule': a.rule, 'data-silenced': silenced ? 'true' : 'false' },
+      el('td', { class: 'status-' + a.status, text: silenced ? 'firing, silenced' : a.status }),
       el('td', { class: 'sev-' + a.severity, text: a.severity }),
       el('td', { text: a.rule }),
       el('td', { class: 'key', text: keyText(a.key) }),
@@ -289,6 +291,7 @@ async function openAlert(id) {
   const body = $('#detail-body');
   body.replaceChildren(
     el('p', { class: 'status-' + alert.status, text: `${alert.status}, ${alert.severity}, since ${alert.starts_at}` }),
+    ...(state.silenced[alert.id] ? [el('p', { class: 'silenced', text: `Silenced in Alertmanager (${state.silenced[alert.id].join(', ')})` })] : []),
     el('h3', { text: 'Evidence' }), evidenceView(alert),
     el('h3', { text: 'Values' }), kv(alert.values),
     el('h3', { text: 'Labels' }), kv(alert.labels),
@@ -529,6 +532,21 @@ async function loadEngine() {
 // ---- Start ----
 
 let started = false;
+// What the Alertmanagers hold silenced (`--alertmanager-url`), read every 10 s: Vigil keeps no
+// silences of its own.
+async function loadSilenced() {
+  try {
+    const { silenced } = await api('/api/v1/alertmanager/silenced');
+    if (JSON.stringify(silenced) !== JSON.stringify(state.silenced)) {
+      state.silenced = silenced;
+      scheduleRender();
+    }
+  } catch (error) {
+    report(error);
+  }
+}
+setInterval(loadSilenced, 10000);
+
 async function start() {
   try {
     // The stream first, so that nothing stored between the two is missed; both feed `take`.
@@ -537,6 +555,7 @@ async function start() {
       await new Promise((resolve) => { stream(resolve); });
     }
     await loadHistory();
+    await loadSilenced();
     if (state.view !== 'alerts') show(state.view);
     // A link to one alert (Alertmanager's generatorURL): `/?alert=ID` opens it.
     const linked = new URLSearchParams(window.location.search).get('alert');

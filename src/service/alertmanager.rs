@@ -45,8 +45,26 @@ pub struct Settings {
     pub external_url: String,
 }
 
+/// The alerts every Alertmanager reports silenced, by alert id, with the silences' ids: what
+/// the console shows (`GET /api/v1/alertmanager/silenced`). Vigil keeps no silences itself.
+#[derive(Default)]
+pub struct Silences(std::sync::RwLock<BTreeMap<String, Vec<String>>>);
+
+impl Silences {
+    pub fn current(&self) -> BTreeMap<String, Vec<String>> {
+        self.0.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn set(&self, silenced: BTreeMap<String, Vec<String>>) {
+        if let Ok(mut s) = self.0.write() {
+            *s = silenced;
+        }
+    }
+}
+
 pub struct Notifier {
     pub settings: Settings,
+    pub silences: Arc<Silences>,
     pub store: Store,
     pub published: broadcast::Receiver<Arc<Stored>>,
     pub telemetry: Arc<Telemetry>,
@@ -116,6 +134,9 @@ impl Notifier {
                 continue;
             }
             let sent = self.send(&alerts, started).await;
+            if due {
+                self.read_silences().await;
+            }
             if due || !sent {
                 let wait = if sent { self.settings.resend_delay } else { self.settings.resend_delay.min(RETRY) };
                 next = Instant::now() + wait;
@@ -145,6 +166,46 @@ impl Notifier {
         }
         state.resolved.retain(|id, _| !firing.contains_key(id));
         state.firing = firing;
+    }
+
+    /// Asks every Alertmanager which of Vigil's alerts it holds silenced (by the alert id in
+    /// their `generatorURL`); an alert is silenced when every one says so. When one cannot be
+    /// asked, what was known stands.
+    async fn read_silences(&self) {
+        let mut every: Option<BTreeMap<String, Vec<String>>> = None;
+        for url in &self.settings.urls {
+            let target =
+                format!("{}/api/v2/alerts?active=false&inhibited=false&unprocessed=false", url.trim_end_matches('/'));
+            let answer = match self.client.get(&target).send().await {
+                Ok(resp) if resp.status().is_success() => resp.json::<Vec<Json>>().await.ok(),
+                _ => None,
+            };
+            let Some(alerts) = answer else { return };
+            let mut here: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for alert in alerts {
+                let id = alert["generatorURL"].as_str().and_then(|u| u.rsplit_once("?alert=")).map(|(_, id)| id);
+                let by: Vec<String> = alert["status"]["silencedBy"]
+                    .as_array()
+                    .map(|s| s.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                if let (Some(id), false) = (id, by.is_empty()) {
+                    here.entry(id.to_string()).or_default().extend(by);
+                }
+            }
+            every = Some(match every {
+                None => here,
+                Some(mut so_far) => {
+                    so_far.retain(|id, _| here.contains_key(id));
+                    for (id, by) in so_far.iter_mut() {
+                        by.extend(here.remove(id).unwrap_or_default());
+                        by.sort();
+                        by.dedup();
+                    }
+                    so_far
+                }
+            });
+        }
+        self.silences.set(every.unwrap_or_default());
     }
 
     /// Sends `alerts` and the watchdog to every Alertmanager; true when every one took them.

@@ -123,6 +123,7 @@ struct Wiring {
     health: Arc<writer::Health>,
     engine_health: Arc<EngineHealth>,
     webhook_wake: Arc<Notify>,
+    silences: Arc<alertmanager::Silences>,
     intake: Intake,
     stop: watch::Receiver<bool>,
 }
@@ -165,6 +166,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         intake: intake_of(&config, &engine_health),
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
+        silences: Default::default(),
         stop: stop_rx,
     };
     tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout));
@@ -327,6 +329,7 @@ fn app_state(
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),
         webhook_wake: wiring.webhook_wake.clone(),
+        silences: wiring.silences.clone(),
         limits: api::Limits {
             body_timeout: config.http_body_timeout,
             stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
@@ -443,6 +446,7 @@ fn spawn_writers(
                 external_labels: config.alertmanager_external_labels.clone(),
                 external_url: external_url.to_string(),
             },
+            silences: w.silences.clone(),
             store: w.store.clone(),
             published: w.published.subscribe(),
             telemetry: w.telemetry.clone(),

@@ -78,6 +78,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     pub engine_health: Arc<EngineHealth>,
     pub webhook_wake: Arc<Notify>,
+    /// What the Alertmanagers hold silenced ([`crate::service::alertmanager`]).
+    pub silences: Arc<crate::service::alertmanager::Silences>,
     pub limits: Limits,
 }
 
@@ -212,6 +214,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/rules/validate", post(rules::validate_rule))
         .route("/api/v1/dead-letters", get(ops::dead_letters))
         .route("/api/v1/webhook", get(ops::webhook_state))
+        .route("/api/v1/alertmanager/silenced", get(ops::silenced))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read_token));
     Router::new()
         .merge(reading)

@@ -30,6 +30,11 @@ pub(super) async fn webhook_state(State(state): State<Arc<AppState>>) -> ApiResu
     Ok(Json(json!({ "deliveries": counts })))
 }
 
+/// The alerts every configured Alertmanager holds silenced, with the silences' ids.
+pub(super) async fn silenced(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(json!({ "silenced": state.silences.current() }))
+}
+
 pub(super) async fn redeliver(State(state): State<Arc<AppState>>) -> ApiResult<Json<serde_json::Value>> {
     let n = state.store.outbox_redeliver(now_ms()).await?;
     state.webhook_wake.notify_one();

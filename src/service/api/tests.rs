@@ -95,6 +95,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         health,
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
+        silences: Default::default(),
         limits: Limits {
             body_timeout: Duration::from_secs(5),
             stream_clients: Arc::new(Semaphore::new(4)),
