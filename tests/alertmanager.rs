@@ -15,11 +15,11 @@ struct Alertmanager {
 }
 
 impl Alertmanager {
-    /// Routes `severity="critical"` to `pager`, the rest to `chat`; groups by alert name and
-    /// notifies a second after a group changes.
-    async fn start(dir: &std::path::Path, pager: &str, chat: &str) -> Alertmanager {
+    /// Routes `severity="critical"` to `pager`, the rest to `chat`; groups by `group_by` (a
+    /// YAML list) and notifies a second after a group changes.
+    async fn start(dir: &std::path::Path, pager: &str, chat: &str, group_by: &str) -> Alertmanager {
         let config = format!(
-            "route:\n  receiver: chat\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  \
+            "route:\n  receiver: chat\n  group_by: {group_by}\n  group_wait: 1s\n  group_interval: 1s\n  \
              repeat_interval: 1h\n  routes:\n    - matchers: ['severity=\"critical\"']\n      receiver: pager\n\
              receivers:\n  - name: chat\n    webhook_configs: [{{url: '{chat}', send_resolved: true}}]\n  \
              - name: pager\n    webhook_configs: [{{url: '{pager}', send_resolved: true}}]\n"
@@ -97,23 +97,21 @@ fn now_and_an_hour_on() -> (String, String) {
     (format(now), format(now + std::time::Duration::from_secs(3600)))
 }
 
-fn burst(job: &str) -> String {
+/// Five failures of `job`, a minute apart from `hour`:00.
+fn burst(job: &str, hour: u32) -> String {
     (0..5)
         .map(|i| {
             format!(
-                "{{\"stream\":\"task_event\",\"ts\":\"2026-01-01T01:0{i}:00Z\",\"type\":\"FAIL\",\"job_id\":\"{job}\",\
+                "{{\"stream\":\"task_event\",\"ts\":\"2026-01-01T{hour:02}:0{i}:00Z\",\"type\":\"FAIL\",\"job_id\":\"{job}\",\
                  \"task_index\":{i},\"machine_id\":\"m{i}\"}}\n"
             )
         })
         .collect()
 }
 
-#[tokio::test]
-#[ignore = "needs Alertmanager: run scripts/test.sh"]
-async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_show_its_silences() {
-    let dir = temp_dir("alertmanager");
-    // The shipped burst rule (critical), and the shipped eviction rule kept firing for a day
-    // (a warning that stays firing: event time stands still in this past-dated input).
+/// The shipped burst rule (critical), and the shipped eviction rule kept firing for a day (a
+/// warning that stays firing: event time stands still in this past-dated input), in `dir/rules`.
+fn rules_in(dir: &std::path::Path) -> String {
     let rules = dir.join("rules");
     std::fs::create_dir_all(&rules).expect("rules folder");
     std::fs::copy("rules/job_failure_burst.saql", rules.join("job_failure_burst.saql")).expect("copy");
@@ -121,11 +119,19 @@ async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_s
     let evicted = evicted.replace("alert severity warning", "alert severity warning keep_firing_for 1 d");
     assert!(evicted.contains("keep_firing_for 1 d"), "{evicted}");
     std::fs::write(rules.join("evicted_then_failed.saql"), evicted).expect("write");
+    rules.to_str().expect("utf-8").to_string()
+}
+
+#[tokio::test]
+#[ignore = "needs Alertmanager: run scripts/test.sh"]
+async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_show_its_silences() {
+    let dir = temp_dir("alertmanager");
+    let rules = rules_in(&dir);
     let (pager, chat) = (Receiver::start(0).await, Receiver::start(0).await);
-    let mut am = Alertmanager::start(&dir, &pager.url, &chat.url).await;
+    let mut am = Alertmanager::start(&dir, &pager.url, &chat.url, "['alertname']").await;
     let service = Service::start(&[
         "--rules",
-        rules.to_str().expect("utf-8"),
+        &rules,
         "--database-url",
         &sqlite_url(&dir),
         "--lateness",
@@ -137,7 +143,7 @@ async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_s
         "--alertmanager-external-label",
         "site=test",
     ]);
-    post_events(&service.url, evict_then_fail("j1", 0) + &burst("b1")).await;
+    post_events(&service.url, evict_then_fail("j1", 0) + &burst("b1", 1)).await;
 
     let alerts = eventually("both alerts in Alertmanager", || async {
         let alerts = am.alerts().await;
@@ -215,5 +221,66 @@ async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_s
     let am_label = format!("alertmanager=\"{}\"", am.url);
     assert!(m.lines().any(|l| l.starts_with("vigil_notifications_errors_total") && l.contains(&am_label)), "{m}");
     assert!(m.lines().any(|l| l.starts_with("vigil_notifications_sent_total") && l.contains(&am_label)), "{m}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Firing notifications per alert (its labels), over every receiver.
+fn firing_notifications(receivers: &[&Receiver]) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for body in receivers.iter().flat_map(|r| r.bodies()) {
+        for a in body["alerts"].as_array().cloned().unwrap_or_default() {
+            if a["status"] == "firing" && a["labels"]["alertname"] != "Watchdog" {
+                *out.entry(a["labels"].to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs Alertmanager: run scripts/test.sh"]
+async fn vigil_killed_and_restarted_makes_alertmanager_notify_nothing_twice() {
+    let dir = temp_dir("alertmanager-kill");
+    let rules = rules_in(&dir);
+    let (pager, chat) = (Receiver::start(0).await, Receiver::start(0).await);
+    // Every alert its own group: a second notification of one would be a duplicate.
+    let _am = Alertmanager::start(&dir, &pager.url, &chat.url, "['...']").await;
+    let (db, spool, ingest) = (sqlite_url(&dir), dir.join("spool"), dir.join("ingest"));
+    let args = [
+        "--rules",
+        &rules,
+        "--database-url",
+        &db,
+        "--lateness",
+        "0s",
+        "--checkpoint-interval",
+        "1s",
+        "--spool-dir",
+        spool.to_str().expect("utf-8"),
+        "--ingest-log-dir",
+        ingest.to_str().expect("utf-8"),
+        "--alertmanager-url",
+        &_am.url,
+        "--alertmanager-resend-delay",
+        "1s",
+    ];
+    let mut service = Service::start(&args);
+    post_events(&service.url, evict_then_fail("j1", 0) + &burst("b1", 1)).await;
+    eventually("both alerts notified", || async { (firing_notifications(&[&pager, &chat]).len() == 2).then_some(()) })
+        .await;
+    // More input, acknowledged, then kill -9 at once: whatever the engine had not stored yet
+    // comes back from the ingest log and the checkpoint.
+    post_events(&service.url, burst("b2", 2) + &evict_then_fail("j2", 130)).await;
+    service.kill();
+    let service = Service::start(&args);
+    eventually("every alert notified", || async { (firing_notifications(&[&pager, &chat]).len() == 4).then_some(()) })
+        .await;
+    // Several resends and group intervals more.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let counts = firing_notifications(&[&pager, &chat]);
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 1), "an alert notified twice: {counts:?}");
+    let stored = get_json(&format!("{}/api/v1/alerts", service.url)).await;
+    assert_eq!(stored["alerts"].as_array().map(Vec::len), Some(4), "{stored}");
     std::fs::remove_dir_all(&dir).ok();
 }
