@@ -34,6 +34,11 @@ pub struct RuleInfo {
     pub description: Option<String>,
     /// The plan as `vigil explain` prints it.
     pub plan: String,
+    /// The rule's declaration as written.
+    pub text: String,
+    pub severity: String,
+    pub for_ms: u64,
+    pub keep_firing_for_ms: u64,
 }
 
 /// Rule files, each compiled, with every name clash across them reported.
@@ -92,12 +97,19 @@ impl RuleSet {
         self.files
             .iter()
             .flat_map(|c| {
-                c.plans.iter().map(|p| RuleInfo {
-                    name: p.name.clone(),
-                    file: c.name.clone(),
-                    model: p.kind().to_string(),
-                    description: p.description.clone(),
-                    plan: p.to_string(),
+                c.plans.iter().map(|p| {
+                    let span = c.rule_spans.iter().find(|(name, _)| *name == p.name).map(|(_, span)| *span);
+                    RuleInfo {
+                        name: p.name.clone(),
+                        file: c.name.clone(),
+                        model: p.kind().to_string(),
+                        description: p.description.clone(),
+                        plan: p.to_string(),
+                        text: span.and_then(|s| c.text.get(s.start..s.end)).unwrap_or_default().to_string(),
+                        severity: p.alert.severity.to_string(),
+                        for_ms: p.alert.for_ms,
+                        keep_firing_for_ms: p.alert.keep_firing_for_ms,
+                    }
                 })
             })
             .collect()

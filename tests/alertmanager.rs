@@ -188,6 +188,23 @@ async fn alerts_reach_alertmanager_route_as_configured_survive_its_restart_and_s
             .filter(|_| named(&alerts, "job_failure_burst", "b1").is_some())
     })
     .await;
+    // Prometheus' rules and alerts endpoints, as Grafana reads them.
+    let rules = get_json(&format!("{}/prometheus/api/v1/rules", service.url)).await;
+    assert_eq!(rules["status"], "success");
+    let groups = rules["data"]["groups"].as_array().expect("groups");
+    let all: Vec<&Json> = groups.iter().flat_map(|g| g["rules"].as_array().into_iter().flatten()).collect();
+    let burst_rule = all.iter().find(|r| r["name"] == "job_failure_burst").expect("the burst rule");
+    assert_eq!(burst_rule["type"], "alerting");
+    assert_eq!(burst_rule["state"], "firing");
+    assert_eq!(burst_rule["labels"]["severity"], "critical");
+    assert!(burst_rule["query"].as_str().is_some_and(|q| q.starts_with("rule job_failure_burst {")), "{burst_rule}");
+    assert_eq!(burst_rule["alerts"][0]["labels"]["t_job_id"], "b1");
+    assert!(groups.iter().any(|g| g["name"] == "job_failure_burst"), "a group per file: {groups:?}");
+    let listed = get_json(&format!("{}/prometheus/api/v1/alerts", service.url)).await;
+    let listed = listed["data"]["alerts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 3, "j1, j2 and b1 fire: {listed:?}");
+    assert!(listed.iter().all(|a| a["state"] == "firing" && a["activeAt"].is_string()), "{listed:?}");
+
     // A silence made in Alertmanager shows where the console reads it.
     let now = now_and_an_hour_on();
     let silence = serde_json::json!({

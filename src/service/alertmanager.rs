@@ -251,27 +251,7 @@ impl Notifier {
 
     /// An alert as Alertmanager takes it: a firing one ends at `ends` unless sent again.
     fn body(&self, a: &Alert, ends: Millis) -> Json {
-        let mut labels = Map::new();
-        for (name, value) in a.labels.iter() {
-            labels.insert(name.clone(), Json::String(value.clone()));
-        }
-        // The key's values tell one alert of a rule from another: Alertmanager tells alerts
-        // apart by their labels alone.
-        for (name, value) in a.key.iter() {
-            let text = match value {
-                Json::String(s) => s.clone(),
-                Json::Object(m) => m
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                other => other.to_string(),
-            };
-            labels.entry(label_name(name)).or_insert(Json::String(text));
-        }
-        for (name, value) in &self.settings.external_labels {
-            labels.entry(name.clone()).or_insert(Json::String(value.clone()));
-        }
+        let labels = labels_of(a, &self.settings.external_labels);
         let ends_at = match a.status {
             Status::Firing => ends,
             Status::Resolved => a.ends_at.unwrap_or(a.time),
@@ -313,6 +293,31 @@ pub fn parse_external_label(s: &str) -> Result<(String, String), String> {
         return Err(format!("`{name}`: a label name is letters, digits and `_`, not starting with a digit"));
     }
     Ok((name.to_string(), value.to_string()))
+}
+
+/// An alert's labels as Alertmanager and Prometheus' API show them: its own (`alertname`,
+/// `severity`, the rule's), its key's values, and `external` labels, none over another before it.
+pub fn labels_of(a: &Alert, external: &BTreeMap<String, String>) -> Map<String, Json> {
+    let mut labels = Map::new();
+    for (name, value) in a.labels.iter() {
+        labels.insert(name.clone(), Json::String(value.clone()));
+    }
+    // The key's values tell one alert of a rule from another: Alertmanager tells alerts apart
+    // by their labels alone.
+    for (name, value) in a.key.iter() {
+        let text = match value {
+            Json::String(s) => s.clone(),
+            Json::Object(m) => {
+                m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(",")
+            }
+            other => other.to_string(),
+        };
+        labels.entry(label_name(name)).or_insert(Json::String(text));
+    }
+    for (name, value) in external {
+        labels.entry(name.clone()).or_insert(Json::String(value.clone()));
+    }
+    labels
 }
 
 /// A key's name as a label name (`s.host` as `s_host`): Alertmanager's names are

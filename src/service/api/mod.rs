@@ -26,6 +26,7 @@ mod influx;
 pub mod ingest;
 pub mod ops;
 mod otlp;
+mod prometheus;
 mod remote_write;
 pub mod rules;
 
@@ -215,6 +216,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/dead-letters", get(ops::dead_letters))
         .route("/api/v1/webhook", get(ops::webhook_state))
         .route("/api/v1/alertmanager/silenced", get(ops::silenced))
+        .route("/prometheus/api/v1/rules", get(prometheus::rules))
+        .route("/prometheus/api/v1/alerts", get(prometheus::alerts))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read_token));
     Router::new()
         .merge(reading)
