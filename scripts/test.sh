@@ -108,6 +108,16 @@ if [ -z "${VIGIL_TEST_ALERTMANAGER:-}" ]; then
   export VIGIL_TEST_ALERTMANAGER="$(command -v prometheus-alertmanager)"
 fi
 
+# promtool, for the alerting rules on Vigil's own metrics (monitoring/, tests/monitoring.rs):
+# Debian's prometheus package (its service is not started).
+if [ -z "${VIGIL_TEST_PROMTOOL:-}" ]; then
+  if ! command -v promtool >/dev/null 2>&1; then
+    echo "installing promtool (apt-get prometheus)"
+    apt_install prometheus
+  fi
+  export VIGIL_TEST_PROMTOOL="$(command -v promtool)"
+fi
+
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing Chromium for the browser tests (apt-get)"
