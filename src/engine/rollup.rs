@@ -74,8 +74,13 @@ pub struct Rollup {
 
 impl Rollup {
     /// `position`: where `by` is in the rule's keys; `labels`: the rule's labels without holes.
-    pub fn new(rule: Arc<str>, by: &str, severity: &str, position: usize, labels: BTreeMap<String, String>) -> Self {
-        let mut labels = labels;
+    pub fn new(
+        rule: Arc<str>,
+        by: &str,
+        severity: &str,
+        position: usize,
+        mut labels: BTreeMap<String, String>,
+    ) -> Self {
         labels.insert("alertname".into(), rule.to_string());
         labels.insert("severity".into(), severity.to_string());
         labels.insert("rollup".into(), by.to_string());

@@ -16,7 +16,7 @@
 //! time, which in a backfill lies in the past; the resend and the 15 minutes are wall-clock.
 //! An always-firing `Watchdog` alert goes with every send, for a dead man's switch.
 
-use super::store::{AlertFilter, Store, Stored};
+use super::store::{Store, Stored};
 use super::telemetry::Telemetry;
 use crate::alert::{Alert, Status};
 use crate::event::{format_time, now_ms, Millis};
@@ -148,24 +148,16 @@ impl Notifier {
     /// restart, after missed ones, and in a group, where another member may have resolved one.
     /// When the store cannot be read, what this instance has seen stands.
     async fn load(&self, state: &mut State) {
-        let filter = AlertFilter { status: Some(Status::Firing), ..Default::default() };
-        let mut firing = HashMap::new();
-        let mut before = None;
-        loop {
-            match self.store.list_alerts(&filter, before, 1_000).await {
-                Ok(page) if page.is_empty() => break,
-                Ok(page) => {
-                    before = page.last().map(|s| s.seq);
-                    firing.extend(page.into_iter().map(|s| (s.alert.id.clone(), s.alert)));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "firing alerts could not be read for Alertmanager; resending those seen");
-                    return;
-                }
+        match self.store.firing_alerts(usize::MAX).await {
+            Ok(alerts) => {
+                let firing: HashMap<String, Alert> = alerts.into_iter().map(|a| (a.id.clone(), a)).collect();
+                state.resolved.retain(|id, _| !firing.contains_key(id));
+                state.firing = firing;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "firing alerts could not be read for Alertmanager; resending those seen");
             }
         }
-        state.resolved.retain(|id, _| !firing.contains_key(id));
-        state.firing = firing;
     }
 
     /// Asks every Alertmanager which of Vigil's alerts it holds silenced (by the alert id in
@@ -231,7 +223,7 @@ impl Notifier {
             Ok(resp) if resp.status().is_success() => None,
             Ok(resp) => Some(format!("Alertmanager answered {}", resp.status())),
             Err(e) if e.is_timeout() => Some("Alertmanager timed out".to_string()),
-            Err(e) => Some(format!("cannot reach Alertmanager: {}", super::redact_urls(&e.without_url().to_string()))),
+            Err(e) => Some(format!("cannot reach Alertmanager: {}", super::error_chain(&e.without_url()))),
         };
         let am = super::redact(url);
         let t = &self.telemetry.notifications;

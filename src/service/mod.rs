@@ -547,6 +547,22 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// An error with its causes, `a: b: c`, as reqwest's own message hides the cause (connection
+/// refused, DNS) behind "error sending request".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    redact_urls(&text)
+}
+
 /// Text with every URL in it redacted, as [`redact`] does one: for error messages from
 /// libraries that quote the URL they failed on.
 pub fn redact_urls(text: &str) -> String {

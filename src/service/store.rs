@@ -250,6 +250,21 @@ impl Store {
         rows.iter().map(stored).collect()
     }
 
+    /// The firing alerts, newest first, `most` at most, read a page at a time.
+    pub async fn firing_alerts(&self, most: usize) -> Result<Vec<Alert>> {
+        let filter = AlertFilter { status: Some(Status::Firing), ..Default::default() };
+        let mut out = Vec::new();
+        let mut before = None;
+        while out.len() < most {
+            let page = self.list_alerts(&filter, before, 1_000).await?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.seq);
+            out.extend(page.into_iter().map(|s| s.alert));
+        }
+        out.truncate(most);
+        Ok(out)
+    }
+
     /// Alert transitions after `seq`, oldest first: what a stream client missed.
     pub async fn events_after(&self, seq: i64, filter: &AlertFilter, limit: i64) -> Result<Vec<Stored>> {
         let mut sql = Sql::new("SELECT seq, body FROM alert_events WHERE 1 = 1");

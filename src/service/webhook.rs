@@ -119,7 +119,7 @@ impl Deliverer {
                     Ok(resp) if resp.status().is_success() => None,
                     Ok(resp) => Some(format!("receiver answered {}", resp.status())),
                     Err(e) if e.is_timeout() => Some("receiver timed out".to_string()),
-                    Err(e) => Some(format!("cannot reach receiver: {}", error_chain(&e.without_url()))),
+                    Err(e) => Some(format!("cannot reach receiver: {}", super::error_chain(&e.without_url()))),
                 };
                 let seconds = started.elapsed().as_secs_f64();
                 let (delivery, attempts) = (item.seq, item.attempts + 1);
@@ -143,22 +143,6 @@ impl Deliverer {
             }
         }
     }
-}
-
-/// An error with its causes, `a: b: c`, as reqwest's own message hides the cause (connection
-/// refused, DNS) behind "error sending request".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    super::redact_urls(&text)
 }
 
 #[cfg(test)]

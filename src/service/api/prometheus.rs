@@ -8,9 +8,8 @@
 //! sent to Alertmanager: the rule's, and the key's values.
 
 use super::{ApiResult, AppState};
-use crate::alert::{Alert, Status};
+use crate::alert::Alert;
 use crate::event::format_time;
-use crate::service::store::AlertFilter;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -21,13 +20,13 @@ use std::sync::Arc;
 const MOST_ALERTS: usize = 10_000;
 
 pub(super) async fn alerts(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
-    let alerts: Vec<Value> = firing(&state).await?.iter().map(alert).collect();
+    let alerts: Vec<Value> = state.store.firing_alerts(MOST_ALERTS).await?.iter().map(alert).collect();
     Ok(Json(json!({ "status": "success", "data": { "alerts": alerts } })))
 }
 
 pub(super) async fn rules(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
     let mut by_rule: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for a in firing(&state).await? {
+    for a in state.store.firing_alerts(MOST_ALERTS).await? {
         by_rule.entry(a.rule.to_string()).or_default().push(alert(&a));
     }
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -66,19 +65,6 @@ pub(super) async fn rules(State(state): State<Arc<AppState>>) -> ApiResult<Json<
         })
         .collect();
     Ok(Json(json!({ "status": "success", "data": { "groups": groups } })))
-}
-
-async fn firing(state: &AppState) -> ApiResult<Vec<Alert>> {
-    let filter = AlertFilter { status: Some(Status::Firing), ..Default::default() };
-    let mut out = Vec::new();
-    let mut before = None;
-    while out.len() < MOST_ALERTS {
-        let page = state.store.list_alerts(&filter, before, 1_000).await?;
-        let Some(last) = page.last() else { break };
-        before = Some(last.seq);
-        out.extend(page.into_iter().map(|s| s.alert));
-    }
-    Ok(out)
 }
 
 /// An alert as Prometheus lists one.
