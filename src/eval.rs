@@ -9,7 +9,9 @@
 //! detection outside every window costs the false-positive weight, less right after a window;
 //! rows in the probationary period (the first 15% of a file, at most 750 rows) are not scored.
 //! Scores are summed over files and normalised so that detecting nothing scores 0 and detecting
-//! every window at its start 100, for each of NAB's three profiles.
+//! every window at its start 100, for each of NAB's three profiles. Alerts of rules that judge
+//! silence (`host_silent`) are counted but not scored: NAB's labels mark no gaps, so such an
+//! alert lands in a window only by chance. `--outages` judges them instead ([`outages`]).
 //!
 //! **Page budget.** Unlabelled inputs are replayed together, as a deployment would read them;
 //! the count is firing alerts per metric series per day of that series' samples.
@@ -22,6 +24,7 @@ use crate::replay::{replay_into, Quiet, ReplayOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+pub mod outages;
 pub mod report;
 
 /// What goes wrong in an evaluation, with the file it concerns.
@@ -91,6 +94,11 @@ pub struct FileScore {
     pub alerts: BTreeMap<String, usize>,
     /// Raw score by profile, in [`PROFILES`] order.
     pub raw: [f64; 3],
+    /// Alerts of rules that judge silence ([`RulePlan::judges_silence`]): not scored, since
+    /// NAB's labels mark no gaps; `--outages` judges them.
+    pub silence: usize,
+    /// The raw score had the silence alerts been scored as detections too.
+    pub raw_with_silence: [f64; 3],
 }
 
 /// Scores the rows flagged at `detections` (times) against `file`'s windows.
@@ -241,7 +249,7 @@ pub fn files_under(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, EvalError> {
 }
 
 /// The row times of a NAB file, in file order.
-fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
+pub(crate) fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
     let mut times = Vec::new();
@@ -261,7 +269,8 @@ fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
 
 /// Replays `inputs` together through a fresh engine running `plans`; the firing alerts. With
 /// `spans`, the time span of each metric series read is noted in it; with `gather`, the
-/// series are gathered onto that many hosts first ([`gather_onto`]).
+/// series are gathered onto that many hosts first ([`gather_onto`]); events after the start of
+/// a `cut` and up to its end are left out (an outage).
 pub fn alerts_of(
     plans: &[RulePlan],
     inputs: &[PathBuf],
@@ -269,6 +278,7 @@ pub fn alerts_of(
     options: &ReplayOptions,
     spans: Option<&std::rc::Rc<std::cell::RefCell<Spans>>>,
     gather: Option<u32>,
+    cut: &[(Millis, Millis)],
 ) -> Result<Vec<Alert>, EvalError> {
     let mut engine = crate::engine::Engine::new(
         plans.to_vec(),
@@ -288,6 +298,14 @@ pub fn alerts_of(
                     }
                 }
                 r
+            }));
+        }
+        if !cut.is_empty() {
+            let cut = cut.to_vec();
+            let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
+            input.records = Box::new(records.filter(move |r| match &r.event {
+                Ok(Decoded::Event(e)) => !cut.iter().any(|&(start, end)| start < e.ts && e.ts <= end),
+                _ => true,
             }));
         }
         if let Some(spans) = spans {
@@ -390,7 +408,7 @@ pub fn run_budget(
     gather: Option<u32>,
 ) -> Result<Budget, EvalError> {
     let spans = std::rc::Rc::new(std::cell::RefCell::new(Spans::default()));
-    let alerts = alerts_of(plans, inputs, format, options, Some(&spans), gather)?;
+    let alerts = alerts_of(plans, inputs, format, options, Some(&spans), gather, &[])?;
     let spans = spans.borrow();
     const DAY: f64 = 86_400_000.0;
     let mut hosts: HashMap<&str, (Millis, Millis)> = HashMap::new();
@@ -431,6 +449,7 @@ pub fn run_labelled(
     options: &ReplayOptions,
     threads: usize,
 ) -> Result<LabelledRun, EvalError> {
+    let silence: Vec<&str> = plans.iter().filter(|p| p.judges_silence()).map(|p| p.name.as_str()).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<Option<Result<FileScore, EvalError>>>> =
         std::sync::Mutex::new((0..files.len()).map(|_| None).collect());
@@ -439,16 +458,19 @@ pub fn run_labelled(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(file) = files.get(i) else { break };
-                let result = alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None, None).map(
-                    |alerts| {
-                        let times: Vec<Millis> = alerts.iter().map(|a| a.time).collect();
-                        let mut score = score_file(file, &times);
+                let result = alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None, None, &[])
+                    .map(|alerts| {
+                        let is_silence = |a: &Alert| silence.contains(&&*a.rule);
+                        let values: Vec<Millis> = alerts.iter().filter(|a| !is_silence(a)).map(|a| a.time).collect();
+                        let every: Vec<Millis> = alerts.iter().map(|a| a.time).collect();
+                        let mut score = score_file(file, &values);
+                        score.raw_with_silence = score_file(file, &every).raw;
                         for a in &alerts {
                             *score.alerts.entry(a.rule.to_string()).or_default() += 1;
+                            score.silence += usize::from(is_silence(a));
                         }
                         score
-                    },
-                );
+                    });
                 if let Ok(mut r) = results.lock() {
                     r[i] = Some(result);
                 }

@@ -180,6 +180,10 @@ enum Command {
         /// Count alerts per series per day over the inputs replayed together, instead of scoring.
         #[arg(long)]
         budget: bool,
+        /// Judge the rules that judge silence instead: cut three 12-hour outages into each NAB
+        /// CSV file and count those detected, their delay, and silence alerts elsewhere.
+        #[arg(long, conflicts_with = "budget")]
+        outages: bool,
         /// Input format for `--budget`; `auto` decides from each file's name and first line.
         #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
         format: vigil::input::Format,
@@ -251,7 +255,7 @@ fn main() -> ExitCode {
             replay(&rules, &inputs, format, &input_options, &options, out.as_deref(), usize::from(workers))
         }
         Command::Test { paths } => rule_tests(&paths),
-        Command::Eval { rules, inputs, labels, scoreboard, budget, format, hosts, lateness, threads } => {
+        Command::Eval { rules, inputs, labels, scoreboard, budget, outages, format, hosts, lateness, threads } => {
             let options = ReplayOptions {
                 lateness_ms: lateness as i64,
                 speed: vigil::replay::Speed::Max,
@@ -259,7 +263,11 @@ fn main() -> ExitCode {
                 bounds: vigil::event::TimeBounds { max_future_ms: None, max_jump_ms: None },
             };
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            evaluate(&rules, &inputs, labels, scoreboard, budget.then_some((format, hosts)), &options, threads)
+            if outages {
+                evaluate_outages(&rules, &inputs, &options, threads)
+            } else {
+                evaluate(&rules, &inputs, labels, scoreboard, budget.then_some((format, hosts)), &options, threads)
+            }
         }
         Command::Bench {
             workload,
@@ -421,6 +429,20 @@ fn replay(
     bar.finish();
     eprint!("{}", summary.report());
     Ok(summary.stopped_at.is_none())
+}
+
+fn evaluate_outages(rules: &Path, inputs: &[PathBuf], options: &ReplayOptions, threads: usize) -> Result<bool> {
+    let Some(plans) = load_plans(&[rules.to_path_buf()])? else { return Ok(false) };
+    let started = std::time::Instant::now();
+    let files: Vec<PathBuf> =
+        vigil::eval::files_under(inputs)?.into_iter().filter(|f| f.extension().is_some_and(|e| e == "csv")).collect();
+    if files.is_empty() {
+        bail!("no NAB CSV file (timestamp,value) among the inputs");
+    }
+    let results = vigil::eval::outages::run_outages(&plans, &files, options, threads)?;
+    print!("{}", vigil::eval::report::outages(&results));
+    eprintln!("{} files in {:.1} s", files.len(), started.elapsed().as_secs_f64());
+    Ok(true)
 }
 
 fn evaluate(

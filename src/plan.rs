@@ -27,6 +27,17 @@ pub struct RulePlan {
     pub returns: Vec<(String, TExpr)>,
 }
 
+impl RulePlan {
+    /// Whether the rule alerts on silence: a sequence that ends in an absence (`-> not e2 for
+    /// D`), whose alerts say that events stopped, not what they said.
+    pub fn judges_silence(&self) -> bool {
+        match &self.model {
+            ModelPlan::Sequence(seq) => seq.steps.last().is_some_and(|s| s.kind.is_absence()),
+            _ => false,
+        }
+    }
+}
+
 /// What a rule computes, by kind of model; each kind carries exactly what it runs on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum ModelPlan {

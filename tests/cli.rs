@@ -179,7 +179,7 @@ fn bench_writes_the_events_it_would_run_and_runs_them_back_the_same() {
 fn vigil_test_runs_the_rule_tests() {
     let (code, stdout, _) = vigil(&["test", "rules/tests/host_silent.toml"]);
     assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.trim_end().ends_with("6 passed, 0 failed"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("7 passed, 0 failed"), "{stdout}");
 }
 
 #[test]
@@ -297,4 +297,26 @@ fn eval_budget_gathers_series_onto_hosts_and_counts_their_roll_ups_as_pages() {
     assert!(together.contains("Pages (critical): 1,"), "the last hour is one page: {together}");
     let (code, _, err) = vigil(&["eval", "--hosts", "2", input.to_str().unwrap()]);
     assert_eq!(code, 2, "--hosts needs --budget: {err}");
+}
+
+#[test]
+fn eval_outages_finds_cut_silences_and_none_in_a_steady_feed() {
+    // Ten days of five-minute samples: every cut outage is found, fifteen minutes after the
+    // last sample before it, and the feed raises no silence of its own.
+    let dir = std::env::temp_dir().join(format!("vigil-outages-{}", std::process::id()));
+    let family = dir.join("steady");
+    std::fs::create_dir_all(&family).unwrap();
+    let mut csv = String::from("timestamp,value\n");
+    for i in 0..(10 * 288) {
+        let (day, minute) = (i / 288, (i % 288) * 5);
+        csv.push_str(&format!("2026-01-{:02} {:02}:{:02}:00,{}\n", day + 1, minute / 60, minute % 60, i % 7));
+    }
+    std::fs::write(family.join("feed.csv"), csv).unwrap();
+    let (code, out, err) = vigil(&["eval", "--outages", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let row = out.lines().find(|l| l.starts_with("| steady |")).unwrap_or_else(|| panic!("{out}"));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    assert_eq!(&cells[3..8], ["3", "3", "15 min", "0", "0"], "{out}");
+    assert_eq!(cells[8], "0", "no silence outside the cuts: {out}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -46,10 +46,28 @@ type SequenceExtension = (Vec<(Key, Cadence)>, Vec<(Key, Millis)>);
 struct Cadence {
     last: Millis,
     gaps: VecDeque<Millis>,
+    /// The gaps sorted, made when a bound first reads them after a new gap: a host's many
+    /// series sampled together start as many waits, all on one set of gaps.
+    #[serde(skip)]
+    sorted: std::cell::RefCell<Vec<Millis>>,
+    /// The wait after which the rule called the partition silent, while that silence lasts: the
+    /// gap that ends it is remembered as at most [`HELD_GAP_FACTOR`] times that wait, so that
+    /// one outage does not hide the next while it is remembered. Not in checkpoints: across a
+    /// restart the gap is remembered whole.
+    #[serde(skip)]
+    held: Option<Millis>,
 }
 
-/// Gaps a cadence remembers.
-const CADENCE_GAPS: usize = 32;
+/// Gaps a cadence remembers: at a 15-second scrape, an hour; at five minutes, most of a day.
+/// Many gaps, so that a host whose reports come when something happens (an irregular cadence)
+/// has shown its long gaps before it is judged by them; one long gap then widens the wait until
+/// it ages out, which quantiles below 1 avoid.
+const CADENCE_GAPS: usize = 256;
+/// A gap that ended a silence is remembered as at most this many times the wait that called it:
+/// a real outage widens the next wait fourfold, not to its own length, while a series whose
+/// reports come when something happens learns its long gaps from a few false silences.
+/// `vigil eval --outages` measures the choice (docs/scorers.md).
+const HELD_GAP_FACTOR: Millis = 4;
 /// A partition with no first-step event for this long forgets its cadence.
 const CADENCE_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
 
@@ -60,17 +78,23 @@ impl Cadence {
             if self.gaps.len() == CADENCE_GAPS {
                 self.gaps.pop_front();
             }
-            self.gaps.push_back(ts - self.last);
+            let gap = ts - self.last;
+            self.gaps.push_back(self.held.take().map_or(gap, |wait| gap.min(HELD_GAP_FACTOR * wait)));
+            self.sorted.get_mut().clear();
         }
         self.last = self.last.max(ts);
     }
 
     /// The `q` quantile of the recent gaps (the nearest rank), if there is one.
     fn quantile(&self, q: f64) -> Option<Millis> {
-        let mut gaps: Vec<Millis> = self.gaps.iter().copied().collect();
-        gaps.sort_unstable();
-        let i = ((gaps.len() as f64 - 1.0) * q).round() as usize;
-        gaps.get(i).copied()
+        let mut sorted = self.sorted.borrow_mut();
+        if sorted.len() != self.gaps.len() {
+            sorted.clear();
+            sorted.extend(self.gaps.iter().copied());
+            sorted.sort_unstable();
+        }
+        let i = ((sorted.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize;
+        sorted.get(i).copied()
     }
 }
 
@@ -586,7 +610,7 @@ impl Operator for SequenceOperator {
         let event = super::operator::event_bytes(self.plan.sources[0].stream);
         let per_match = std::mem::size_of::<PartialMatch>() + sources * (8 + event) + 64;
         let counted: usize = self.partitions.values().map(|p| p.counter.len()).sum();
-        self.cadence.len() * (std::mem::size_of::<(Key, Cadence)>() + CADENCE_GAPS * 8 + 64)
+        self.cadence.len() * (std::mem::size_of::<(Key, Cadence)>() + 2 * CADENCE_GAPS * 8 + 64)
             + self.locate.len() * (per_match + 48)
             + self.partitions.len() * (std::mem::size_of::<(Key, Partition)>() + 64)
             + counted * (event + 8)
@@ -625,6 +649,9 @@ impl SequenceOperator {
         self.locate.remove(&id);
         if self.steps()[pm.step].kind.is_absence() {
             // The wait is over with no fitting event: the absence holds.
+            if let Some(c) = self.cadence.get_mut(&key) {
+                c.held = Some(due - pm.last);
+            }
             pm.last = due;
             pm.step += 1;
             match self.settle(&mut pm, &key) {

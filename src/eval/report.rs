@@ -1,5 +1,6 @@
 //! What `vigil eval` prints: Markdown tables, so that they can go into the README as they are.
 
+use super::outages::{FileOutages, OUTAGE_MS};
 use super::{normalised, Budget, FileScore, LabelledRun, PROFILES};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -114,6 +115,7 @@ pub fn labelled(run: &LabelledRun, anchors: Option<&Anchors>, label: &str) -> St
             parts.join(", ")
         }
     });
+    silence_note(&mut out, &all);
     if let Some(anchors) = anchors {
         for (section, rows) in &anchors.0 {
             let scores: &Vec<&FileScore> = if section == "all" {
@@ -145,6 +147,27 @@ pub fn labelled(run: &LabelledRun, anchors: Option<&Anchors>, label: &str) -> St
     out
 }
 
+/// What the silence rules' alerts, left out of the scores, would have scored.
+fn silence_note(out: &mut String, all: &[&FileScore]) {
+    let silence: usize = all.iter().map(|s| s.silence).sum();
+    if silence > 0 {
+        let with: Vec<FileScore> = all
+            .iter()
+            .map(|s| FileScore { raw: s.raw_with_silence, windows: s.windows, ..FileScore::default() })
+            .collect();
+        let n = normalised(&with.iter().collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "\nThe {silence} alerts of rules that judge silence are not scored above: NAB's labels mark no \
+             gaps, and `vigil eval --outages` judges them. Scored as detections too, the whole would \
+             score {} / {} / {}.",
+            score_cell(n[0]),
+            score_cell(n[1]),
+            score_cell(n[2])
+        );
+    }
+}
+
 /// The page budget: firing alerts per series per day and per host per day, by rule.
 pub fn budget(b: &Budget) -> String {
     let mut out = String::new();
@@ -168,5 +191,42 @@ pub fn budget(b: &Budget) -> String {
         b.per_host_day(pages) * 7.0,
         if by_rule.is_empty() { String::new() } else { format!(" ({})", by_rule.join(", ")) }
     );
+    out
+}
+
+/// Silence rules against cut outages: per family and in all.
+pub fn outages(files: &[FileOutages]) -> String {
+    let mut out = String::new();
+    let hours = OUTAGE_MS / 3_600_000;
+    let _ = writeln!(
+        out,
+        "| family | files | series-days | outages cut ({hours} h) | detected | median delay | recorded gaps of {hours} h+ | alerted | silence alerts in shorter gaps | per series per day |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut families: BTreeMap<&str, Vec<&FileOutages>> = BTreeMap::new();
+    for f in files {
+        families.entry(f.key.split_once('/').map_or("", |(family, _)| family)).or_default().push(f);
+    }
+    let all: Vec<&FileOutages> = files.iter().collect();
+    for (name, rows) in
+        families.iter().map(|(f, r)| (f.to_string(), r)).chain(std::iter::once(("**all**".into(), &all)))
+    {
+        let mut delays: Vec<i64> = rows.iter().flat_map(|f| f.delays.iter().copied()).collect();
+        delays.sort_unstable();
+        let median =
+            delays.get(delays.len() / 2).map_or("-".to_string(), |d| format!("{:.0} min", *d as f64 / 60_000.0));
+        let days: f64 = rows.iter().map(|f| f.days).sum();
+        let shorter: usize = rows.iter().map(|f| f.shorter).sum();
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {days:.1} | {} | {} | {median} | {} | {} | {shorter} | {:.3} |",
+            rows.len(),
+            rows.iter().map(|f| f.outages).sum::<usize>(),
+            delays.len(),
+            rows.iter().map(|f| f.recorded_gaps).sum::<usize>(),
+            rows.iter().map(|f| f.recorded_alerted).sum::<usize>(),
+            if days > 0.0 { shorter as f64 / days } else { 0.0 },
+        );
+    }
     out
 }

@@ -1,0 +1,142 @@
+//! `vigil eval --outages`: the rules that judge silence, judged by silences made on purpose.
+//!
+//! NAB labels no gaps, so it cannot say whether a `host_silent` alert is right. Here each
+//! `timestamp,value` file is replayed on its own with its samples cut for [`OUTAGE_MS`] after
+//! three points (at 40%, 60% and 80% of its rows): a host that went down for half a day, on
+//! every family's own cadence. An outage is detected when a silence rule alerts inside it; the
+//! delay runs from the last sample before it. Silence alerts elsewhere fall in the recording's
+//! own gaps: those at least as long as an outage are real silences the recording has (and
+//! counted as such), shorter ones are the series being slower than the rule expected.
+
+use super::{alerts_of, nab_times, EvalError};
+use crate::event::Millis;
+use crate::input::Format;
+use crate::plan::RulePlan;
+use crate::replay::ReplayOptions;
+use std::path::{Path, PathBuf};
+
+/// How long each cut lasts.
+pub const OUTAGE_MS: Millis = 12 * 3_600_000;
+/// Where the cuts start, as shares of a file's rows: after its probation, apart from each other.
+const CUTS_AT: [f64; 3] = [0.4, 0.6, 0.8];
+
+/// What one file's silences gave.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileOutages {
+    /// `family/file.csv`.
+    pub key: String,
+    pub days: f64,
+    pub outages: usize,
+    /// From the last sample before each detected outage to its first silence alert.
+    pub delays: Vec<Millis>,
+    /// Gaps of the recording itself at least [`OUTAGE_MS`] long, and those a silence alert fell in.
+    pub recorded_gaps: usize,
+    pub recorded_alerted: usize,
+    /// Silence alerts in the recording's shorter gaps.
+    pub shorter: usize,
+}
+
+/// The cuts in a file of these row times: from a row's time to [`OUTAGE_MS`] after it.
+pub fn cuts(times: &[Millis]) -> Vec<(Millis, Millis)> {
+    if times.len() < 10 {
+        return Vec::new();
+    }
+    CUTS_AT
+        .iter()
+        .map(|share| {
+            let start = times[(share * times.len() as f64) as usize];
+            (start, start + OUTAGE_MS)
+        })
+        .collect()
+}
+
+/// Replays each file with its cuts through `plans`, `threads` files at a time.
+pub fn run_outages(
+    plans: &[RulePlan],
+    files: &[PathBuf],
+    options: &ReplayOptions,
+    threads: usize,
+) -> Result<Vec<FileOutages>, EvalError> {
+    let silence: Vec<&str> = plans.iter().filter(|p| p.judges_silence()).map(|p| p.name.as_str()).collect();
+    if silence.is_empty() {
+        return Err(EvalError::Invalid {
+            path: "the rules".into(),
+            reason: "no rule judges silence (a sequence ending in `-> not e for D`)".into(),
+        });
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(path) = files.get(i) else { break };
+                let result = one_file(plans, &silence, path, options);
+                if let Ok(mut r) = results.lock() {
+                    r.push((i, result));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_default();
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+fn one_file(
+    plans: &[RulePlan],
+    silence: &[&str],
+    path: &Path,
+    options: &ReplayOptions,
+) -> Result<FileOutages, EvalError> {
+    let times = nab_times(path)?;
+    let cut = cuts(&times);
+    let alerts = alerts_of(plans, &[path.to_path_buf()], Format::Nab, options, None, None, &cut)?;
+    let alerted: Vec<Millis> = alerts.iter().filter(|a| silence.contains(&&*a.rule)).map(|a| a.time).collect();
+    let inside = |t: Millis, (start, end): (Millis, Millis)| start < t && t <= end;
+    let kept: Vec<Millis> = times.iter().copied().filter(|t| !cut.iter().any(|&c| inside(*t, c))).collect();
+    let gaps: Vec<(Millis, Millis)> = kept
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|&(a, b)| b - a >= OUTAGE_MS && !cut.iter().any(|&(start, _)| start == a))
+        .collect();
+    let key = match (path.parent().and_then(Path::file_name), path.file_name()) {
+        (Some(family), Some(name)) => format!("{}/{}", family.to_string_lossy(), name.to_string_lossy()),
+        _ => path.display().to_string(),
+    };
+    let mut out = FileOutages {
+        key,
+        days: times.last().zip(times.first()).map_or(0.0, |(b, a)| (b - a) as f64 / 86_400_000.0),
+        outages: cut.len(),
+        recorded_gaps: gaps.len(),
+        ..FileOutages::default()
+    };
+    for &c in &cut {
+        if let Some(first) = alerted.iter().filter(|t| inside(**t, c)).min() {
+            out.delays.push(first - c.0);
+        }
+    }
+    out.recorded_alerted = gaps.iter().filter(|&&g| alerted.iter().any(|t| inside(*t, g))).count();
+    out.shorter = alerted.iter().filter(|t| !cut.iter().chain(&gaps).any(|&span| inside(**t, span))).count();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_cuts_of_half_a_day_after_the_probation() {
+        let times: Vec<Millis> = (0..100).map(|i| i * 300_000).collect();
+        let c = cuts(&times);
+        assert_eq!(
+            c,
+            vec![
+                (40 * 300_000, 40 * 300_000 + OUTAGE_MS),
+                (60 * 300_000, 60 * 300_000 + OUTAGE_MS),
+                (80 * 300_000, 80 * 300_000 + OUTAGE_MS)
+            ]
+        );
+        assert!(cuts(&times[..5]).is_empty());
+    }
+}
