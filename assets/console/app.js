@@ -280,7 +280,9 @@ async function stream(connected) {
 
 function kv(obj) {
   const dl = el('dl', { class: 'kv' });
-  for (const [k, v] of Object.entries(obj || {})) dl.append(el('dt', { text: k }), el('dd', { text: typeof v === 'string' ? v : JSON.stringify(v) }));
+  for (const [k, v] of Object.entries(obj || {})) {
+    dl.append(el('dt', { text: k }), typeof v === 'string' ? el('dd', { text: v }) : el('dd', { text: fmt(v), title: JSON.stringify(v) }));
+  }
   return dl;
 }
 
@@ -330,7 +332,12 @@ function evidenceView(alert) {
   return box;
 }
 
-function fmt(v) { return typeof v === 'number' ? String(Math.round(v * 10000) / 10000) : JSON.stringify(v); }
+// Numbers as people read them: whole numbers as they are, others to four significant digits,
+// as the rules' templates show them. The exact values stay in the API, and in a value's title.
+function readable(n) { return Number.isInteger(n) ? n : Number(n.toPrecision(4)); }
+function fmt(v) {
+  return typeof v === 'number' ? String(readable(v)) : JSON.stringify(v, (_, x) => (typeof x === 'number' ? readable(x) : x));
+}
 
 function plotWidth() { return Math.max(260, Math.min(720, window.innerWidth - 60)); }
 

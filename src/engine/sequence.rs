@@ -66,7 +66,7 @@ const CADENCE_GAPS: usize = 256;
 /// A gap that ended a silence is remembered as at most this many times the wait that called it:
 /// a real outage widens the next wait fourfold, not to its own length, while a series whose
 /// reports come when something happens learns its long gaps from a few false silences.
-/// `vigil eval --outages` measures the choice (docs/scorers.md).
+/// `vigil eval --outages` measures the choice (README, "Silence, judged by cut outages").
 const HELD_GAP_FACTOR: Millis = 4;
 /// A partition with no first-step event for this long forgets its cadence.
 const CADENCE_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
