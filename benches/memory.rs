@@ -58,6 +58,45 @@ fn measure(name: &str, rule: &str, keys: u64, rounds: u64) -> f64 {
     per_key
 }
 
+/// Bytes held per metric series by the whole `rules/metrics` folder, after each of `series`
+/// series (ten per host) sent `samples` five-minute samples: past every scorer's window, so
+/// this is the steady state a fleet keeps per series.
+fn measure_metric_folder(series: u64, samples: u64) -> f64 {
+    let mut plans = Vec::new();
+    let mut files: Vec<_> =
+        std::fs::read_dir("rules/metrics").expect("rules/metrics").flatten().map(|e| e.path()).collect();
+    files.sort();
+    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "saql")) {
+        let text = std::fs::read(path).expect("a rule file");
+        let c = vigil::compile(&path.display().to_string(), &text);
+        assert!(c.is_ok(), "{:?}", c.diagnostics);
+        plans.extend(c.plans);
+    }
+    let mut engine = Engine::new(plans, EngineConfig::default());
+    let mut out = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for round in 0..samples {
+        let ts = 1_767_225_600_000 + round as i64 * 300_000;
+        for s in 0..series {
+            let mut e = Event::new(Stream::Metric, ts);
+            // A daily cycle with a little noise, different per series.
+            let phase = (round as f64 / 288.0 + s as f64 / series as f64) * std::f64::consts::TAU;
+            let value = 50.0 + 20.0 * phase.sin() + ((round * 7919 + s * 104_729) % 97) as f64 / 10.0;
+            e.set("host", Value::str(&format!("h{}", s / 10)))
+                .set("name", Value::str(&format!("metric_{}", s % 10)))
+                .set("value", Value::Num(value));
+            engine.push(e, &mut out);
+        }
+        out.clear();
+    }
+    out.shrink_to_fit();
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    let per_series = held as f64 / series as f64;
+    println!("{:<48} {series:>8} series     {per_series:>6.0} bytes per series", "rules/metrics, the whole folder");
+    drop(engine);
+    per_series
+}
+
 fn main() {
     let keys = 100_000;
     // The window rules' conditions never hold here, so this is the window state alone; the
@@ -87,4 +126,6 @@ fn main() {
     );
     let firing = measure("tumbling window, every key's alert firing", &count("ss.n > 0"), keys, 3);
     println!("{:<48} {:>26.0} bytes per firing alert", "an alert while it fires", firing - state);
+    // Two weeks and a day of samples: past novelty's 4,032 windows.
+    measure_metric_folder(500, 4_400);
 }

@@ -27,17 +27,6 @@ pub struct RulePlan {
     pub returns: Vec<(String, TExpr)>,
 }
 
-impl RulePlan {
-    /// Whether the rule alerts on silence: a sequence that ends in an absence (`-> not e2 for
-    /// D`), whose alerts say that events stopped, not what they said.
-    pub fn judges_silence(&self) -> bool {
-        match &self.model {
-            ModelPlan::Sequence(seq) => seq.steps.last().is_some_and(|s| s.kind.is_absence()),
-            _ => false,
-        }
-    }
-}
-
 /// What a rule computes, by kind of model; each kind carries exactly what it runs on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum ModelPlan {
@@ -130,6 +119,12 @@ impl RulePlan {
         self.model.kind()
     }
 
+    /// Whether the rule alerts on silence: a sequence that ends in an absence (`-> not e2 for
+    /// D`), whose alerts say that events stopped, not what they said.
+    pub fn judges_silence(&self) -> bool {
+        self.sequence().is_some_and(|seq| seq.steps.last().is_some_and(|s| s.kind.is_absence()))
+    }
+
     pub fn sequence(&self) -> Option<&SequencePlan> {
         match &self.model {
             ModelPlan::Sequence(seq) => Some(seq),
@@ -189,6 +184,9 @@ impl RulePlan {
             // whose keys never changed stay what earlier versions stored.
             #[serde(skip_serializing_if = "Vec::is_empty")]
             key_versions: Vec<(EntityKind, u32)>,
+            // Likewise for scorers whose state changed ([`ScorerSpec::state_version`]).
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            scorer_versions: Vec<(&'static str, u32)>,
         }
         let mut key_versions: Vec<(EntityKind, u32)> = Vec::new();
         for s in &self.sources {
@@ -198,6 +196,8 @@ impl RulePlan {
                 }
             }
         }
+        let scorer_versions =
+            if let ModelPlan::Scored(_, score) = &self.model { score.state_versions() } else { vec![] };
         StateId(structural_hash(&Identity {
             name: &self.name,
             sources: &self.sources,
@@ -206,6 +206,7 @@ impl RulePlan {
             for_ms: self.alert.for_ms,
             keep_firing_for_ms: self.alert.keep_firing_for_ms,
             key_versions,
+            scorer_versions,
         }))
     }
 }

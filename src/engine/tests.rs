@@ -516,3 +516,19 @@ fn many_series_of_a_host_alerting_together_roll_up_and_a_checkpoint_keeps_the_co
     let spread: std::collections::BTreeSet<Vec<u32>> = (0..20).map(|i| groups(&format!("h{i}"), "cpu")).collect();
     assert!(spread.len() > 10, "hosts spread over key groups: {spread:?}");
 }
+
+#[test]
+fn scorers_whose_state_changed_give_their_rule_a_new_state_identity_once() {
+    let rule = |scores: &str| {
+        format!(
+            "rule r {{ metric s sample as e #time(5 min) state ss {{ v := avg(e.value) }} group by s \
+             score {{ {scores} }} alert a > 0.9 }}"
+        )
+    };
+    let versioned = plans(&rule("a := knn(ss.v), b := knn(ss.v, k = 4), c := change_rate(ss.v)"));
+    let crate::plan::ModelPlan::Scored(_, score) = &versioned[0].model else { panic!("a scored rule") };
+    assert_eq!(score.state_versions(), vec![("knn", 1), ("change_rate", 1)]);
+    let plain = plans(&rule("a := robust_z(ss.v)"));
+    let crate::plan::ModelPlan::Scored(_, score) = &plain[0].model else { panic!("a scored rule") };
+    assert!(score.state_versions().is_empty(), "a scorer of version 0 leaves the identity as it was");
+}

@@ -10,6 +10,22 @@ pub struct ScorePlan {
     pub slots: Vec<ScoreSlot>,
 }
 
+impl ScorePlan {
+    /// The scorers whose state has a version above 0, each once ([`ScorerSpec::state_version`]).
+    pub fn state_versions(&self) -> Vec<(&'static str, u32)> {
+        let mut out: Vec<(&'static str, u32)> = Vec::new();
+        for slot in &self.slots {
+            if let ScoreStep::Scorer(spec, _) = &slot.step {
+                let version = (spec.name(), spec.state_version());
+                if version.1 > 0 && !out.contains(&version) {
+                    out.push(version);
+                }
+            }
+        }
+        out
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoreSlot {
     /// The name the rule gives it, or `None` for a scorer call inside an expression.
@@ -47,6 +63,18 @@ pub enum ScorerSpec {
 }
 
 impl ScorerSpec {
+    /// The version of the scorer's state: raised when what it keeps or means changes, so that
+    /// a checkpoint's older state is not read as the new (the rule starts that state afresh).
+    pub fn state_version(&self) -> u32 {
+        match self {
+            // 1: the share of changes before the current run of one value.
+            ScorerSpec::ChangeRate { .. } => 1,
+            // 1: values and non-conformities kept as `f32`.
+            ScorerSpec::Knn { .. } => 1,
+            _ => 0,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             ScorerSpec::RobustZ { .. } => "robust_z",
