@@ -62,16 +62,9 @@ fn measure(name: &str, rule: &str, keys: u64, rounds: u64) -> f64 {
 /// series (ten per host) sent `samples` five-minute samples: past every scorer's window, so
 /// this is the steady state a fleet keeps per series.
 fn measure_metric_folder(series: u64, samples: u64) -> f64 {
-    let mut plans = Vec::new();
-    let mut files: Vec<_> =
-        std::fs::read_dir("rules/metrics").expect("rules/metrics").flatten().map(|e| e.path()).collect();
-    files.sort();
-    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "saql")) {
-        let text = std::fs::read(path).expect("a rule file");
-        let c = vigil::compile(&path.display().to_string(), &text);
-        assert!(c.is_ok(), "{:?}", c.diagnostics);
-        plans.extend(c.plans);
-    }
+    let set = vigil::ruleset::RuleSet::load(&["rules/metrics".into()]).expect("rules/metrics");
+    assert!(set.is_ok(), "{}", set.render(false));
+    let plans = set.plans();
     let mut engine = Engine::new(plans, EngineConfig::default());
     let mut out = Vec::new();
     let before = LIVE.load(Ordering::Relaxed);

@@ -78,8 +78,46 @@ pub struct Labelled {
 
 impl Labelled {
     pub fn family(&self) -> &str {
-        self.key.split_once('/').map_or("", |(f, _)| f)
+        family_of(&self.key)
     }
+}
+
+/// A NAB file's key, as the labels name it: `family/file.csv`, the family its folder.
+pub fn nab_key(path: &Path) -> String {
+    let family = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{}/{name}", family.unwrap_or_default())
+}
+
+/// The family of a `family/file.csv` key.
+pub fn family_of(key: &str) -> &str {
+    key.split_once('/').map_or("", |(f, _)| f)
+}
+
+/// The names of the rules that judge silence ([`RulePlan::judges_silence`]).
+pub fn silence_rules(plans: &[RulePlan]) -> Vec<&str> {
+    plans.iter().filter(|p| p.judges_silence()).map(|p| p.name.as_str()).collect()
+}
+
+/// `f` of each item, `threads` items at a time, in the items' order.
+pub fn each_in_parallel<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::with_capacity(items.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let result = f(item);
+                if let Ok(mut r) = results.lock() {
+                    r.push((i, result));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_default();
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// How one file's detections score.
@@ -219,9 +257,7 @@ pub fn labelled_files(
 ) -> Result<Vec<Labelled>, EvalError> {
     let mut out = Vec::new();
     for path in files_under(inputs)? {
-        let family = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let key = format!("{}/{name}", family.unwrap_or_default());
+        let key = nab_key(&path);
         let Some(windows) = labels.get(&key) else { continue };
         let times = nab_times(&path)?;
         out.push(Labelled { key, path, times, windows: windows.clone() });
@@ -449,39 +485,23 @@ pub fn run_labelled(
     options: &ReplayOptions,
     threads: usize,
 ) -> Result<LabelledRun, EvalError> {
-    let silence: Vec<&str> = plans.iter().filter(|p| p.judges_silence()).map(|p| p.name.as_str()).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<Result<FileScore, EvalError>>>> =
-        std::sync::Mutex::new((0..files.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(file) = files.get(i) else { break };
-                let result = alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None, None, &[])
-                    .map(|alerts| {
-                        let is_silence = |a: &Alert| silence.contains(&&*a.rule);
-                        let values: Vec<Millis> = alerts.iter().filter(|a| !is_silence(a)).map(|a| a.time).collect();
-                        let every: Vec<Millis> = alerts.iter().map(|a| a.time).collect();
-                        let mut score = score_file(file, &values);
-                        score.raw_with_silence = score_file(file, &every).raw;
-                        for a in &alerts {
-                            *score.alerts.entry(a.rule.to_string()).or_default() += 1;
-                            score.silence += usize::from(is_silence(a));
-                        }
-                        score
-                    });
-                if let Ok(mut r) = results.lock() {
-                    r[i] = Some(result);
-                }
-            });
+    let silence = silence_rules(plans);
+    let scores = each_in_parallel(&files, threads, |file| {
+        let alerts = alerts_of(plans, std::slice::from_ref(&file.path), Format::Nab, options, None, None, &[])?;
+        let is_silence = |a: &Alert| silence.contains(&&*a.rule);
+        let values: Vec<Millis> = alerts.iter().filter(|a| !is_silence(a)).map(|a| a.time).collect();
+        let every: Vec<Millis> = alerts.iter().map(|a| a.time).collect();
+        let mut score = score_file(file, &values);
+        score.raw_with_silence = score_file(file, &every).raw;
+        for a in &alerts {
+            *score.alerts.entry(a.rule.to_string()).or_default() += 1;
+            score.silence += usize::from(is_silence(a));
         }
+        Ok(score)
     });
-    let results = results.into_inner().unwrap_or_default();
     let mut out = Vec::new();
-    for (file, result) in files.into_iter().zip(results) {
-        let score = result.unwrap_or_else(|| Ok(FileScore::default()))?;
-        out.push((file, score));
+    for (file, score) in files.into_iter().zip(scores) {
+        out.push((file, score?));
     }
     Ok(LabelledRun { files: out })
 }

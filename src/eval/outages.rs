@@ -57,30 +57,14 @@ pub fn run_outages(
     options: &ReplayOptions,
     threads: usize,
 ) -> Result<Vec<FileOutages>, EvalError> {
-    let silence: Vec<&str> = plans.iter().filter(|p| p.judges_silence()).map(|p| p.name.as_str()).collect();
+    let silence = super::silence_rules(plans);
     if silence.is_empty() {
         return Err(EvalError::Invalid {
             path: "the rules".into(),
             reason: "no rule judges silence (a sequence ending in `-> not e for D`)".into(),
         });
     }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(path) = files.get(i) else { break };
-                let result = one_file(plans, &silence, path, options);
-                if let Ok(mut r) = results.lock() {
-                    r.push((i, result));
-                }
-            });
-        }
-    });
-    let mut results = results.into_inner().unwrap_or_default();
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    super::each_in_parallel(files, threads, |path| one_file(plans, &silence, path, options)).into_iter().collect()
 }
 
 fn one_file(
@@ -100,12 +84,8 @@ fn one_file(
         .map(|w| (w[0], w[1]))
         .filter(|&(a, b)| b - a >= OUTAGE_MS && !cut.iter().any(|&(start, _)| start == a))
         .collect();
-    let key = match (path.parent().and_then(Path::file_name), path.file_name()) {
-        (Some(family), Some(name)) => format!("{}/{}", family.to_string_lossy(), name.to_string_lossy()),
-        _ => path.display().to_string(),
-    };
     let mut out = FileOutages {
-        key,
+        key: super::nab_key(path),
         days: times.last().zip(times.first()).map_or(0.0, |(b, a)| (b - a) as f64 / 86_400_000.0),
         outages: cut.len(),
         recorded_gaps: gaps.len(),

@@ -205,7 +205,7 @@ pub fn outages(files: &[FileOutages]) -> String {
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut families: BTreeMap<&str, Vec<&FileOutages>> = BTreeMap::new();
     for f in files {
-        families.entry(f.key.split_once('/').map_or("", |(family, _)| family)).or_default().push(f);
+        families.entry(super::family_of(&f.key)).or_default().push(f);
     }
     let all: Vec<&FileOutages> = files.iter().collect();
     for (name, rows) in
