@@ -8,7 +8,7 @@ type Params = &'static [(&'static str, u32, u32, u32)];
 
 /// The scorers, with their parameters (`docs/language.md`, "Scores"). Windows are capped so that
 /// one series' scorers stay within a few tens of kilobytes.
-const SCORERS: [(&str, Params); 8] = [
+const SCORERS: [(&str, Params); 10] = [
     ("robust_z", &[("window", 288, 3, 4096), ("warmup", 32, 2, 4096)]),
     ("knn", &[("dim", 6, 1, 64), ("k", 3, 1, 64), ("window", 256, 2, 4096), ("calibration", 256, 20, 4096)]),
     ("shift", &[("window", 48, 4, 1024), ("bins", 6, 2, 64), ("warmup", 288, 4, 4096)]),
@@ -17,6 +17,8 @@ const SCORERS: [(&str, Params); 8] = [
     ("unchanged", &[]),
     ("change_rate", &[("window", 72, 2, 4096)]),
     ("streak", &[]),
+    ("spot", &[("level", 98, 50, 99), ("warmup", 288, 16, 4096), ("peaks", 64, 8, 1024), ("risk", 4, 1, 15)]),
+    ("changepoint", &[("expected", 288, 2, 1_000_000), ("runs", 32, 2, 256), ("warmup", 32, 2, 4096)]),
 ];
 
 impl RuleChecker<'_> {
@@ -262,6 +264,8 @@ fn scorer_spec(name: &str, v: &[u32]) -> ScorerSpec {
         "novelty" => ScorerSpec::Novelty { window: v[0], warmup: v[1] },
         "unchanged" => ScorerSpec::Unchanged,
         "streak" => ScorerSpec::Streak,
+        "spot" => ScorerSpec::Spot { level: v[0], warmup: v[1], peaks: v[2], risk: v[3] },
+        "changepoint" => ScorerSpec::Changepoint { expected: v[0], runs: v[1], warmup: v[2] },
         _ => ScorerSpec::ChangeRate { window: v[0] },
     }
 }

@@ -60,6 +60,8 @@ pub enum ScorerSpec {
     Unchanged,
     ChangeRate { window: u32 },
     Streak,
+    Spot { level: u32, warmup: u32, peaks: u32, risk: u32 },
+    Changepoint { expected: u32, runs: u32, warmup: u32 },
 }
 
 impl ScorerSpec {
@@ -85,6 +87,8 @@ impl ScorerSpec {
             ScorerSpec::Unchanged => "unchanged",
             ScorerSpec::ChangeRate { .. } => "change_rate",
             ScorerSpec::Streak => "streak",
+            ScorerSpec::Spot { .. } => "spot",
+            ScorerSpec::Changepoint { .. } => "changepoint",
         }
     }
 
@@ -102,6 +106,12 @@ impl ScorerSpec {
             ScorerSpec::Novelty { window, warmup } => vec![("window", window), ("warmup", warmup)],
             ScorerSpec::Unchanged | ScorerSpec::Streak => vec![],
             ScorerSpec::ChangeRate { window } => vec![("window", window)],
+            ScorerSpec::Spot { level, warmup, peaks, risk } => {
+                vec![("level", level), ("warmup", warmup), ("peaks", peaks), ("risk", risk)]
+            }
+            ScorerSpec::Changepoint { expected, runs, warmup } => {
+                vec![("expected", expected), ("runs", runs), ("warmup", warmup)]
+            }
         }
     }
 }

@@ -6,11 +6,13 @@
 //! score and leaves the state as it was, so one bad sample cannot poison a series.
 
 mod change;
+mod changepoint;
 mod knn;
 mod likelihood;
 mod novelty;
 mod robust;
 mod shift;
+mod spot;
 
 pub use likelihood::normal_cdf;
 
@@ -31,6 +33,8 @@ pub enum Scorer {
     Unchanged(change::Unchanged),
     ChangeRate(change::ChangeRate),
     Streak(change::Streak),
+    Spot(spot::Spot),
+    Changepoint(changepoint::Changepoint),
 }
 
 impl Scorer {
@@ -51,6 +55,12 @@ impl Scorer {
             ScorerSpec::Unchanged => Scorer::Unchanged(change::Unchanged::default()),
             ScorerSpec::ChangeRate { window } => Scorer::ChangeRate(change::ChangeRate::new(n(window))),
             ScorerSpec::Streak => Scorer::Streak(change::Streak::default()),
+            ScorerSpec::Spot { level, warmup, peaks, risk } => {
+                Scorer::Spot(spot::Spot::new(n(level), n(warmup), n(peaks), n(risk)))
+            }
+            ScorerSpec::Changepoint { expected, runs, warmup } => {
+                Scorer::Changepoint(changepoint::Changepoint::new(n(expected), n(runs), n(warmup)))
+            }
         }
     }
 
@@ -69,6 +79,8 @@ impl Scorer {
             Scorer::Unchanged(s) => s.update(x),
             Scorer::ChangeRate(s) => s.update(x),
             Scorer::Streak(s) => s.update(x != 0.0),
+            Scorer::Spot(s) => s.update(x),
+            Scorer::Changepoint(s) => s.update(x),
         };
         // Finite values so large that their arithmetic overflows (inf - inf) give no score.
         score.filter(|s| !s.is_nan())
@@ -85,6 +97,12 @@ impl Scorer {
                 "recent_mean": num(s.recent_mean), "mean": num(s.mean), "deviation": num(s.deviation)
             }),
             Scorer::Novelty(s) => json!({ "low": num(s.low), "high": num(s.high) }),
+            Scorer::Spot(s) => json!({
+                "threshold": num(s.threshold), "shape": num(s.shape), "scale": num(s.scale), "tail_share": num(s.share)
+            }),
+            Scorer::Changepoint(s) => json!({
+                "run_length": num(s.run_length), "centre": num(s.loc), "scale": num(s.scale)
+            }),
             Scorer::Unchanged(_) | Scorer::ChangeRate(_) | Scorer::Streak(_) => Json::Null,
         }
     }
@@ -99,6 +117,8 @@ impl Scorer {
             Scorer::Novelty(s) => s.bytes(),
             Scorer::Unchanged(_) | Scorer::Streak(_) => 24,
             Scorer::ChangeRate(s) => s.bytes(),
+            Scorer::Spot(s) => s.bytes(),
+            Scorer::Changepoint(s) => s.bytes(),
         }
     }
 }

@@ -17,6 +17,8 @@ fn all_scorers() -> Vec<Scorer> {
         ScorerSpec::Unchanged,
         ScorerSpec::ChangeRate { window: 8 },
         ScorerSpec::Streak,
+        ScorerSpec::Spot { level: 90, warmup: 16, peaks: 8, risk: 4 },
+        ScorerSpec::Changepoint { expected: 50, runs: 8, warmup: 4 },
     ]
     .iter()
     .map(Scorer::new)
