@@ -2,9 +2,12 @@
 //!
 //! An absence rule (`e1 -> not e2 for 10 min`, "host silent") keeps one waiting match per key.
 //! When the key cap or the memory budget drops such a match, or the cadence an absence's bound
-//! learned for a key (`interval`), that key's silence will not be reported: a flood of new keys (an attacker's, or a misconfigured producer's) can hide a real
-//! host going quiet. Vigil then raises an alert of its own, `vigil_state_evicted`, keyed by the
-//! rule, so that the operator knows; it resolves an hour (event time) after the last such drop.
+//! learned for a key (`interval`), that key's silence will not be reported: a flood of new keys
+//! (an attacker's, or a misconfigured producer's) can hide a real host going quiet. A scored
+//! rule (`score { .. }`) keeps each series' learned history; a series dropped for the same
+//! limits is not judged again until its scorers have warmed up anew. Either way Vigil raises an
+//! alert of its own, `vigil_state_evicted`, keyed by the rule, so that the operator knows; it
+//! resolves an hour (event time) after the last such drop.
 
 use crate::alert::{Alert, Fields, Status};
 use crate::event::Millis;
@@ -16,6 +19,15 @@ pub const RULE: &str = "vigil_state_evicted";
 
 /// Quiet time after the last drop before the self-alert resolves.
 const QUIET_MS: Millis = 3_600_000;
+
+/// What a rule loses with a dropped key, for the self-alert's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Waiting absence matches, or the cadences an absence's bound learned.
+    Absences,
+    /// Series' learned history (a scored rule's scorers).
+    Scores,
+}
 
 /// One rule's blindness: the firing self-alert, if any, and the drops not yet reported.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -35,12 +47,19 @@ pub struct BlindSpot {
 impl BlindSpot {
     /// A waiting absence match was dropped, for `reason` (`cap` or `memory`).
     pub fn dropped(&mut self, reason: &'static str) {
-        self.pending += 1;
-        self.reason = reason;
+        self.dropped_many(reason, 1);
+    }
+
+    /// `n` keys' state was dropped, for `reason` (`cap` or `memory`).
+    pub fn dropped_many(&mut self, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.pending += n;
+            self.reason = reason;
+        }
     }
 
     /// Raises the self-alert for drops noted since the last call, at event time `now`.
-    pub fn report(&mut self, rule: &str, now: Millis, out: &mut Vec<Alert>) {
+    pub fn report(&mut self, rule: &str, lost: Lost, now: Millis, out: &mut Vec<Alert>) {
         if self.pending == 0 {
             return;
         }
@@ -49,22 +68,27 @@ impl BlindSpot {
         match &mut self.firing {
             Some((_, last)) => *last = now,
             None => {
-                let alert = self.alert(rule, now);
+                let alert = self.alert(rule, lost, now);
                 self.firing = Some((serde_json::to_string(&alert).unwrap_or_default(), now));
                 out.push(alert);
             }
         }
     }
 
-    fn alert(&self, rule: &str, now: Millis) -> Alert {
+    fn alert(&self, rule: &str, lost: Lost, now: Millis) -> Alert {
         let key = Fields::new(vec![(Arc::from("rule"), json!(rule))]);
         let why = match self.reason {
             "memory" => "the state budget (--max-state-mb)",
             _ => "the key cap (--max-keys-per-rule)",
         };
-        let summary = format!(
-            "rule {rule} dropped waiting absence matches or learned cadences to stay within {why}: a key that goes quiet now may not be reported"
-        );
+        let summary = match lost {
+            Lost::Absences => format!(
+                "rule {rule} dropped waiting absence matches or learned cadences to stay within {why}: a key that goes quiet now may not be reported"
+            ),
+            Lost::Scores => format!(
+                "rule {rule} dropped the learned history of series to stay within {why}: those series are not judged again until their scorers have warmed up anew"
+            ),
+        };
         let values = Fields::new(vec![
             (Arc::from("rule"), json!(rule)),
             (Arc::from("dropped"), json!(self.dropped)),
@@ -105,12 +129,12 @@ mod tests {
     fn one_alert_per_episode_resolved_an_hour_after_the_last_drop() {
         let mut b = BlindSpot::default();
         let mut out = Vec::new();
-        b.report("host_silent", 0, &mut out);
+        b.report("host_silent", Lost::Absences, 0, &mut out);
         assert!(out.is_empty(), "nothing dropped, nothing said");
         b.dropped("cap");
-        b.report("host_silent", 1_000, &mut out);
+        b.report("host_silent", Lost::Absences, 1_000, &mut out);
         b.dropped("cap");
-        b.report("host_silent", 2_000, &mut out);
+        b.report("host_silent", Lost::Absences, 2_000, &mut out);
         assert_eq!(out.len(), 1, "one alert while it fires");
         assert_eq!(out[0].rule.as_ref(), RULE);
         assert_eq!(out[0].key.get("rule"), Some(&json!("host_silent")));

@@ -214,3 +214,38 @@ fn dropping_a_waiting_absence_raises_one_self_alert_per_episode() {
     let resolved = out.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE && a.status == Status::Resolved).count();
     assert_eq!(resolved, 1);
 }
+
+#[test]
+fn dropping_a_scored_series_raises_one_self_alert_that_a_checkpoint_keeps() {
+    let rule = r#"rule deviation {
+        metric s sample as e #time(1 min)
+        state ss { v := avg(e.value) } group by s
+        score { z := robust_z(ss.v, window = 16, warmup = 4) }
+        alert abs(z) > 100
+        return s.host }"#;
+    let limits = Limits { max_keys: 3, idle_ms: 0 };
+    let config = || EngineConfig { limits, ..EngineConfig::default() };
+    let mut engine = Engine::new(plans(rule), config());
+    let mut out = Vec::new();
+    for i in 0..10 {
+        let mut e = Event::new(Stream::Metric, i * MINUTE);
+        e.set("host", Value::str(&format!("h{i}"))).set("name", Value::str("cpu")).set("value", Value::Num(1.0));
+        engine.push(e, &mut out);
+    }
+    engine.advance_to(11 * MINUTE, &mut out);
+    let own: Vec<&Alert> = out.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE).collect();
+    assert_eq!(own.len(), 1, "one self-alert while it fires: {own:#?}");
+    assert_eq!(own[0].key.get("rule"), Some(&serde_json::json!("deviation")));
+    let summary = own[0].annotations.get("summary").cloned().unwrap_or_default();
+    assert!(summary.contains("learned history"), "{summary}");
+    assert_eq!(engine.evicted()[&("deviation".to_string(), "cap")], 7);
+    // Restored from a checkpoint, the firing self-alert is not raised again, and resolves after
+    // an hour without drops.
+    let mut restored = Engine::new(plans(rule), config());
+    restored.restore(engine.snapshot().expect("snapshot")).expect("restore");
+    let mut later = Vec::new();
+    restored.advance_to(2 * 3_600_000, &mut later);
+    let own: Vec<&Alert> = later.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE).collect();
+    assert_eq!(own.len(), 1, "{own:#?}");
+    assert_eq!(own[0].status, Status::Resolved);
+}

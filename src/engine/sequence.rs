@@ -11,7 +11,7 @@
 //! counter of recent events per partition instead of one match per event.
 
 use super::alerting::Alerting;
-use super::blind::BlindSpot;
+use super::blind::{BlindSpot, Lost};
 use super::eval::{holds, Env, RegexCache};
 use super::keys::{Key, KeyMap};
 use super::operator::{with_events, Operator};
@@ -513,7 +513,7 @@ impl Operator for SequenceOperator {
                 self.complete(&key, &pm, None, at, out);
             }
         }
-        self.blind.report(&self.plan.name, event.ts, out);
+        self.blind.report(&self.plan.name, Lost::Absences, event.ts, out);
     }
 
     fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
@@ -528,7 +528,7 @@ impl Operator for SequenceOperator {
                 (None, Some(e)) => self.alerting.expire(e, out),
             }
         }
-        self.blind.report(&self.plan.name, watermark, out);
+        self.blind.report(&self.plan.name, Lost::Absences, watermark, out);
         self.blind.expire(watermark, out);
         if self.learns_cadence && watermark >= self.next_cadence_sweep {
             self.cadence.retain(|_, c| watermark - c.last < CADENCE_MEMORY_MS);
@@ -627,7 +627,7 @@ impl Operator for SequenceOperator {
         } else {
             return false;
         }
-        self.blind.report(&self.plan.name, now, out);
+        self.blind.report(&self.plan.name, Lost::Absences, now, out);
         true
     }
 

@@ -8,12 +8,14 @@
 //! as it needs to remember (its history, or its invariant's training) and no active alert is
 //! forgotten.
 
+mod checkpoint;
 mod parts;
 mod stages;
 
 pub use stages::{Pending, Stage};
 
 use super::alerting::Alerting;
+use super::blind::{BlindSpot, Lost};
 use super::eval::{eval, holds, ClusterResult, Env, History, NumberTest, RegexCache};
 use super::invariant::Baseline;
 use super::keys::{Key, KeyMap};
@@ -122,6 +124,7 @@ impl WindowOperatorBuilder {
                 alerting: Alerting::new(plan.clone(), key_names.clone()),
                 scores: plan.model.scores().cloned(),
                 test: plan.model.invariant().is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
+                blind: BlindSpot::default(),
                 plan,
             })
             .collect();
@@ -195,16 +198,6 @@ fn rolled_up_by(dependents: &[Dependent], key_names: &[String]) -> Option<usize>
     key_names.iter().rposition(|n| n == first)
 }
 
-/// What a window operator's snapshot holds.
-type WindowState = (KeyMap<Group>, Option<Millis>, Vec<super::alerting::AlertingState>);
-/// What follows it, when any rule has scores or a refractory period: each group's scores, and
-/// each rule's keys in their refractory period. Checkpoints of builds before these end at the
-/// state above.
-type WindowExtension = (Vec<(Key, Box<[Option<Scores>]>)>, Vec<Vec<(Key, Millis)>>);
-/// What follows that, when any rule rolls its alerts up: each rule's roll-up. Checkpoints of
-/// builds before roll-ups end before it, and the roll-ups start empty.
-type RollupExtension = Vec<Option<super::rollup::RollupState>>;
-
 /// How long a scored group is remembered without events.
 const SCORED_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
 
@@ -215,6 +208,8 @@ struct Dependent {
     /// literals (and the rule has no invariant, whose baselines it would read).
     test: Option<NumberTest>,
     scores: Option<ScorePlan>,
+    /// A scored rule's self-alert for series whose learned history the limits dropped.
+    blind: BlindSpot,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -328,11 +323,12 @@ impl WindowOperator {
     /// Drops the sixteenth of the groups idle longest (those with an active alert last, ties
     /// broken by key so that every run drops the same), making room for new ones.
     fn evict(&mut self) {
-        self.evicted += self.drop_idlest() as u64;
+        self.evicted += self.drop_idlest("cap") as u64;
     }
 
-    /// Drops the sixteenth of the groups idle longest; returns how many went.
-    fn drop_idlest(&mut self) -> usize {
+    /// Drops the sixteenth of the groups idle longest, for `reason` (`cap` or `memory`); returns
+    /// how many went. A scored rule notes them for its self-alert.
+    fn drop_idlest(&mut self, reason: &'static str) -> usize {
         let n = (self.groups.len() / 16).max(1);
         let dependents = &self.dependents;
         let mut ranked: Vec<(bool, u32, &Key)> =
@@ -346,6 +342,9 @@ impl WindowOperator {
         let victims: Vec<Key> = ranked.into_iter().take(n).map(|(_, _, k)| k.clone()).collect();
         for k in victims {
             self.groups.remove(&k);
+        }
+        for d in self.dependents.iter_mut().filter(|d| d.scores.is_some()) {
+            d.blind.dropped_many(reason, n as u64);
         }
         n
     }
@@ -654,10 +653,15 @@ impl Operator for WindowOperator {
                 self.next_close = self.pending.closed(end, self.next_close);
             }
         }
+        for d in &mut self.dependents {
+            d.blind.report(&d.plan.name, Lost::Scores, watermark, out);
+            d.blind.expire(watermark, out);
+        }
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        self.next_close.map(|end| end - 1)
+        let blind = self.dependents.iter().filter_map(|d| d.blind.next_deadline()).min();
+        self.next_close.map(|end| end - 1).into_iter().chain(blind).min()
     }
 
     /// Once closes have been quiet long enough to change nothing more, jumps over the closes up
@@ -689,53 +693,11 @@ impl Operator for WindowOperator {
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
-        let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
-        let mut bytes = postcard::to_stdvec(&(&self.groups, self.next_close, alerting))?;
-        let quiet: Vec<Vec<(Key, Millis)>> = self.dependents.iter().map(|d| d.alerting.quiet_snapshot()).collect();
-        let rollups: RollupExtension = self.dependents.iter().map(|d| d.alerting.rollup_snapshot()).collect();
-        let rolled_up = rollups.iter().any(Option::is_some);
-        if self.has_scores || rolled_up || quiet.iter().any(|q| !q.is_empty()) {
-            let scores: Vec<(&Key, &Box<[Option<Scores>]>)> =
-                self.groups.iter().filter(|(_, g)| !g.scores.is_empty()).map(|(k, g)| (k, &g.scores)).collect();
-            bytes = postcard::to_extend(&(scores, quiet), bytes)?;
-        }
-        if rolled_up {
-            bytes = postcard::to_extend(&rollups, bytes)?;
-        }
-        Ok(bytes)
+        self.snapshot_bytes()
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
-        let ((groups, next_close, alerting), rest): (WindowState, &[u8]) = postcard::take_from_bytes(state)?;
-        self.groups = groups;
-        self.next_close = next_close;
-        for (d, a) in self.dependents.iter_mut().zip(alerting) {
-            d.alerting.restore(a);
-        }
-        let ((scores, quiet), rest): (WindowExtension, &[u8]) =
-            if rest.is_empty() { (Default::default(), rest) } else { postcard::take_from_bytes(rest)? };
-        let rollups: RollupExtension = if rest.is_empty() { Vec::new() } else { postcard::from_bytes(rest)? };
-        for (d, r) in self.dependents.iter_mut().zip(rollups) {
-            d.alerting.restore_rollup(r);
-        }
-        for (key, s) in scores {
-            if let Some(g) = self.groups.get_mut(&key) {
-                g.scores = s;
-            }
-        }
-        // A group restored without scores (a checkpoint from before the rule had them) starts
-        // learning afresh.
-        if self.has_scores {
-            let fresh: Box<[Option<Scores>]> =
-                self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect();
-            for g in self.groups.values_mut().filter(|g| g.scores.len() != fresh.len()) {
-                g.scores = fresh.clone();
-            }
-        }
-        for (d, q) in self.dependents.iter_mut().zip(quiet) {
-            d.alerting.restore_quiet(q);
-        }
-        Ok(())
+        self.restore_bytes(state)
     }
 
     fn take_summaries(&mut self) -> Vec<super::summary::Summary> {
@@ -774,7 +736,7 @@ impl Operator for WindowOperator {
         if self.groups.is_empty() {
             return false;
         }
-        self.evicted_memory += self.drop_idlest() as u64;
+        self.evicted_memory += self.drop_idlest("memory") as u64;
         true
     }
 
