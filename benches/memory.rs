@@ -61,24 +61,33 @@ fn measure(name: &str, rule: &str, keys: u64, rounds: u64) -> f64 {
 /// Bytes held per metric series by the whole `rules/metrics` folder, after each of `series`
 /// series (ten per host) sent `samples` five-minute samples: past every scorer's window, so
 /// this is the steady state a fleet keeps per series.
-fn measure_metric_folder(series: u64, samples: u64) -> f64 {
+/// The `rules/metrics` folder's engine.
+fn metric_folder() -> Engine {
     let set = vigil::ruleset::RuleSet::load(&["rules/metrics".into()]).expect("rules/metrics");
     assert!(set.is_ok(), "{}", set.render(false));
-    let plans = set.plans();
-    let mut engine = Engine::new(plans, EngineConfig::default());
+    Engine::new(set.plans(), EngineConfig::default())
+}
+
+/// Sample `round` (five minutes apart) of series `s` of `series`: ten per host, a daily cycle
+/// with a little noise, different per series.
+fn sample(round: u64, s: u64, series: u64) -> Event {
+    let ts = 1_767_225_600_000 + round as i64 * 300_000;
+    let mut e = Event::new(Stream::Metric, ts);
+    let phase = (round as f64 / 288.0 + s as f64 / series as f64) * std::f64::consts::TAU;
+    let value = 50.0 + 20.0 * phase.sin() + ((round * 7919 + s * 104_729) % 97) as f64 / 10.0;
+    e.set("host", Value::str(&format!("h{}", s / 10)))
+        .set("name", Value::str(&format!("metric_{}", s % 10)))
+        .set("value", Value::Num(value));
+    e
+}
+
+fn measure_metric_folder(series: u64, samples: u64) -> f64 {
+    let mut engine = metric_folder();
     let mut out = Vec::new();
     let before = LIVE.load(Ordering::Relaxed);
     for round in 0..samples {
-        let ts = 1_767_225_600_000 + round as i64 * 300_000;
         for s in 0..series {
-            let mut e = Event::new(Stream::Metric, ts);
-            // A daily cycle with a little noise, different per series.
-            let phase = (round as f64 / 288.0 + s as f64 / series as f64) * std::f64::consts::TAU;
-            let value = 50.0 + 20.0 * phase.sin() + ((round * 7919 + s * 104_729) % 97) as f64 / 10.0;
-            e.set("host", Value::str(&format!("h{}", s / 10)))
-                .set("name", Value::str(&format!("metric_{}", s % 10)))
-                .set("value", Value::Num(value));
-            engine.push(e, &mut out);
+            engine.push(sample(round, s, series), &mut out);
         }
         out.clear();
     }
@@ -86,8 +95,49 @@ fn measure_metric_folder(series: u64, samples: u64) -> f64 {
     let held = LIVE.load(Ordering::Relaxed) - before;
     let per_series = held as f64 / series as f64;
     println!("{:<48} {series:>8} series     {per_series:>6.0} bytes per series", "rules/metrics, the whole folder");
+    let estimate = engine.state_bytes() as f64 / series as f64;
+    println!(
+        "{:<48} {series:>8} series     {estimate:>6.0} bytes per series",
+        "  the same, as the state budget estimates it"
+    );
     drop(engine);
     per_series
+}
+
+/// `series` series through one engine of the `rules/metrics` folder within a state budget of
+/// `budget_mb`, enforced every 200,000 events as the service does about once a second: how many
+/// series it holds, how many it dropped, and whether it said so (`vigil_state_evicted`).
+fn measure_many_series(series: u64, rounds: u64, budget_mb: usize) {
+    let mut engine = metric_folder();
+    let mut out = Vec::new();
+    let mut told = 0;
+    let before = LIVE.load(Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let mut pushed = 0u64;
+    for round in 0..rounds {
+        for s in 0..series {
+            engine.push(sample(round, s, series), &mut out);
+            pushed += 1;
+            if pushed % 200_000 == 0 {
+                engine.enforce_budget(budget_mb << 20, &mut out);
+            }
+            told += out.iter().filter(|a| &*a.rule == vigil::engine::STATE_EVICTED_RULE).count();
+            out.clear();
+        }
+    }
+    engine.enforce_budget(budget_mb << 20, &mut out);
+    told += out.iter().filter(|a| &*a.rule == vigil::engine::STATE_EVICTED_RULE).count();
+    let seconds = started.elapsed().as_secs_f64();
+    let held = (LIVE.load(Ordering::Relaxed) - before) as f64 / (1 << 20) as f64;
+    let live = engine.live_keys().get("metric_deviation").copied().unwrap_or(0);
+    let dropped: u64 = engine.evicted().iter().filter(|((r, _), _)| r == "metric_deviation").map(|(_, n)| n).sum();
+    println!(
+        "{series} series x {rounds} samples, budget {budget_mb} MiB: {:.0} events/s, metric_deviation holds {live} series \
+         and dropped {dropped}, {told} vigil_state_evicted alerts, heap {held:.0} MiB (estimate {} MiB)",
+        pushed as f64 / seconds,
+        engine.state_bytes() >> 20
+    );
+    println!("  live keys by rule: {:?}", engine.live_keys());
 }
 
 fn main() {
@@ -123,7 +173,9 @@ fn main() {
     // --benches`, an unoptimised build), a day of a few series shows that it runs.
     if std::env::args().any(|a| a == "--bench") {
         measure_metric_folder(500, 4_400);
+        measure_many_series(1_000_000, 3, 1024);
     } else {
         measure_metric_folder(20, 288);
+        measure_many_series(2_000, 2, 8);
     }
 }

@@ -215,22 +215,28 @@ fn dropping_a_waiting_absence_raises_one_self_alert_per_episode() {
     assert_eq!(resolved, 1);
 }
 
+/// A scored rule, one series per host.
+const SCORED: &str = r#"rule deviation {
+    metric s sample as e #time(1 min)
+    state ss { v := avg(e.value) } group by s
+    score { z := robust_z(ss.v, window = 16, warmup = 4) }
+    alert abs(z) > 100 }"#;
+
+/// One sample of host `i`'s series at `ts`.
+fn series_sample(i: i64, ts: Millis) -> Event {
+    let mut e = Event::new(Stream::Metric, ts);
+    e.set("host", Value::str(&format!("h{i}"))).set("name", Value::str("cpu")).set("value", Value::Num(1.0));
+    e
+}
+
 #[test]
 fn dropping_a_scored_series_raises_one_self_alert_that_a_checkpoint_keeps() {
-    let rule = r#"rule deviation {
-        metric s sample as e #time(1 min)
-        state ss { v := avg(e.value) } group by s
-        score { z := robust_z(ss.v, window = 16, warmup = 4) }
-        alert abs(z) > 100
-        return s.host }"#;
     let limits = Limits { max_keys: 3, idle_ms: 0 };
     let config = || EngineConfig { limits, ..EngineConfig::default() };
-    let mut engine = Engine::new(plans(rule), config());
+    let mut engine = Engine::new(plans(SCORED), config());
     let mut out = Vec::new();
     for i in 0..10 {
-        let mut e = Event::new(Stream::Metric, i * MINUTE);
-        e.set("host", Value::str(&format!("h{i}"))).set("name", Value::str("cpu")).set("value", Value::Num(1.0));
-        engine.push(e, &mut out);
+        engine.push(series_sample(i, i * MINUTE), &mut out);
     }
     engine.advance_to(11 * MINUTE, &mut out);
     let own: Vec<&Alert> = out.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE).collect();
@@ -241,11 +247,29 @@ fn dropping_a_scored_series_raises_one_self_alert_that_a_checkpoint_keeps() {
     assert_eq!(engine.evicted()[&("deviation".to_string(), "cap")], 7);
     // Restored from a checkpoint, the firing self-alert is not raised again, and resolves after
     // an hour without drops.
-    let mut restored = Engine::new(plans(rule), config());
+    let mut restored = Engine::new(plans(SCORED), config());
     restored.restore(engine.snapshot().expect("snapshot")).expect("restore");
     let mut later = Vec::new();
     restored.advance_to(2 * 3_600_000, &mut later);
     let own: Vec<&Alert> = later.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE).collect();
     assert_eq!(own.len(), 1, "{own:#?}");
     assert_eq!(own[0].status, Status::Resolved);
+}
+
+#[test]
+fn the_state_budget_says_at_once_that_it_dropped_scored_series() {
+    let mut engine = Engine::new(plans(SCORED), EngineConfig::default());
+    let mut out = Vec::new();
+    for i in 0..200 {
+        engine.push(series_sample(i, MINUTE), &mut out);
+    }
+    let budget = engine.state_bytes() / 2;
+    engine.enforce_budget(budget, &mut out);
+    let own: Vec<&Alert> = out.iter().filter(|a| &*a.rule == STATE_EVICTED_RULE).collect();
+    assert_eq!(own.len(), 1, "{own:#?}");
+    assert_eq!(own[0].values.get("reason"), Some(&serde_json::json!("memory")));
+    // The alert counts the drops that raised it; later drops of the episode are counted in
+    // `vigil_evicted_keys_total` without a new alert.
+    let first = own[0].values.get("dropped").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    assert!(first >= 1 && first <= engine.evicted()[&("deviation".to_string(), "memory")]);
 }

@@ -732,11 +732,16 @@ impl Operator for WindowOperator {
             + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
     }
 
-    fn shrink(&mut self, _now: Millis, _out: &mut Vec<Alert>) -> bool {
+    /// Drops for memory are said at once (the self-alert); those over the key cap, at the next
+    /// watermark.
+    fn shrink(&mut self, now: Millis, out: &mut Vec<Alert>) -> bool {
         if self.groups.is_empty() {
             return false;
         }
         self.evicted_memory += self.drop_idlest("memory") as u64;
+        for d in &mut self.dependents {
+            d.blind.report(&d.plan.name, Lost::Scores, now, out);
+        }
         true
     }
 
