@@ -8,7 +8,7 @@ use vigil::event::{decode, Event, Value};
 use vigil::schema::Stream;
 
 fn shipped_rules() -> Vec<(String, Vec<u8>)> {
-    vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder")
+    vigil::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules folder")
 }
 
 fn usage(i: u64, machines: u64) -> Event {

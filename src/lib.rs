@@ -1,21 +1,30 @@
 //! Vigil: real-time anomaly detection for datacenters, driven by a SAQL-style rule language.
 //!
-//! The pipeline, one stage per module:
+//! The pipeline, one stage per module (`docs/architecture.md` draws it with what crosses each
+//! boundary):
 //!
 //! ```text
-//! text --parser--> ast --check--> plans --engine--> operators -> alerts -> sinks
-//!                                            ^
-//!                      events (input adapters, replay)
+//! text --parser--> ast --check--> plans --engine--> operators --> alerts
+//!                                            ^                      |
+//!   files (input, replay, eval)              |                      v
+//!   Kafka, HTTP, collectors (service) ---> events       service: store, webhook,
+//!                                                       Alertmanager, API, console
 //! ```
 //!
 //! - [`parser::parse`]: source text to a spanned [`ast::File`]; syntax errors as diagnostics.
 //! - [`check::check`]: names resolved, types and bounds checked, one [`plan::RulePlan`] per rule.
 //! - [`compile`] runs both over one file; [`compile_all`] over many, which also catches a rule
-//!   name defined in two files.
-//! - [`engine::Engine::new`]: plans to operators; `push` events in, alerts out.
+//!   name defined in two files; [`ruleset`] loads files and folders and changes them.
+//! - [`engine::Engine::new`]: plans to operators; `push` events in, alerts out. Windowed rules
+//!   score their series with [`engine`]'s scorers and roll them up by host.
 //! - [`input::open`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017) to events;
 //!   [`replay::replay`] runs them through an engine, or [`workers::Workers`], one engine per
-//!   thread splitting the keys; [`ruletest::run`] runs rule test files.
+//!   thread splitting the keys; [`ruletest::run`] runs rule test files; [`eval`] scores rules
+//!   on labelled series and counts their alerts on unlabelled fleets.
+//! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events.
+//! - [`service`]: `vigil serve`, the engine between its sources (Kafka, HTTP ingest, files)
+//!   and its destinations (the store, the webhook, Alertmanager, the API and console), alone or
+//!   as one member of a group of instances sharing a Kafka consumer group.
 //!
 //! User mistakes are [`diagnostic::Diagnostic`]s: code, message, labelled spans, notes, help.
 
@@ -67,29 +76,6 @@ impl Compiled {
     pub fn is_ok(&self) -> bool {
         self.diagnostics.is_empty()
     }
-}
-
-/// The `*.saql` files under `dir`, recursively, sorted.
-pub fn rule_files(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let p = entry?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "saql") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Every rule file under `dir` as (name, content), ready for [`compile_all`].
-pub fn read_rule_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    rule_files(dir)?.into_iter().map(|p| Ok((p.display().to_string(), std::fs::read(&p)?))).collect()
 }
 
 /// Stack for parsing and checking. pest descends recursively, one deep frame chain per bracket

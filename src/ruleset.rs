@@ -185,12 +185,35 @@ pub fn rule_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, RuleSetError> {
     for path in paths {
         let read = |source| RuleSetError::Read { path: path.clone(), source };
         if std::fs::metadata(path).map_err(read)?.is_dir() {
-            files.extend(crate::rule_files(path).map_err(|source| RuleSetError::Read { path: path.clone(), source })?);
+            files.extend(files_under(path).map_err(|source| RuleSetError::Read { path: path.clone(), source })?);
         } else {
             files.push(path.clone());
         }
     }
     Ok(files)
+}
+
+/// The `*.saql` files under `dir`, recursively, sorted.
+pub fn files_under(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let p = entry?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "saql") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every rule file under `dir` as (name, content), ready for [`crate::compile_all`].
+pub fn read_files_under(dir: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    files_under(dir)?.into_iter().map(|p| Ok((p.display().to_string(), std::fs::read(&p)?))).collect()
 }
 
 /// A rule name the API accepts: an identifier, which also makes it a safe file name.

@@ -59,7 +59,7 @@ fn chunks_by_minute(timed: &[(i64, String)], n: usize) -> Vec<Vec<String>> {
 /// every host's CPU, which a group runs in two stages.
 fn metric_rules() -> std::path::PathBuf {
     let dir = temp_dir("group_metric_rules");
-    for file in vigil::rule_files(&std::path::Path::new(&rules_dir()).join("metrics")).expect("rules") {
+    for file in vigil::ruleset::files_under(&std::path::Path::new(&rules_dir()).join("metrics")).expect("rules") {
         std::fs::copy(&file, dir.join(file.file_name().expect("name"))).expect("copy");
     }
     std::fs::write(
@@ -81,7 +81,7 @@ fn metric_rules() -> std::path::PathBuf {
 /// A copy of a rule folder: a group member writes its group's rules into its folder.
 fn copy_rules(rules: &std::path::Path) -> std::path::PathBuf {
     let copy = temp_dir("group_rules_copy");
-    for file in vigil::rule_files(rules).expect("rules") {
+    for file in vigil::ruleset::files_under(rules).expect("rules") {
         let to = copy.join(file.strip_prefix(rules).expect("inside"));
         std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
         std::fs::copy(&file, &to).expect("copy");

@@ -15,7 +15,7 @@ use vigil::schema::Stream;
 const LATENESS_MS: i64 = 120_000;
 
 fn shipped_plans() -> Vec<vigil::plan::RulePlan> {
-    let inputs = vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    let inputs = vigil::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules folder");
     vigil::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect()
 }
 

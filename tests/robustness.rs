@@ -90,7 +90,7 @@ fn many_broken_rules_are_all_reported() {
 }
 
 fn shipped_rules() -> Vec<String> {
-    let files = vigil::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    let files = vigil::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules folder");
     files.into_iter().map(|(_, bytes)| String::from_utf8(bytes).expect("rules are UTF-8")).collect()
 }
 

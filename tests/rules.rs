@@ -3,7 +3,7 @@
 use std::path::Path;
 
 fn compile_rules() -> Vec<vigil::Compiled> {
-    vigil::compile_all(&vigil::read_rule_files(Path::new("rules")).expect("rules folder is readable"))
+    vigil::compile_all(&vigil::ruleset::read_files_under(Path::new("rules")).expect("rules folder is readable"))
 }
 
 #[test]

@@ -164,7 +164,7 @@ pub type FileStamp = (PathBuf, u64, Option<SystemTime>);
 
 /// What changes when a rule file changes: names, sizes and modification times.
 pub fn fingerprint(dir: &Path) -> Vec<FileStamp> {
-    crate::rule_files(dir)
+    crate::ruleset::files_under(dir)
         .unwrap_or_default()
         .into_iter()
         .map(|p| {

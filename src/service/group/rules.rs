@@ -34,7 +34,7 @@ const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// The rule files under `dir`.
 pub fn read_folder(dir: &Path) -> Result<RuleFiles, String> {
-    let files = crate::rule_files(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let files = crate::ruleset::files_under(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let mut out = RuleFiles::new();
     for path in files {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -75,7 +75,7 @@ fn write_folder(dir: &Path, files: &RuleFiles) -> Result<(), String> {
             return Err(format!("`{name}` is not a rule file's name inside the rules folder"));
         }
     }
-    for old in crate::rule_files(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+    for old in crate::ruleset::files_under(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
         if !files.contains_key(&relative_name(dir, &old)) {
             crate::ruleset::write_atomically(&old, None).map_err(|e| e.to_string())?;
         }

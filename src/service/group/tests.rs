@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 /// `count` keyed partitions over the shipped rules, each fed every sample event (a partition's
 /// engine keeps its own key groups only) and then a progress report past the last of them.
 fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
-    let inputs = crate::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    let inputs = crate::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules folder");
     let plans: Vec<_> = crate::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
     let lines = std::fs::read_to_string("samples/datacenter.jsonl").expect("sample events");
     let last = lines.lines().count() as i64;
@@ -127,7 +127,7 @@ fn alerts(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(String, String, cra
 }
 
 fn two_stage_partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
-    let inputs = crate::read_rule_files(std::path::Path::new("rules")).expect("rules folder");
+    let inputs = crate::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules folder");
     let plans: Vec<_> = crate::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
     (0..count)
         .map(|index| {
@@ -179,10 +179,11 @@ fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     let mut restored: BTreeMap<i32, KeyedPartition> = BTreeMap::new();
     for (n, p) in staged.iter_mut() {
         let checkpoint = p.checkpoint().expect("checkpoint");
-        let plans = crate::compile_all(&crate::read_rule_files(std::path::Path::new("rules")).expect("rules"))
-            .into_iter()
-            .flat_map(|c| c.plans)
-            .collect();
+        let plans =
+            crate::compile_all(&crate::ruleset::read_files_under(std::path::Path::new("rules")).expect("rules"))
+                .into_iter()
+                .flat_map(|c| c.plans)
+                .collect();
         let config =
             EngineConfig { shard: Shard { index: *n as usize, count: 3 }, two_stage: true, ..Default::default() };
         restored.insert(*n, KeyedPartition::new(plans, &config, p.fence.clone(), Some(&checkpoint)));
