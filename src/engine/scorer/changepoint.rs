@@ -12,6 +12,7 @@
 //! The prior of a new run is the series' own: its mean and variance over every value seen, with
 //! the weight of one value, so no parameter depends on the series' scale.
 
+use super::MAX_SURPRISE;
 use statrs::function::{beta::checked_beta_reg, gamma::ln_gamma};
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -48,8 +49,6 @@ impl Moments {
 /// A prior's weight, in values: a new run's mean and variance start as the series' and give way
 /// to the run's own after a few values.
 const PRIOR_WEIGHT: f64 = 1.0;
-/// The most any value scores, as in `spot`.
-const MAX_SURPRISE: f64 = 16.0;
 
 /// A Student-t predictive: degrees of freedom, centre and scale.
 struct Predictive {

@@ -16,6 +16,11 @@ mod spot;
 
 pub use likelihood::normal_cdf;
 
+/// The most a surprise score (`spot`, `changepoint`: `-log10` of a tail probability) can be, and
+/// what a value beyond a bounded tail's end scores: `P < 1e-16` is beyond what a fitted tail
+/// can tell apart.
+const MAX_SURPRISE: f64 = 16.0;
+
 use super::eval::{eval, Env};
 use crate::ast::BinOp;
 use crate::event::Value;

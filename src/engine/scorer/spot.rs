@@ -13,6 +13,7 @@
 //!
 //! A value at or below `t` is not in the tail and scores 0.
 
+use super::MAX_SURPRISE;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -34,9 +35,6 @@ pub struct Spot {
     pub share: f64,
 }
 
-/// The surprise of a value beyond the fitted tail's end (a bounded tail, `shape < 0`), and the
-/// most any value scores: `P(X > x) < 1e-16` is beyond what the peaks can tell apart.
-const MAX_SURPRISE: f64 = 16.0;
 /// Fewer peaks than this give no shape: the tail is taken as exponential (`shape` 0).
 const MIN_PEAKS_FOR_SHAPE: usize = 8;
 
@@ -61,7 +59,8 @@ impl Spot {
     pub fn update(&mut self, x: f64) -> Option<f64> {
         let index = self.seen;
         self.seen = self.seen.saturating_add(1);
-        if !self.first.is_empty() || self.threshold.is_nan() {
+        // Until the threshold is set, every value is one of the first.
+        if self.threshold.is_nan() {
             self.first.push(narrow(x));
             if self.first.len() == self.warmup {
                 self.start();
@@ -85,8 +84,8 @@ impl Spot {
         sorted.sort_by(f32::total_cmp);
         let at = ((sorted.len() as f64 * self.level) as usize).min(sorted.len() - 1);
         self.threshold = f64::from(sorted[at]);
-        // The earliest first, as later peaks arrive: the excesses' order does not matter to the
-        // fit, and the span they cover starts at the first value.
+        // All from the first values (index 0, so the span they cover starts there), in ascending
+        // order: over the cap, the smallest go.
         let above = sorted[at + 1..].iter().map(|v| (narrow(f64::from(*v) - self.threshold), 0));
         self.peaks = above.filter(|(y, _)| *y > 0.0).collect();
         while self.peaks.len() > self.cap {
