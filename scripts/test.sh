@@ -156,9 +156,18 @@ export VIGIL_KAFKA_SCRIPT="$PWD/scripts/kafka.sh"
 echo "Kafka (Apache Kafka) at ${VIGIL_TEST_KAFKA}, PostgreSQL at 127.0.0.1:5432"
 
 # Habits: formatted as rustfmt.toml says, and no clippy warning.
-cargo fmt --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo build --locked --all-targets
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo build --locked --workspace --all-targets
+# The layers: the language crate builds without the service's network and database stack.
+lang_tree="$(cargo tree --locked -p vigil-lang -e normal --prefix none)"
+for heavy in rdkafka sqlx axum tokio; do
+  if grep -q "^${heavy} v" <<<"$lang_tree"; then
+    echo "vigil-lang depends on ${heavy} (cargo tree -p vigil-lang); it must not" >&2
+    exit 1
+  fi
+done
+echo "vigil-lang links none of rdkafka, sqlx, axum, tokio"
 # The tests that need Kafka and PostgreSQL (the service tests, the fault-injection suite) are
 # marked ignored for a bare `cargo test`; here they all run. The rule compiler is fuzzed for a
 # minute, from a fixed seed so that a run can be repeated (a bare `cargo test` fuzzes from a
@@ -167,7 +176,13 @@ cargo build --locked --all-targets
 export VIGIL_FUZZ_SECONDS="${VIGIL_FUZZ_SECONDS:-60}"
 export VIGIL_FUZZ_SEED="${VIGIL_FUZZ_SEED:-20261130}"
 rm -f target/tmp/fault-tally.md
-cargo test --locked --lib --bins --tests -- --include-ignored "${skip_pg_fault[@]}"
+cargo test --locked --workspace --lib --bins -- --include-ignored
+# The integration tests are one binary; each of its files runs as a suite of its own, as the
+# group and fault suites stop and start brokers and databases and are timed against them.
+for suite in $(sed -n 's/^mod \([a-z_]*\);$/\1/p' tests/main.rs | grep -vx support); do
+  echo "integration suite ${suite}"
+  cargo test --locked --test suite -- --include-ignored "${skip_pg_fault[@]}" "${suite}::"
+done
 echo "fault injection (fault | injected | expected | stored | lost | duplicated | delivered | undelivered | repeated calls):"
 cat target/tmp/fault-tally.md 2>/dev/null || true
 # The benchmarks, once each in test mode: they build and run, they are not timed. The Kafka
@@ -175,7 +190,7 @@ cat target/tmp/fault-tally.md 2>/dev/null || true
 # of the release build): the end-to-end latency, Kafka to engine with one and two group
 # members (with the broker's CPU), and a failover with static membership. The Flink
 # comparison's scripts need Flink, which the tests do not install: they are only parsed.
-cargo test --locked --benches
+cargo test --locked --workspace --benches
 e2e_db="vigil_e2e_smoke"
 psql "$VIGIL_TEST_POSTGRES" -q -c "DROP DATABASE IF EXISTS ${e2e_db} WITH (FORCE)" -c "CREATE DATABASE ${e2e_db}"
 VIGIL_BIN=target/debug/vigil cargo run --locked --quiet --example e2e_latency -- \

@@ -4,13 +4,13 @@
 //! peak memory, live keys, and the latency from reading the line of the event that made an
 //! alert to the alert coming out of the engine. Workloads are the ones `BENCHMARKS.md` lists.
 
-use crate::engine::{Engine, EngineConfig};
-use crate::event::{EventPool, LineDecoder};
-use crate::ruleset::RuleSet;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::event::{EventPool, LineDecoder};
+use vigil_lang::ruleset::RuleSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
@@ -231,7 +231,7 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
 
     let gate = engine.gate();
     let (mut decoder, mut pool) = (LineDecoder::default(), EventPool::default());
-    let mut lines = crate::input::LineReader::new(std::fs::File::open(input)?);
+    let mut lines = vigil_engine::input::LineReader::new(std::fs::File::open(input)?);
     let mut alerts = Vec::new();
     let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
     let mut latencies: Vec<f64> = Vec::new();
@@ -254,12 +254,12 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
             if let Some(read_at) = read_at.filter(|_| latencies.len() < 1_000_000) {
                 latencies.push(read_at.elapsed().as_secs_f64() * 1e6);
             }
-            fired += alerts.iter().filter(|a| a.status == crate::alert::Status::Firing).count() as u64;
+            fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
             alerts.clear();
         }
     }
     engine.flush(&mut alerts);
-    fired += alerts.iter().filter(|a| a.status == crate::alert::Status::Firing).count() as u64;
+    fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
     let seconds = t.elapsed().as_secs_f64();
     let live_keys: usize = engine.live_keys().values().sum();
     let grown = match (rss_before, current_rss()) {
@@ -309,10 +309,10 @@ mod tests {
                 rules_path: None,
                 latency_every: 16,
             };
-            let from_file = crate::compile(name, text.as_bytes());
-            let from_workload = crate::compile(name, rules_for(&options).as_bytes());
+            let from_file = vigil_lang::compile(name, text.as_bytes());
+            let from_workload = vigil_lang::compile(name, rules_for(&options).as_bytes());
             assert!(from_file.is_ok() && from_workload.is_ok(), "{name} checks");
-            let plans = |c: &crate::Compiled| c.plans.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+            let plans = |c: &vigil_lang::Compiled| c.plans.iter().map(|p| p.to_string()).collect::<Vec<_>>();
             assert_eq!(plans(&from_file), plans(&from_workload), "{name}");
         }
     }

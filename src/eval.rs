@@ -16,13 +16,13 @@
 //! **Page budget.** Unlabelled inputs are replayed together, as a deployment would read them;
 //! the count is firing alerts per metric series per day of that series' samples.
 
-use crate::alert::{Alert, Status};
-use crate::event::{Decoded, Millis};
-use crate::input::{Format, InputOptions};
-use crate::plan::RulePlan;
-use crate::replay::{replay_into, Quiet, ReplayOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use vigil_engine::alert::{Alert, Status};
+use vigil_engine::event::{Decoded, Millis};
+use vigil_engine::input::{Format, InputOptions};
+use vigil_engine::replay::{replay_into, Quiet, ReplayOptions};
+use vigil_lang::plan::RulePlan;
 
 pub mod outages;
 pub mod report;
@@ -238,7 +238,7 @@ pub fn read_labels(path: &Path) -> Result<BTreeMap<String, Vec<(Millis, Millis)>
         let mut parsed = Vec::new();
         for [start, end] in windows {
             let time = |s: &str| {
-                crate::input::parse_naive_utc(s).ok_or_else(|| EvalError::Invalid {
+                vigil_engine::input::parse_naive_utc(s).ok_or_else(|| EvalError::Invalid {
                     path: path.display().to_string(),
                     reason: format!("{file}: `{s}` is not a time"),
                 })
@@ -291,7 +291,7 @@ pub(crate) fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
     let mut times = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let stamp = line.split(',').next().unwrap_or_default();
-        let t = crate::input::parse_naive_utc(stamp).ok_or_else(|| EvalError::Invalid {
+        let t = vigil_engine::input::parse_naive_utc(stamp).ok_or_else(|| EvalError::Invalid {
             path: format!("{}:{}", path.display(), i + 1),
             reason: format!("`{stamp}` is not `YYYY-MM-DD hh:mm:ss`"),
         })?;
@@ -316,20 +316,21 @@ pub fn alerts_of(
     gather: Option<u32>,
     cut: &[(Millis, Millis)],
 ) -> Result<Vec<Alert>, EvalError> {
-    let mut engine = crate::engine::Engine::new(
+    let mut engine = vigil_engine::engine::Engine::new(
         plans.to_vec(),
-        crate::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
+        vigil_engine::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
     );
-    let pool = std::rc::Rc::new(std::cell::RefCell::new(crate::event::EventPool::default()));
+    let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil_engine::event::EventPool::default()));
     let mut opened = Vec::new();
     for path in inputs {
-        let mut input = crate::input::open_gated(path, format, &InputOptions::default(), engine.gate(), pool.clone())
-            .map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
+        let mut input =
+            vigil_engine::input::open_gated(path, format, &InputOptions::default(), engine.gate(), pool.clone())
+                .map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
         if let Some(hosts) = gather {
             let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
             input.records = Box::new(records.map(move |mut r| {
                 if let Ok(Decoded::Event(e)) = &mut r.event {
-                    if e.stream == crate::schema::Stream::Metric {
+                    if e.stream == vigil_lang::schema::Stream::Metric {
                         gather_onto(std::sync::Arc::make_mut(e), hosts);
                     }
                 }
@@ -375,12 +376,12 @@ pub fn alerts_of(
 /// host), its own host kept as the label `instance` so that it stays a series of its own: real
 /// series on hosts of as many series as a node_exporter host sends, when the data has a few per
 /// host.
-pub fn gather_onto(e: &mut crate::event::Event, hosts: u32) {
-    use crate::event::{field_position, Value};
+pub fn gather_onto(e: &mut vigil_engine::event::Event, hosts: u32) {
+    use vigil_engine::event::{field_position, Value};
     let host_at = field_position(e.stream, "host");
     let labels_at = field_position(e.stream, "labels");
     let own = e.value(host_at).to_text();
-    let n = crate::engine::keys::key_group_of(&own) % hosts.max(1);
+    let n = vigil_engine::engine::keys::key_group_of(&own) % hosts.max(1);
     let mut labels = match e.value(labels_at) {
         Value::Map(m) => (*m).clone(),
         _ => BTreeMap::new(),
@@ -395,11 +396,11 @@ pub fn gather_onto(e: &mut crate::event::Event, hosts: u32) {
 pub struct Spans(HashMap<(String, String, String), (Millis, Millis)>);
 
 impl Spans {
-    fn note(&mut self, e: &crate::event::Event) {
-        if e.stream != crate::schema::Stream::Metric {
+    fn note(&mut self, e: &vigil_engine::event::Event) {
+        if e.stream != vigil_lang::schema::Stream::Metric {
             return;
         }
-        let text = |field: &str| e.value(crate::event::field_position(e.stream, field)).to_text();
+        let text = |field: &str| e.value(vigil_engine::event::field_position(e.stream, field)).to_text();
         let span = self.0.entry((text("host"), text("name"), text("labels"))).or_insert((e.ts, e.ts));
         span.0 = span.0.min(e.ts);
         span.1 = span.1.max(e.ts);

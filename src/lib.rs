@@ -1,167 +1,38 @@
 //! Vigil: real-time anomaly detection for datacenters, driven by a SAQL-style rule language.
 //!
-//! The pipeline, one stage per module (`docs/architecture.md` draws it with what crosses each
-//! boundary):
+//! The workspace is layered, each crate depending only on those above it here; the one type
+//! that crosses each boundary is named on the arrow (`docs/architecture.md` draws it whole):
 //!
 //! ```text
-//! text --parser--> ast --check--> plans --engine--> operators --> alerts
-//!                                            ^                      |
-//!   files (input, replay, eval)              |                      v
-//!   Kafka, HTTP, collectors (service) ---> events       service: store, webhook,
-//!                                                       Alertmanager, API, console
+//! vigil-lang     text --parser--> ast --check--> RulePlan
+//!                                                   |
+//! vigil-engine   files, collectors' formats --> Event --> Engine --> Alert
+//!                                                   |                  |
+//! vigil-service  Kafka, HTTP ingest, files --> Event     Alert --> store, webhook,
+//!                (alone, or one member of a group)              Alertmanager, API, console
+//!                                                                      |
+//! vigil          the command line: check, explain, replay, test, eval, bench, serve
 //! ```
 //!
-//! - [`parser::parse`]: source text to a spanned [`ast::File`]; syntax errors as diagnostics.
-//! - [`check::check`]: names resolved, types and bounds checked, one [`plan::RulePlan`] per rule.
-//! - [`compile`] runs both over one file; [`compile_all`] over many, which also catches a rule
-//!   name defined in two files; [`ruleset`] loads files and folders and changes them.
-//! - [`engine::Engine::new`]: plans to operators; `push` events in, alerts out. Windowed rules
-//!   score their series with [`engine`]'s scorers and roll them up by host.
-//! - [`input::open`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017) to events;
-//!   [`replay::replay`] runs them through an engine, or [`workers::Workers`], one engine per
-//!   thread splitting the keys; [`ruletest::run`] runs rule test files; [`eval`] scores rules
-//!   on labelled series and counts their alerts on unlabelled fleets.
-//! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events.
-//! - [`service`]: `vigil serve`, the engine between its sources (Kafka, HTTP ingest, files)
-//!   and its destinations (the store, the webhook, Alertmanager, the API and console), alone or
-//!   as one member of a group of instances sharing a Kafka consumer group.
+//! - [`vigil_lang`]: [`compile`] parses and checks rule files into [`plan::RulePlan`]s;
+//!   [`ruleset`] loads files and folders; user mistakes are [`diagnostic::Diagnostic`]s.
+//! - [`vigil_engine`]: [`engine::Engine`] turns plans into operators, takes events and gives
+//!   alerts; [`input`] reads recorded files, [`otlp`], [`remote_write`] and [`influx`] decode
+//!   what collectors send, [`replay`] and [`workers`] run files through one engine or one per
+//!   thread.
+//! - [`service`] (`vigil-service`): `vigil serve`, the engine between its sources and its
+//!   destinations.
+//! - This crate: [`ruletest`] runs rule test files, [`eval`] scores rules on labelled series
+//!   and counts their alerts on unlabelled fleets, [`bench`] times workloads; the binary is the
+//!   command line.
 //!
-//! User mistakes are [`diagnostic::Diagnostic`]s: code, message, labelled spans, notes, help.
+//! The layers' modules are re-exported here under their own names, so that `vigil::engine`,
+//! `vigil::plan` and `vigil::service` name the same things as in the crates that define them.
 
-pub mod alert;
-pub mod ast;
 pub mod bench;
-pub mod check;
-pub mod diagnostic;
-pub mod engine;
 pub mod eval;
-pub mod event;
-pub mod influx;
-pub mod input;
-pub mod metric_kind;
-pub mod otlp;
-pub mod parser;
-pub mod plan;
-pub mod remote_write;
-pub mod replay;
-pub mod ruleset;
 pub mod ruletest;
-pub mod schema;
-pub mod service;
-pub mod workers;
 
-use diagnostic::{codes, Diagnostic, Source};
-use plan::RulePlan;
-use std::collections::HashMap;
-
-/// One rule file after parsing and checking.
-pub struct Compiled {
-    /// The file name as given, used in rendered diagnostics.
-    pub name: String,
-    /// The text diagnostics point into; invalid UTF-8 is replaced so it can still be shown.
-    pub text: String,
-    pub plans: Vec<RulePlan>,
-    pub diagnostics: Vec<Diagnostic>,
-    /// Every rule the file declares, valid or not, with the span of its name.
-    pub rule_names: Vec<(String, ast::Span)>,
-    /// Every rule the file declares with the span of its whole declaration.
-    pub rule_spans: Vec<(String, ast::Span)>,
-}
-
-impl Compiled {
-    pub fn source(&self) -> Source<'_> {
-        Source { name: &self.name, text: &self.text }
-    }
-
-    pub fn is_ok(&self) -> bool {
-        self.diagnostics.is_empty()
-    }
-}
-
-/// Stack for parsing and checking. pest descends recursively, one deep frame chain per bracket
-/// level; [`parser::MAX_NESTING`] bounds the levels and this bounds the frames, whatever thread
-/// (a test harness's, an async runtime's) the caller happens to be on.
-const COMPILE_STACK: usize = 64 << 20;
-
-/// Parses and checks one file given as raw bytes.
-pub fn compile(name: &str, bytes: &[u8]) -> Compiled {
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("vigil-compile".into())
-            .stack_size(COMPILE_STACK)
-            .spawn_scoped(scope, || compile_here(name, bytes))
-            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .unwrap_or_else(|_| compile_here(name, bytes))
-    })
-}
-
-fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => {
-            let (file, mut diagnostics) = parser::parse(text);
-            let (plans, mut checked) = check::check(&file);
-            diagnostics.append(&mut checked);
-            diagnostics.sort_by_key(|d| d.primary_span().start);
-            let rule_names = file.rules.iter().map(|r| (r.name.name.clone(), r.name.span)).collect();
-            let rule_spans = file.rules.iter().map(|r| (r.name.name.clone(), r.span)).collect();
-            Compiled { name: name.to_string(), text: text.to_string(), plans, diagnostics, rule_names, rule_spans }
-        }
-        Err(e) => {
-            let at = e.valid_up_to();
-            let len = e.error_len().unwrap_or(1);
-            let text = String::from_utf8_lossy(bytes).into_owned();
-            // In the lossy text the bad bytes became U+FFFD, three bytes long.
-            let d = Diagnostic::new(
-                codes::INVALID_UTF8,
-                "rule files must be UTF-8",
-                ast::Span::new(at, at + '\u{FFFD}'.len_utf8()),
-                format!(
-                    "{len} byte{} that {} not UTF-8",
-                    if len == 1 { "" } else { "s" },
-                    if len == 1 { "is" } else { "are" }
-                ),
-            )
-            .with_help("save the file as UTF-8");
-            Compiled {
-                name: name.to_string(),
-                text,
-                plans: Vec::new(),
-                diagnostics: vec![d],
-                rule_names: Vec::new(),
-                rule_spans: Vec::new(),
-            }
-        }
-    }
-}
-
-/// Compiles several files that are loaded together, and reports a rule name defined in more
-/// than one of them (rule names identify alerts, so they must be unique across a rule set).
-pub fn compile_all(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
-    let mut out: Vec<Compiled> = files.iter().map(|(name, bytes)| compile(name, bytes)).collect();
-    let mut first: HashMap<String, String> = HashMap::new();
-    for c in &mut out {
-        let mut clashes = Vec::new();
-        for (rule, span) in &c.rule_names {
-            match first.get(rule) {
-                Some(other) if *other != c.name => clashes.push((rule.clone(), *span, other.clone())),
-                Some(_) => {}
-                None => {
-                    first.insert(rule.clone(), c.name.clone());
-                }
-            }
-        }
-        for (rule, span, other) in clashes {
-            c.plans.retain(|p| p.name != rule);
-            c.diagnostics.push(
-                Diagnostic::new(
-                    codes::DUPLICATE_RULE,
-                    format!("rule `{rule}` is also defined in {other}"),
-                    span,
-                    "defined again here",
-                )
-                .with_note("rule names identify alerts, so they must be unique across the rule set"),
-            );
-        }
-    }
-    out
-}
+pub use vigil_engine::{alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, workers};
+pub use vigil_lang::{ast, check, compile, compile_all, diagnostic, parser, plan, ruleset, schema, Compiled};
+pub use vigil_service as service;

@@ -24,16 +24,16 @@
 //! to = "2026-01-01T01:00:00Z"
 //! ```
 
-use crate::alert::{Alert, Status};
-use crate::engine::{Engine, EngineConfig};
-use crate::event::{decode, format_time, parse_time, Millis};
-use crate::input::{self, Format, InputOptions};
-use crate::plan::RulePlan;
 use serde::Deserialize;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use vigil_engine::alert::{Alert, Status};
+use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::event::{decode, format_time, parse_time, Millis};
+use vigil_engine::input::{self, Format, InputOptions};
+use vigil_lang::plan::RulePlan;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -174,7 +174,7 @@ pub enum TestError {
     #[error("not a rule test file: {0}")]
     Toml(#[from] toml::de::Error),
     #[error(transparent)]
-    Rules(#[from] crate::ruleset::RuleSetError),
+    Rules(#[from] vigil_lang::ruleset::RuleSetError),
     #[error("the file has no [[case]]")]
     NoCase,
     #[error("{0}")]
@@ -204,12 +204,12 @@ fn run_file(path: &Path) -> Result<Vec<CaseResult>, TestError> {
 }
 
 fn lateness(text: &str) -> Result<Millis, String> {
-    crate::parser::parse_duration(text).map(|ms| ms as Millis)
+    vigil_lang::parser::parse_duration(text).map(|ms| ms as Millis)
 }
 
 fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, TestError> {
     let paths: Vec<_> = rules.iter().map(|r| dir.join(r)).collect();
-    Ok(crate::ruleset::RuleSet::load(&paths)?.checked()?.plans())
+    Ok(vigil_lang::ruleset::RuleSet::load(&paths)?.checked()?.plans())
 }
 
 fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case: &Case) -> Result<(), String> {

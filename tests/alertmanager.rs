@@ -1,11 +1,9 @@
 //! Vigil sending to a real Alertmanager, and showing its silences (Debian's `prometheus-alertmanager`, which
 //! scripts/test.sh installs; VIGIL_TEST_ALERTMANAGER names another binary).
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value as Json;
 use std::process::{Child, Command, Stdio};
-use support::*;
 
 /// A running Alertmanager, killed when dropped.
 struct Alertmanager {

@@ -4,10 +4,8 @@
 //! the packages of `tests/clients/requirements.txt` (scripts/test.sh installs them in a virtual
 //! environment and names its interpreter in `VIGIL_TEST_PYTHON`).
 
-mod support;
-
+use crate::support::*;
 use std::collections::BTreeSet;
-use support::*;
 
 fn python() -> String {
     std::env::var("VIGIL_TEST_PYTHON").expect("VIGIL_TEST_PYTHON: the Python with the clients (scripts/test.sh)")

@@ -20,7 +20,7 @@ fn golden(case: &str) {
     assert_eq!(expected, rendered, "{} differs (VIGIL_BLESS=1 rewrites it)", expected_path.display());
 }
 
-/// One test per golden case, so that each runs alone (`cargo test --test diagnostics case_05`).
+/// One test per golden case, so that each runs alone (`cargo test --test suite diagnostics::case_05`).
 macro_rules! golden_cases {
     ($($test:ident => $case:literal),* $(,)?) => {
         $(

@@ -9,8 +9,7 @@
 //! `target/tmp/fault-tally.md`: the numbers `RELIABILITY.md` reports. `scripts/test.sh` runs them all; the ones
 //! that need Kafka or a PostgreSQL of their own are ignored by a bare `cargo test`.
 
-mod support;
-
+use crate::support::*;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value as Json;
@@ -18,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::*;
 
 /// Each job is evicted and then fails on another machine four minutes later: one alert that
 /// fires and resolves.

@@ -5,11 +5,9 @@
 //! stored, and the webhook's calls, must be those of a clean `vigil replay` of the same events,
 //! a fleet-wide outlier rule's included: none lost, none extra, none twice.
 
-mod support;
-
+use crate::support::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::*;
 
 /// Evictions followed by failures (a sequence by task), and the CPU use of 8 machines of one
 /// cluster each minute, one of them busy for two spells (a fleet-wide outlier, and spikes).

@@ -2,13 +2,11 @@
 //! token unless a case sets one), attacked as an attacker or an unlucky operator would. Each
 //! case is a row of the hostile-input table in `RELIABILITY.md`.
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value as Json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::*;
 
 /// A folder of rules: the given files, by name.
 fn rules_with(files: &[(&str, &str)]) -> std::path::PathBuf {

@@ -18,7 +18,7 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 
 #[test]
 fn the_rules_and_the_dashboard_read_only_metrics_vigil_exports() {
-    let exported = metric_names(&std::fs::read_to_string("src/service/telemetry.rs").expect("telemetry"));
+    let exported = metric_names(&std::fs::read_to_string("crates/service/src/telemetry.rs").expect("telemetry"));
     let rules = std::fs::read_to_string("monitoring/vigil-alerts.yml").expect("rules");
     // Its comments name Vigil's own self-alert, which is no metric.
     let rules: String = rules.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");

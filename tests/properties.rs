@@ -5,8 +5,7 @@
 //! - handing the engine only the time of the events its gate refuses yields exactly the alerts
 //!   and counts of pushing every event, detection times included.
 
-#[path = "support/restore.rs"]
-mod restore;
+use crate::support::restore;
 
 use proptest::prelude::*;
 use vigil::event::{Event, Value};

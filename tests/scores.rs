@@ -5,8 +5,7 @@
 //! - a refractory period holds back new episodes of a key, and only for its length;
 //! - a scored alert's evidence says which test fired it, with the score, threshold and baseline.
 
-#[path = "support/restore.rs"]
-mod restore;
+use crate::support::restore;
 
 use proptest::prelude::*;
 use serde_json::Value as Json;

@@ -2,10 +2,8 @@
 //! files, and (in the tests marked as needing them) a real Kafka broker (Apache Kafka) and the local
 //! PostgreSQL. `scripts/test.sh` starts the broker and runs them all.
 
-mod support;
-
+use crate::support::*;
 use serde_json::Value as Json;
-use support::*;
 
 #[tokio::test]
 async fn http_ingest_with_sqlite_reaches_the_store_the_stream_and_the_webhook() {

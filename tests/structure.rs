@@ -1,5 +1,6 @@
 //! The shape of the code, checked: no source file over 800 lines, no function over 100 lines,
-//! and no import cycle between the modules of `src/`: a module that refers to another may not be
+//! the workspace's crates depending only downward (lang, engine, service, the binary), and within
+//! each crate no import cycle between its modules: a module that refers to another may not be
 //! referred to by it, directly or through others. A module may use what its ancestors define
 //! (they contain it, as `event` contains `event::json`); every other reference, `crate::`,
 //! `super::` or a submodule's name, counts. Test code (`#[cfg(test)]` modules and files) is left
@@ -11,17 +12,32 @@ use std::path::{Path, PathBuf};
 const MAX_FILE_LINES: usize = 800;
 const MAX_FN_LINES: usize = 100;
 
-/// Every `.rs` file under `src/`, with its module path (`engine::window`; `crate` for lib.rs).
-fn sources() -> Vec<(PathBuf, String)> {
+/// The workspace's crates, each above the ones before it: what each may depend on of the others,
+/// and the folder of its sources.
+const CRATES: &[(&str, &[&str], &str)] = &[
+    ("vigil-lang", &[], "crates/lang/src"),
+    ("vigil-engine", &["vigil-lang"], "crates/engine/src"),
+    ("vigil-service", &["vigil-lang", "vigil-engine"], "crates/service/src"),
+    ("vigil", &["vigil-lang", "vigil-engine", "vigil-service"], "src"),
+];
+
+/// Every `.rs` file of every crate, with its crate's source folder and its module path within
+/// it (`engine::window`; `crate` for lib.rs).
+fn all_sources() -> Vec<(PathBuf, String)> {
+    CRATES.iter().flat_map(|(_, _, root)| sources(root)).collect()
+}
+
+/// Every `.rs` file under one crate's source folder, with its module path.
+fn sources(root: &str) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
-    let mut stack = vec![PathBuf::from("src")];
+    let mut stack = vec![PathBuf::from(root)];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("src is readable") {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") && path.file_name() != Some("main.rs".as_ref()) {
-                out.push((path.clone(), module_of(&path)));
+                out.push((path.clone(), module_of(root, &path)));
             }
         }
     }
@@ -29,8 +45,8 @@ fn sources() -> Vec<(PathBuf, String)> {
     out
 }
 
-fn module_of(path: &Path) -> String {
-    let rel = path.strip_prefix("src").expect("under src").with_extension("");
+fn module_of(root: &str, path: &Path) -> String {
+    let rel = path.strip_prefix(root).expect("under the crate's sources").with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
         parts.pop();
@@ -76,7 +92,7 @@ fn test_modules(files: &[(PathBuf, String)]) -> BTreeSet<String> {
 
 #[test]
 fn no_source_file_is_over_800_lines() {
-    let long: Vec<String> = sources()
+    let long: Vec<String> = all_sources()
         .into_iter()
         .map(|(p, _)| (std::fs::read_to_string(&p).expect("readable").lines().count(), p))
         .filter(|(n, _)| *n > MAX_FILE_LINES)
@@ -143,13 +159,15 @@ fn long_functions(text: &str) -> Vec<(String, usize)> {
 
 #[test]
 fn no_function_is_over_100_lines() {
-    let files = sources();
-    let tests = test_modules(&files);
     let mut long = Vec::new();
-    for (path, module) in &files {
-        let Some(text) = non_test_text(path, &tests, module) else { continue };
-        for (name, n) in long_functions(&text) {
-            long.push(format!("{}: fn {name}, {n} lines", path.display()));
+    for (_, _, root) in CRATES {
+        let files = sources(root);
+        let tests = test_modules(&files);
+        for (path, module) in &files {
+            let Some(text) = non_test_text(path, &tests, module) else { continue };
+            for (name, n) in long_functions(&text) {
+                long.push(format!("{}: fn {name}, {n} lines", path.display()));
+            }
         }
     }
     assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines:\n{}", long.join("\n"));
@@ -244,7 +262,41 @@ fn references(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<
 
 #[test]
 fn no_import_cycle_between_source_files() {
-    let files = sources();
+    let report: Vec<String> = CRATES.iter().flat_map(|(_, _, root)| cycles(root)).collect();
+    assert!(report.is_empty(), "import cycles between files:\n{}", report.join("\n"));
+}
+
+/// The vigil crates a crate's manifest names, in `[dependencies]` and `[dev-dependencies]`
+/// alike (a test that reached up would tie the layers as surely as code).
+fn vigil_dependencies(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).expect("readable manifest");
+    let mut out = BTreeSet::new();
+    let mut in_dependencies = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_dependencies = line.ends_with("dependencies]");
+        } else if in_dependencies && line.starts_with("vigil") {
+            let name: String = line.chars().take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_').collect();
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn crates_depend_only_on_the_layers_below_them() {
+    for (name, allowed, root) in CRATES {
+        let manifest = Path::new(root).parent().expect("crate folder").join("Cargo.toml");
+        let manifest = if *root == "src" { PathBuf::from("Cargo.toml") } else { manifest };
+        let found = vigil_dependencies(manifest.to_str().expect("utf-8 path"));
+        let above: Vec<&String> = found.iter().filter(|d| !allowed.contains(&d.as_str())).collect();
+        assert!(above.is_empty(), "{name} depends on {above:?}, which are not below it");
+    }
+}
+
+/// The import cycles between the modules of one crate, each with its edges.
+fn cycles(root: &str) -> Vec<String> {
+    let files = sources(root);
     let tests = test_modules(&files);
     let modules: BTreeSet<String> = files.iter().map(|(_, m)| m.clone()).collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -314,16 +366,14 @@ fn no_import_cycle_between_source_files() {
             t.visit(v);
         }
     }
-    let report: Vec<String> = t
-        .cycles
+    t.cycles
         .iter()
         .map(|c| {
             let edges: Vec<String> = c
                 .iter()
                 .flat_map(|a| graph[a].iter().filter(|b| c.contains(b)).map(move |b| format!("{a} -> {b}")))
                 .collect();
-            format!("{}\n  {}", c.join(", "), edges.join("\n  "))
+            format!("{root}: {}\n  {}", c.join(", "), edges.join("\n  "))
         })
-        .collect();
-    assert!(report.is_empty(), "import cycles between files:\n{}", report.join("\n"));
+        .collect()
 }

@@ -2,11 +2,9 @@
 //! by OpenSSL, read again when the files change, and refused at start with the reason when the
 //! pair does not load.
 
-mod support;
-
+use crate::support::*;
 use std::path::Path;
 use std::time::Duration;
-use support::*;
 
 /// A self-signed certificate for 127.0.0.1 and its key, written by the `openssl` command.
 fn certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {

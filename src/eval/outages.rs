@@ -9,11 +9,11 @@
 //! counted as such), shorter ones are the series being slower than the rule expected.
 
 use super::{alerts_of, nab_times, EvalError};
-use crate::event::Millis;
-use crate::input::Format;
-use crate::plan::RulePlan;
-use crate::replay::ReplayOptions;
 use std::path::{Path, PathBuf};
+use vigil_engine::event::Millis;
+use vigil_engine::input::Format;
+use vigil_engine::replay::ReplayOptions;
+use vigil_lang::plan::RulePlan;
 
 /// How long each cut lasts.
 pub const OUTAGE_MS: Millis = 12 * 3_600_000;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod restore;
+
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;

@@ -1,0 +1,37 @@
+//! The engine's state as a checkpoint stores it.
+
+use crate::event::{Event, Millis};
+use vigil_lang::plan::StateId;
+
+/// Everything the engine knows, for a checkpoint: the events waiting in the reorder buffer,
+/// event time, and each operator's state under the identity of the state it keeps
+/// ([`StateId`]), so that a changed rule starts empty and the others carry on, whatever else
+/// changed in them or in how plans print.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    pub(super) buffered: Vec<(Event, u64)>,
+    pub(super) arrivals: u64,
+    pub(super) max_ts: Option<Millis>,
+    pub(super) watermark: Option<Millis>,
+    pub(super) operators: Vec<(StateId, Vec<u8>)>,
+}
+
+/// The snapshot format; a snapshot of another version is not restored. Version 2 keys
+/// operators by the structure of their state, where version 1 keyed them by their rules' text.
+pub const SNAPSHOT_VERSION: u32 = 2;
+
+impl Snapshot {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_stdvec(self)
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+
+    /// The state kept for `id`, if the snapshot has it.
+    pub(super) fn state_of(&self, id: &StateId) -> Option<&[u8]> {
+        self.operators.iter().find(|(s, _)| s == id).map(|(_, bytes)| bytes.as_slice())
+    }
+}

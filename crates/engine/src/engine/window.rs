@@ -1,0 +1,751 @@
+//! Windowed state: tumbling and sliding windows over one pattern, per-group aggregates and a
+//! history of the last k windows, judged by every rule that shares the state.
+//!
+//! Windows are aligned to multiples of the slide and keyed by their start; a window
+//! `[start, start + size)` closes once the watermark shows every event before its end has been
+//! seen. At each close every live group gets a result, an empty one if it had no events, so
+//! `ss[1]` is always the window just before `ss[0]`. A group with no events for as many windows
+//! as it needs to remember (its history, or its invariant's training) and no active alert is
+//! forgotten.
+
+mod checkpoint;
+mod parts;
+mod stages;
+
+pub use stages::{Pending, Stage};
+
+use super::alerting::Alerting;
+use super::blind::{BlindSpot, Lost};
+use super::eval::{eval, holds, ClusterResult, Env, History, NumberTest, RegexCache};
+use super::invariant::Baseline;
+use super::keys::{Key, KeyMap};
+use super::open_windows::{OpenWindows, Slot};
+use super::operator::Operator;
+use super::outlier;
+use super::scorer::Scores;
+use super::state::Acc;
+use crate::alert::{Alert, Evidence};
+use crate::event::{Event, Millis, Value};
+use parts::{compare_keys, evidence, in_key_order, rebuild_positions, stand_in};
+use std::collections::HashMap;
+use std::sync::Arc;
+use vigil_lang::plan::{GroupKey, RulePlan, ScorePlan, SourcePlan, StatePlan, TExprKind, WindowPlan, WindowedPlan};
+
+/// What makes two rules' windowed states the same computation: the pattern and its filter,
+/// the window, the aggregates and the grouping (not the history kept, which the operator
+/// takes as the longest of its rules'). A structural hash, as [`RulePlan::state_id`] is.
+pub fn shared_state(plan: &RulePlan, windowed: &WindowedPlan) -> String {
+    #[derive(serde::Serialize)]
+    struct Shared<'a> {
+        stream: vigil_lang::schema::Stream,
+        event_type: Option<&'static str>,
+        subject: &'a str,
+        object: Option<&'a str>,
+        filter: &'a Option<vigil_lang::plan::TExpr>,
+        window: &'a WindowPlan,
+        fields: Vec<(&'a str, vigil_lang::plan::AggFunc, &'a Option<vigil_lang::plan::TExpr>)>,
+        group_by: &'a [GroupKey],
+    }
+    let src = &plan.sources[0];
+    let state = &windowed.state;
+    vigil_lang::plan::structural_hash(&Shared {
+        stream: src.stream,
+        event_type: src.event_type,
+        subject: &src.subject.1,
+        object: src.object.as_ref().map(|o| o.1.as_str()),
+        filter: &src.filter,
+        window: &windowed.window,
+        fields: state.fields.iter().map(|f| (f.name.as_str(), f.agg, &f.arg)).collect(),
+        group_by: &state.group_by,
+    })
+}
+
+/// Collects the rules that share one windowed state before building the operator.
+pub struct WindowOperatorBuilder {
+    plans: Vec<Arc<RulePlan>>,
+    /// The first rule's window and state, which every rule added shares.
+    windowed: WindowedPlan,
+    regexes: Arc<RegexCache>,
+}
+
+impl WindowOperatorBuilder {
+    pub fn new(plan: Arc<RulePlan>, windowed: &WindowedPlan, regexes: Arc<RegexCache>) -> Self {
+        WindowOperatorBuilder { plans: vec![plan], windowed: windowed.clone(), regexes }
+    }
+
+    pub fn add(&mut self, plan: Arc<RulePlan>) {
+        self.plans.push(plan);
+    }
+
+    pub fn plans(&self) -> &[Arc<RulePlan>] {
+        &self.plans
+    }
+
+    /// Whether the operator can be split in two stages ([`Stage`]).
+    pub fn splittable(&self) -> bool {
+        WindowOperator::splittable(&self.plans, &self.windowed.state)
+    }
+
+    /// The operator's state identity: what its checkpointed state is kept under.
+    pub fn id(&self) -> vigil_lang::plan::StateId {
+        let ids: Vec<vigil_lang::plan::StateId> = self.plans.iter().map(|p| p.state_id()).collect();
+        vigil_lang::plan::StateId(vigil_lang::plan::structural_hash(&ids))
+    }
+
+    pub fn build(self, limits: super::config::Limits) -> WindowOperator {
+        self.build_stage(limits, Stage::Whole)
+    }
+
+    /// The operator for one stage of a rule split in two ([`Stage`]).
+    pub fn build_stage(self, limits: super::config::Limits, stage: Stage) -> WindowOperator {
+        let peers_by_key = stages::peers_by_key(&self.plans, &self.windowed.state, self.plans[0].sources[0].stream);
+        let first = self.plans[0].clone();
+        let WindowedPlan { window, state } = self.windowed;
+        let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
+        let key_names = state.key_names();
+        // A group's scorers have learned its past: they are kept through a week of quiet (a
+        // series that reports daily stays known), or the idle timeout, whichever is shorter.
+        let scored = (SCORED_MEMORY_MS as u64).div_ceil(window.slide_ms) as usize;
+        let remember = self
+            .plans
+            .iter()
+            .map(|p| match (p.model.invariant(), p.model.scores()) {
+                (Some(i), _) => i.training_windows as usize,
+                (None, Some(_)) => scored,
+                (None, None) => 0,
+            })
+            .max()
+            .unwrap_or(0)
+            .max(history);
+        let dependents: Vec<Dependent> = self
+            .plans
+            .into_iter()
+            .map(|plan| Dependent {
+                alerting: Alerting::new(plan.clone(), key_names.clone()),
+                scores: plan.model.scores().cloned(),
+                test: plan.model.invariant().is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
+                blind: BlindSpot::default(),
+                plan,
+            })
+            .collect();
+        let args: Vec<(Option<usize>, Value)> = state
+            .fields
+            .iter()
+            .map(|f| match f.arg.as_ref().map(|a| &a.kind) {
+                Some(
+                    TExprKind::EventField { source: 0, index, .. } | TExprKind::EntityField { source: 0, index, .. },
+                ) if *index != crate::event::TS_INDEX => (Some(*index), Value::Null),
+                _ => (None, Value::Null),
+            })
+            .collect();
+        // After this many closes in a row with no events in any group, more such closes change
+        // nothing but how long each group has been idle: every history holds only empty
+        // windows, and every alert has had its `for` and `keep_firing_for` to settle. (Quiet
+        // windows teach an invariant nothing, and the cluster step sees no group.)
+        let lifecycle = dependents
+            .iter()
+            .map(|d| d.plan.alert.for_ms.max(d.plan.alert.keep_firing_for_ms).div_ceil(window.slide_ms))
+            .max()
+            .unwrap_or(0);
+        let settle_closes = u32::try_from((history as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
+        WindowOperator {
+            stage,
+            peers_by_key,
+            summaries: Vec::new(),
+            pending: Pending::default(),
+            quiet_closes: 0,
+            settle_closes,
+            empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
+            evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
+            args,
+            rolled_up_by: rolled_up_by(&dependents, &key_names),
+            has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
+            has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
+            rebuild: rebuild_positions(&state, first.sources[0].stream),
+            key_positions: super::operator::entity_key_positions(&first.sources[0])
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+            source: first.sources.clone(),
+            field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
+            state,
+            size: window.size_ms as Millis,
+            slide: window.slide_ms as Millis,
+            history,
+            remember,
+            groups: KeyMap::default(),
+            next_close: None,
+            dependents,
+            regexes: self.regexes,
+            max_keys: limits.max_keys,
+            idle_ms: limits.idle_ms,
+            key_len: key_names.len(),
+            evicted: 0,
+            evicted_idle: 0,
+            evicted_memory: 0,
+        }
+    }
+}
+
+/// Where in the key the rules' roll-up field is, when some roll their alerts up and all of those
+/// by the same field.
+fn rolled_up_by(dependents: &[Dependent], key_names: &[String]) -> Option<usize> {
+    let mut fields = dependents.iter().filter_map(|d| d.plan.alert.rollup.as_ref().map(|r| r.by.as_str()));
+    let first = fields.next()?;
+    if fields.any(|f| f != first) {
+        return None;
+    }
+    key_names.iter().rposition(|n| n == first)
+}
+
+/// How long a scored group is remembered without events.
+const SCORED_MEMORY_MS: Millis = 7 * 24 * 3_600_000;
+
+struct Dependent {
+    plan: Arc<RulePlan>,
+    alerting: Alerting,
+    /// The alert condition compiled, when it only compares the closed window's numbers with
+    /// literals (and the rule has no invariant, whose baselines it would read).
+    test: Option<NumberTest>,
+    scores: Option<ScorePlan>,
+    /// A scored rule's self-alert for series whose learned history the limits dropped.
+    blind: BlindSpot,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Group {
+    open: OpenWindows,
+    history: History,
+    /// The group's latest event, kept only when the group key cannot rebuild what the alert
+    /// reads: every event of a group has the same key values, so usually a stand-in event made
+    /// from the key serves.
+    last_event: Option<Arc<Event>>,
+    /// Closed windows since the group's last event.
+    idle: u32,
+    /// Whether the window that just closed had events.
+    active: bool,
+    /// Per dependent rule with an invariant (none allocated without one).
+    baselines: Box<[Baseline]>,
+    /// Per dependent rule, its scores if it has a `score` block (none allocated without one).
+    /// Checkpointed apart ([`WindowExtension`]).
+    #[serde(skip)]
+    scores: Box<[Option<Scores>]>,
+}
+
+impl Dependent {
+    /// A scored rule judges a group: its scorers learn from the window if it had events (a
+    /// quiet window is not judged), and the alert reads the scores.
+    #[allow(clippy::too_many_arguments)]
+    fn judge_scored(
+        &mut self,
+        key: &Key,
+        end: Millis,
+        active: bool,
+        scores: &mut Scores,
+        env: &Env,
+        windows: impl FnOnce() -> Vec<Evidence>,
+        out: &mut Vec<Alert>,
+    ) {
+        let Some(plan) = &self.scores else { return };
+        if active {
+            scores.update(plan, env);
+        } else {
+            scores.clear();
+        }
+        let judged = Env { scores: Some(&scores.values), ..*env };
+        let fires = holds(&self.plan.alert.condition, &judged);
+        let evidence = || {
+            let mut out = windows();
+            out.push(Evidence::Json(scores.evidence(plan, &self.plan.alert.condition, &judged)));
+            out
+        };
+        self.alerting.observe(key, end, fires, &judged, evidence, out);
+    }
+}
+
+pub struct WindowOperator {
+    stage: Stage,
+    /// When summarising: whether a group's peer group (its cluster step's `per`) is a function
+    /// of its key, so that summaries can go to the stage-two partition of their peer group.
+    peers_by_key: bool,
+    /// When summarising: the closed windows not yet taken ([`WindowOperator::take_summaries`]).
+    summaries: Vec<super::summary::Summary>,
+    /// When judging: the summaries of windows not closed yet.
+    pending: Pending,
+    /// The single pattern, as a one-element slice for [`Env`].
+    source: Vec<SourcePlan>,
+    /// Positions of the pattern's entity key fields.
+    key_positions: Vec<usize>,
+    state: StatePlan,
+    field_names: Vec<String>,
+    size: Millis,
+    slide: Millis,
+    history: usize,
+    /// Empty windows after which an idle group is forgotten.
+    remember: usize,
+    groups: KeyMap<Group>,
+    has_invariant: bool,
+    has_scores: bool,
+    /// Where each key value goes in a stand-in event, when every group key is a plain field.
+    rebuild: Option<Vec<usize>>,
+    /// The place in the key of the field the rules roll their alerts up by, when they do (and
+    /// agree on it): the state is partitioned by that field alone, so that every group of a
+    /// host is judged where its roll-up is.
+    rolled_up_by: Option<usize>,
+    /// End of the next window to close.
+    next_close: Option<Millis>,
+    /// A window with nothing in it yet, copied for each new one.
+    empty: Box<[Acc]>,
+    /// By aggregate: the position of the event's field that is its whole argument (`avg(e.cpu)`),
+    /// read in place; or else the argument's value for the event at hand (`Null` for
+    /// `count()`), kept here to save an allocation per event.
+    args: Vec<(Option<usize>, Value)>,
+    /// Whether an argument needs the evaluator.
+    evaluates_args: bool,
+    dependents: Vec<Dependent>,
+    regexes: Arc<RegexCache>,
+    max_keys: usize,
+    idle_ms: Millis,
+    /// Values in a group key.
+    key_len: usize,
+    /// Groups dropped over the cap, and for idleness before their history ran out.
+    evicted: u64,
+    evicted_idle: u64,
+    /// Groups dropped to stay within the state budget.
+    evicted_memory: u64,
+    /// Closes in a row in which no group had events, since the last new group.
+    quiet_closes: u32,
+    /// Quiet closes after which more of them change nothing ([`Operator::skip_quiet`]).
+    settle_closes: u32,
+}
+
+impl WindowOperator {
+    /// Drops the sixteenth of the groups idle longest (those with an active alert last, ties
+    /// broken by key so that every run drops the same), making room for new ones.
+    fn evict(&mut self) {
+        self.evicted += self.drop_idlest("cap") as u64;
+    }
+
+    /// Drops the sixteenth of the groups idle longest, for `reason` (`cap` or `memory`); returns
+    /// how many went. A scored rule notes them for its self-alert.
+    fn drop_idlest(&mut self, reason: &'static str) -> usize {
+        let n = (self.groups.len() / 16).max(1);
+        let dependents = &self.dependents;
+        let mut ranked: Vec<(bool, u32, &Key)> =
+            self.groups.iter().map(|(k, g)| (dependents.iter().any(|d| d.alerting.is_active(k)), g.idle, k)).collect();
+        let order = |a: &(bool, u32, &Key), b: &(bool, u32, &Key)| {
+            a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then_with(|| compare_keys(a.2, b.2))
+        };
+        if n < ranked.len() {
+            ranked.select_nth_unstable_by(n - 1, order);
+        }
+        let victims: Vec<Key> = ranked.into_iter().take(n).map(|(_, _, k)| k.clone()).collect();
+        for k in victims {
+            self.groups.remove(&k);
+        }
+        for d in self.dependents.iter_mut().filter(|d| d.scores.is_some()) {
+            d.blind.dropped_many(reason, n as u64);
+        }
+        n
+    }
+
+    /// A judging operator's summaries of one window, by key, with a group added for each key
+    /// new in them.
+    fn summarised_groups(&mut self, groups: Vec<(Key, Arc<[Value]>)>) -> HashMap<Key, Arc<[Value]>> {
+        for (key, _) in &groups {
+            self.insert_group(key.clone());
+        }
+        groups.into_iter().collect()
+    }
+
+    /// Adds a group for `key`, with nothing in it yet, unless there is one; over the cap, the
+    /// groups idle longest make room first.
+    fn insert_group(&mut self, key: Key) {
+        if self.groups.contains_key(&key) {
+            return;
+        }
+        if self.groups.len() >= self.max_keys {
+            self.evict();
+        }
+        let rules = self.dependents.len();
+        let scores: Box<[Option<Scores>]> = if self.has_scores {
+            self.dependents.iter().map(|d| d.scores.as_ref().map(Scores::new)).collect()
+        } else {
+            Box::default()
+        };
+        // Quiet closes count from the newest group, so that every group has been through them
+        // (its history full of empty windows) before any are skipped.
+        self.quiet_closes = 0;
+        self.groups.insert(
+            key,
+            Group {
+                // Sized once: a tumbling window has one open at a time, a sliding one
+                // size/slide.
+                open: OpenWindows::with_capacity((self.size / self.slide).max(1) as usize, self.empty.len()),
+                history: History::new(),
+                last_event: None,
+                idle: 0,
+                active: false,
+                // Only rules with an invariant keep a baseline per group.
+                baselines: if self.has_invariant { vec![Baseline::default(); rules].into() } else { Box::default() },
+                scores,
+            },
+        );
+    }
+
+    fn group_key(&self, event: &Event) -> Key {
+        let events = [Some(event)];
+        let env = Env::events(&self.source, &events, &self.regexes);
+        // Exactly as long as it needs to be: a key is kept for as long as its group lives.
+        let mut key = Vec::with_capacity(self.key_len);
+        for k in &self.state.group_by {
+            match k {
+                GroupKey::Entity { kind, .. } => key.extend(
+                    kind.key_fields().iter().map(|f| event.value(crate::event::field_position(event.stream, f))),
+                ),
+                GroupKey::Value(e) => key.push(eval(e, &env)),
+            }
+        }
+        if self.state.group_by.is_empty() {
+            key.push(Value::str("all"));
+        }
+        Key(key)
+    }
+
+    /// Closes the window ending at `end` for every group and lets each dependent rule judge it.
+    /// A judging operator takes the groups' results from `incoming` (the summaries of the
+    /// window) instead of their open windows: a group new in them is added first.
+    fn close(&mut self, end: Millis, incoming: Option<Vec<(Key, Arc<[Value]>)>>, out: &mut Vec<Alert>) {
+        let start = end - self.size;
+        let mut incoming = incoming.map(|groups| self.summarised_groups(groups));
+        let empty = &self.empty;
+        let mut any_active = false;
+        for (key, group) in self.groups.iter_mut() {
+            let results = match incoming.as_mut() {
+                Some(summaries) => summaries.remove(key),
+                None => group.open.close(start),
+            };
+            group.active = results.is_some();
+            any_active |= group.active;
+            let results = results.unwrap_or_else(|| empty.iter().map(Acc::result).collect());
+            group.history.insert(0, results);
+            group.history.truncate(self.history);
+            group.idle = if group.active { 0 } else { group.idle.saturating_add(1) };
+        }
+        let clusters: Vec<HashMap<Key, ClusterResult>> = (0..self.dependents.len()).map(|d| self.cluster(d)).collect();
+        let (size, slide) = (self.size, self.slide);
+        let Self { groups, dependents, source, rebuild, regexes, field_names: names, .. } = self;
+        let mut scratch = Event::new(source[0].stream, 0);
+        // Each group's alerts, to be put in key order once every group is judged: groups are
+        // judged in the map's order, which differs from run to run, and most closes alert for
+        // few groups, so sorting those is cheaper than sorting every key first.
+        let first = out.len();
+        let mut runs: Vec<(&Key, usize, usize)> = Vec::new();
+        // Group by group, each judged by every rule that shares the state.
+        for (key, group) in groups.iter_mut() {
+            let from = out.len();
+            let Group { history, last_event, baselines, active, scores, .. } = group;
+            let events = [Some(stand_in(last_event, rebuild, key, &mut scratch))];
+            let active = *active;
+            for (d, dependent) in dependents.iter_mut().enumerate() {
+                // The common case of many threshold rules over one state: a compiled test, and
+                // for a group that does not meet it and has no alert to resolve, nothing more
+                // (unless the rule rolls its alerts up, which follows every group it judges).
+                let compiled = dependent.test.as_ref().map(|test| test.holds_on_window(history));
+                if compiled == Some(false) && dependent.alerting.active() == 0 && !dependent.alerting.rolls_up() {
+                    continue;
+                }
+                let plan = &dependent.plan;
+                let cluster = clusters[d].get(key);
+                let env = Env {
+                    sources: source,
+                    events: &events,
+                    state: Some(history),
+                    baselines: None,
+                    cluster,
+                    regexes,
+                    scores: None,
+                    intervals: None,
+                };
+                if let Some(Some(group_scores)) = scores.get_mut(d) {
+                    let windows = || evidence(names, history, end, size, slide, None, cluster);
+                    dependent.judge_scored(key, end, active, group_scores, &env, windows, out);
+                    continue;
+                }
+                let alerting = &mut dependent.alerting;
+                match plan.model.invariant() {
+                    // No alert while a group trains; windows without events teach nothing.
+                    Some(inv) if baselines[d].training(inv) => {
+                        if active {
+                            baselines[d].learn(inv, &env);
+                        }
+                    }
+                    Some(inv) => {
+                        let judged = Env { baselines: Some(&baselines[d].values), ..env };
+                        let fires = holds(&plan.alert.condition, &judged);
+                        let evidence =
+                            || evidence(names, history, end, size, slide, Some(&baselines[d].values), cluster);
+                        alerting.observe(key, end, fires, &judged, evidence, out);
+                        if active {
+                            baselines[d].after_alert(inv, &env);
+                        }
+                    }
+                    None => {
+                        let fires = compiled.unwrap_or_else(|| holds(&plan.alert.condition, &env));
+                        let evidence = || evidence(names, history, end, size, slide, None, cluster);
+                        alerting.observe(key, end, fires, &env, evidence, out);
+                    }
+                }
+            }
+            if out.len() > from {
+                runs.push((key, from, out.len()));
+            }
+        }
+        in_key_order(out, first, runs);
+        // Without `ss[1]` anywhere, nothing reads a window after its close: keep no history.
+        if self.history <= 1 {
+            for g in self.groups.values_mut() {
+                g.history = History::new();
+            }
+        }
+        self.quiet_closes = if any_active { 0 } else { self.quiet_closes.saturating_add(1) };
+        self.forget_idle();
+    }
+
+    /// Forgets the groups idle for longer than they are remembered (or than the idle timeout),
+    /// unless an alert of theirs is active or they have open windows.
+    fn forget_idle(&mut self) {
+        let remember = self.remember.clamp(1, u32::MAX as usize) as u32;
+        // Windows that make the idle time, when that is shorter than what the group remembers.
+        let idle_windows = match self.idle_ms {
+            0 => u32::MAX,
+            ms => (ms / self.slide).clamp(1, i64::from(u32::MAX)) as u32,
+        };
+        let dependents = &self.dependents;
+        let pending = &self.pending;
+        let mut expired = 0;
+        self.groups.retain(|key, g| {
+            let active = dependents.iter().any(|d| d.alerting.is_active(key));
+            // A judging operator's group has summaries of windows to come instead.
+            let open = !g.open.is_empty() || pending.awaits(key);
+            let remembered = g.idle < remember || open || active;
+            let idle_out = g.idle >= idle_windows && !open && !active;
+            expired += u64::from(remembered && idle_out);
+            remembered && !idle_out
+        });
+        self.evicted_idle += expired;
+    }
+
+    /// Runs dependent `d`'s cluster step over the groups that had events in the window.
+    fn cluster(&self, d: usize) -> HashMap<Key, ClusterResult> {
+        let plan = &self.dependents[d].plan;
+        let Some(c) = plan.model.cluster() else { return HashMap::new() };
+        let mut peers: HashMap<Key, Vec<(Key, Vec<f64>)>> = HashMap::new();
+        let mut scratch = Event::new(self.source[0].stream, 0);
+        for (key, group) in &self.groups {
+            if !group.active {
+                continue;
+            }
+            let events = [Some(stand_in(&group.last_event, &self.rebuild, key, &mut scratch))];
+            let env = Env {
+                sources: &self.source,
+                events: &events,
+                state: Some(&group.history),
+                baselines: None,
+                cluster: None,
+                regexes: &self.regexes,
+                scores: None,
+                intervals: None,
+            };
+            let point: Option<Vec<f64>> = c.dims.iter().map(|e| eval(e, &env).as_f64()).collect();
+            let Some(point) = point else { continue };
+            let peer = Key(c.per.iter().map(|e| eval(e, &env)).collect());
+            peers.entry(peer).or_default().push((key.clone(), point));
+        }
+        let mut out = HashMap::new();
+        for (_, mut members) in peers {
+            members.sort_by(|a, b| compare_keys(&a.0, &b.0));
+            let points: Vec<Vec<f64>> = members.iter().map(|(_, p)| p.clone()).collect();
+            for ((key, _), result) in members.into_iter().zip(outlier::judge(&points, c.method, c.distance)) {
+                out.insert(key, result);
+            }
+        }
+        out
+    }
+}
+
+impl Operator for WindowOperator {
+    fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
+        // A cluster step compares every group of a window: its state is one whole, unless a
+        // second stage judges the summaries of its groups.
+        let fleet_wide = self.stage == Stage::Whole
+            && self.dependents.iter().any(|d| matches!(d.plan.model, vigil_lang::plan::ModelPlan::Outlier(..)));
+        let fields = self.rebuild.clone().filter(|p| !p.is_empty() && !fleet_wide)?;
+        Some(match self.rolled_up_by.and_then(|i| fields.get(i)) {
+            Some(field) => vec![*field],
+            None => fields,
+        })
+    }
+
+    fn on_event(&mut self, _source: usize, event: &Arc<Event>, _out: &mut Vec<Alert>) {
+        if !super::operator::binds_entities(&self.key_positions, event) {
+            return;
+        }
+        // The engine has checked the pattern's filter.
+        let mut args = std::mem::take(&mut self.args);
+        if self.evaluates_args {
+            let events = [Some(event.as_ref())];
+            let env = Env::events(&self.source, &events, &self.regexes);
+            for (f, (field, value)) in self.state.fields.iter().zip(&mut args) {
+                if let (None, Some(arg)) = (field, &f.arg) {
+                    *value = eval(arg, &env);
+                }
+            }
+        }
+        let last_start = event.ts.div_euclid(self.slide) * self.slide;
+        let first_start = last_start - self.size + self.slide;
+        let keep_event = self.rebuild.is_none();
+        let add = |group: &mut Group, empty: &[Acc], slide: Millis| {
+            if keep_event {
+                group.last_event = Some(event.clone());
+            }
+            group.open.update(first_start, last_start, slide, empty, |f, acc| {
+                if let Some((field, value)) = args.get(f) {
+                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value), event.ts);
+                }
+            });
+        };
+        // A live group is found from the event's fields in place (the positions of a stand-in
+        // event's key values are where the key's values are read); only a new one needs its key.
+        let found = match &self.rebuild {
+            Some(positions) if !self.state.group_by.is_empty() => {
+                self.groups.get_mut(&super::keys::FieldsKey { event, positions })
+            }
+            _ => None,
+        };
+        match found {
+            Some(group) => add(group, &self.empty, self.slide),
+            None => {
+                let key = self.group_key(event);
+                self.insert_group(key.clone());
+                let group = self.groups.get_mut(&key).expect("inserted");
+                add(group, &self.empty, self.slide);
+            }
+        }
+        self.args = args;
+        let first_end = first_start + self.size;
+        if self.next_close.is_none_or(|c| first_end < c) {
+            self.next_close = Some(first_end);
+        }
+    }
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<Alert>) {
+        while let Some(end) = self.next_close.filter(|end| end - 1 <= watermark) {
+            match self.stage {
+                Stage::Whole => self.close(end, None, out),
+                Stage::Summarise => self.summarise(end),
+                Stage::Judge => {
+                    let incoming = self.pending.take(end);
+                    self.close(end, Some(incoming), out);
+                }
+            }
+            self.next_close = (!self.groups.is_empty()).then_some(end + self.slide);
+            if self.stage == Stage::Judge {
+                self.next_close = self.pending.closed(end, self.next_close);
+            }
+        }
+        for d in &mut self.dependents {
+            d.blind.report(&d.plan.name, Lost::Scores, watermark, out);
+            d.blind.expire(watermark, out);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        let blind = self.dependents.iter().filter_map(|d| d.blind.next_deadline()).min();
+        self.next_close.map(|end| end - 1).into_iter().chain(blind).min()
+    }
+
+    /// Once closes have been quiet long enough to change nothing more, jumps over the closes up
+    /// to `horizon` that would be quiet too (before any group's first open window): their only
+    /// effect is on how long groups have been idle, and on when a condition that holds last
+    /// held, which the last of them, closed as usual, sets.
+    fn skip_quiet(&mut self, horizon: Millis) {
+        let Some(next) = self.next_close else { return };
+        if self.quiet_closes < self.settle_closes {
+            return;
+        }
+        let busy = match self.stage {
+            Stage::Judge => self.pending.first_end(),
+            _ => self.groups.values().filter_map(|g| g.open.first_start()).min().map(|start| start + self.size),
+        };
+        // The last quiet close: final (its end is at most horizon + 1) and before the first busy
+        // one. The closes before it are skipped; it is made.
+        let last = busy.map_or(horizon.saturating_add(1), |b| (b - self.slide).min(horizon.saturating_add(1)));
+        if last <= next {
+            return;
+        }
+        let skipped = (last - next) / self.slide;
+        let idle = u32::try_from(skipped).unwrap_or(u32::MAX);
+        for g in self.groups.values_mut() {
+            g.idle = g.idle.saturating_add(idle);
+        }
+        self.forget_idle();
+        self.next_close = (!self.groups.is_empty()).then_some(next + skipped * self.slide);
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, postcard::Error> {
+        self.snapshot_bytes()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
+        self.restore_bytes(state)
+    }
+
+    fn take_summaries(&mut self) -> Vec<super::summary::Summary> {
+        std::mem::take(&mut self.summaries)
+    }
+
+    fn evicted(&self) -> Vec<(String, &'static str, u64)> {
+        let mut out = Vec::new();
+        for d in &self.dependents {
+            for (reason, n) in [("cap", self.evicted), ("idle", self.evicted_idle), ("memory", self.evicted_memory)] {
+                out.push((d.plan.name.clone(), reason, n));
+            }
+        }
+        out
+    }
+
+    fn state_bytes(&self) -> usize {
+        let fields = self.empty.len();
+        let open = (self.size / self.slide).max(1) as usize;
+        let value = std::mem::size_of::<Value>();
+        // A group: its key, its record, its open windows, its history (a shared list of
+        // values per window), the event it keeps when the key cannot stand in for it.
+        let per_group = std::mem::size_of::<(Key, Group)>()
+            + self.key_len * value
+            + open * (fields + 1) * std::mem::size_of::<Slot>()
+            + self.history * (fields * value + 40)
+            + if self.rebuild.is_none() { super::operator::event_bytes(self.source[0].stream) } else { 0 }
+            + 32;
+        // Scores take the same in every group of a rule; the first group's stand for all.
+        let scores = self.groups.values().next().map_or(0, |g| g.scores.iter().flatten().map(Scores::bytes).sum());
+        self.groups.len() * (per_group + scores)
+            + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
+    }
+
+    /// Drops for memory are said at once (the self-alert); those over the key cap, at the next
+    /// watermark.
+    fn shrink(&mut self, now: Millis, out: &mut Vec<Alert>) -> bool {
+        if self.groups.is_empty() {
+            return false;
+        }
+        self.evicted_memory += self.drop_idlest("memory") as u64;
+        for d in &mut self.dependents {
+            d.blind.report(&d.plan.name, Lost::Scores, now, out);
+        }
+        true
+    }
+
+    fn live_keys(&self) -> Vec<(String, usize)> {
+        self.dependents.iter().map(|d| (d.plan.name.clone(), self.groups.len())).collect()
+    }
+}

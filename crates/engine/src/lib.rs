@@ -1,0 +1,33 @@
+//! The engine of Vigil: events in, alerts out, for the rules `vigil-lang` has checked. Nothing
+//! here does network or database I/O; `vigil-service` wraps it in sources and destinations.
+//!
+//! ```text
+//!   recorded files (input), collectors' payloads (otlp, remote_write, influx)
+//!                                  |
+//!                                  v  event::Event
+//! RulePlan --> engine::Engine: routing --> filters, windows + scorers + roll-up,
+//!                                          sequences, outliers, stage two --> alert::Alert
+//! ```
+//!
+//! - [`event`]: the event, its values, and the JSON decoder that reads a line into a pooled
+//!   event without allocating for the keys it matches.
+//! - [`engine`]: [`engine::Engine::new`] builds operators from plans; `push` events in, alerts
+//!   out. Windowed rules score their series with [`engine`]'s scorers and roll them up by host;
+//!   its state is checkpointed by structural identity.
+//! - [`alert`]: what a rule raises, with the values and scores that say why.
+//! - [`workers`]: one engine per thread, the keys split between them.
+//! - [`input`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017, collector dumps) to
+//!   events; [`replay`] runs them through an engine or the workers.
+//! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events, with
+//!   [`metric_kind`] telling counters from gauges.
+
+pub mod alert;
+pub mod engine;
+pub mod event;
+pub mod influx;
+pub mod input;
+pub mod metric_kind;
+pub mod otlp;
+pub mod remote_write;
+pub mod replay;
+pub mod workers;

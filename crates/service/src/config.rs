@@ -1,0 +1,795 @@
+//! `vigil serve` configuration: flags, each with an environment variable, over an optional
+//! `vigil.toml`, over defaults.
+//!
+//! Every plain setting is declared once, in [`settings!`]: its name, type, default, parser and
+//! help. From that one line come the flag and its variable, the `vigil.toml` key, the default
+//! (parsed by the same parser as the flag, so the help and the code cannot disagree) and the
+//! field of [`ServeConfig`]. Settings that are tables or lists (topics, Kafka properties, replay
+//! files) are written out below it.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use vigil_lang::schema::Stream;
+
+/// A setting's value as `vigil.toml` may write it: text, a number or a bool. It goes through
+/// the setting's own parser, as a flag's text does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileValue {
+    Text(String),
+    Int(i64),
+    Bool(bool),
+}
+
+impl FileValue {
+    fn text(&self) -> String {
+        match self {
+            FileValue::Text(s) => s.clone(),
+            FileValue::Int(i) => i.to_string(),
+            FileValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// The value of one setting: the flag (or its variable), else the file's, else the default.
+/// A bad value in the file is reported even when the flag overrides it.
+fn pick<T>(
+    flag: Option<T>,
+    file: Option<&FileValue>,
+    default: Option<&str>,
+    parse: fn(&str) -> Result<T, String>,
+    name: &str,
+    problems: &mut Vec<String>,
+) -> Option<T> {
+    let from_file =
+        file.and_then(|v| parse(&v.text()).map_err(|e| problems.push(format!("vigil.toml {name}: {e}"))).ok());
+    flag.or(from_file).or_else(|| default.map(|d| parse(d).expect("every default parses (a unit test checks)")))
+}
+
+macro_rules! resolved {
+    ([] $ty:ty) => { Option<$ty> };
+    ([$default:literal] $ty:ty) => { $ty };
+}
+
+macro_rules! default_of {
+    () => {
+        None
+    };
+    ($default:literal) => {
+        Some($default)
+    };
+}
+
+macro_rules! unwrap_default {
+    ([] $value:expr) => {
+        $value
+    };
+    ([$default:literal] $value:expr) => {
+        $value.expect("a setting with a default has a value")
+    };
+}
+
+macro_rules! help_of {
+    ($help:literal []) => {
+        $help
+    };
+    ($help:literal [$default:literal]) => {
+        concat!($help, " [default: ", $default, "]")
+    };
+}
+
+/// Declares the plain settings: `name: Type [default] = parser, env "VAR", "help";` (`[]`: no
+/// default, the setting is optional).
+macro_rules! settings {
+    ($( $name:ident : $ty:ty [$($default:literal)?] = $parse:path, env $env:literal, $help:literal; )*) => {
+        /// Flags of `vigil serve`. Each is optional here so that a value from `vigil.toml`
+        /// applies when the flag and its variable are absent.
+        #[derive(Debug, Clone, Default, clap::Args)]
+        pub struct ServeArgs {
+            $(
+                #[arg(long, env = $env, value_parser = $parse, help = help_of!($help [$($default)?]),
+                      hide_env_values = $env.ends_with("TOKEN"))]
+                pub $name: Option<$ty>,
+            )*
+            /// Create missing stream topics at start (for brokers that do not create them)
+            #[arg(long, env = "VIGIL_KAFKA_CREATE_TOPICS")]
+            pub kafka_create_topics: bool,
+            /// Join the consumer group named by --kafka-group and share its partitions, and the
+            /// rules' key groups, with the other instances in it (needs PostgreSQL)
+            #[arg(long, env = "VIGIL_KAFKA_JOIN_GROUP")]
+            pub kafka_join_group: bool,
+            /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
+            #[arg(long = "topic", value_parser = parse_topic)]
+            pub topics: Vec<(Stream, String)>,
+            /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
+            /// default), `influx` or `telegraf-json` (as Telegraf's Kafka output writes them),
+            /// `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's Kafka exporter writes
+            /// them), `prometheus-kafka-adapter`; all but `vigil` on the metric stream's topic
+            #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
+            pub kafka_topic_formats: Vec<(String, TopicFormat)>,
+            /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
+            /// settings, `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
+            #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
+            pub kafka_options: Vec<(String, String)>,
+            /// A recorded file fed into the running service, repeatable
+            #[arg(long = "replay")]
+            pub replay: Vec<PathBuf>,
+            /// An Alertmanager that gets every alert (`POST /api/v2/alerts`), repeatable: each
+            /// of an HA pair or cluster is given every one, as Prometheus does
+            #[arg(long = "alertmanager-url", env = "VIGIL_ALERTMANAGER_URL", value_delimiter = ',', value_parser = parse_http_url)]
+            pub alertmanager_url: Vec<String>,
+            /// A label every alert sent to Alertmanager carries unless it has it, NAME=VALUE,
+            /// repeatable: which Vigil sent it
+            #[arg(long = "alertmanager-external-label", value_parser = crate::alertmanager::parse_external_label)]
+            pub alertmanager_external_labels: Vec<(String, String)>,
+            /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
+            #[arg(long, env = "VIGIL_CONFIG")]
+            pub config: Option<PathBuf>,
+        }
+
+        /// `vigil.toml`: the same settings as the flags, under the same names with `_`.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct FileConfig {
+            $(
+                #[doc = $help]
+                pub $name: Option<FileValue>,
+            )*
+            /// Create missing stream topics at start.
+            #[serde(default)]
+            pub kafka_create_topics: bool,
+            /// Share the consumer group's partitions with the other instances in it.
+            #[serde(default)]
+            pub kafka_join_group: bool,
+            /// Topic per stream: `[topics] task_event = "cluster.task-events"`.
+            #[serde(default)]
+            pub topics: BTreeMap<String, String>,
+            /// librdkafka properties: `[kafka_options] "security.protocol" = "ssl"`.
+            #[serde(default)]
+            pub kafka_options: BTreeMap<String, String>,
+            /// The format of a topic's messages: `[kafka_topic_format] telegraf = "influx"`.
+            #[serde(default)]
+            pub kafka_topic_format: BTreeMap<String, String>,
+            /// Recorded files to feed in.
+            #[serde(default)]
+            pub replay: Vec<PathBuf>,
+            /// Alertmanagers that get every alert.
+            #[serde(default)]
+            pub alertmanager_url: Vec<String>,
+            /// Labels of every alert sent to Alertmanager: `[alertmanager_external_labels] site = "eu1"`.
+            #[serde(default)]
+            pub alertmanager_external_labels: BTreeMap<String, String>,
+        }
+
+        /// The settings in force.
+        #[derive(Debug, Clone)]
+        pub struct ServeConfig {
+            $(
+                #[doc = $help]
+                pub $name: resolved!([$($default)?] $ty),
+            )*
+            pub kafka_create_topics: bool,
+            /// Whether the instance shares the consumer group's partitions with others.
+            pub kafka_join_group: bool,
+            /// librdkafka properties set on every Kafka client, over Vigil's defaults.
+            pub kafka_options: BTreeMap<String, String>,
+            pub topics: BTreeMap<Stream, String>,
+            /// Topics whose messages are not Vigil's JSON lines.
+            pub topic_formats: BTreeMap<String, TopicFormat>,
+            pub replay: Vec<PathBuf>,
+            pub alertmanager_url: Vec<String>,
+            pub alertmanager_external_labels: BTreeMap<String, String>,
+        }
+
+        impl ServeConfig {
+            /// The plain settings, flags over the file over the defaults.
+            fn plain(args: &ServeArgs, file: &FileConfig, problems: &mut Vec<String>) -> ServeConfig {
+                ServeConfig {
+                    $(
+                        $name: unwrap_default!([$($default)?] pick(
+                            args.$name.clone(),
+                            file.$name.as_ref(),
+                            default_of!($($default)?),
+                            $parse,
+                            stringify!($name),
+                            problems,
+                        )),
+                    )*
+                    kafka_create_topics: args.kafka_create_topics || file.kafka_create_topics,
+                    kafka_join_group: args.kafka_join_group || file.kafka_join_group,
+                    kafka_options: BTreeMap::new(),
+                    topics: BTreeMap::new(),
+                    topic_formats: BTreeMap::new(),
+                    replay: Vec::new(),
+                    alertmanager_url: Vec::new(),
+                    alertmanager_external_labels: BTreeMap::new(),
+                }
+            }
+
+            /// Every default, parsed: for the test that they all parse.
+            #[cfg(test)]
+            fn defaults() -> Vec<(&'static str, Result<(), String>)> {
+                let mut out: Vec<(&'static str, Result<(), String>)> = Vec::new();
+                $(
+                    if let Some(d) = default_of!($($default)?) {
+                        let d: &str = d;
+                        out.push((stringify!($name), $parse(d).map(|_| ())));
+                    }
+                )*
+                out
+            }
+        }
+    };
+}
+
+settings! {
+    rules: PathBuf ["rules"] = parse_path, env "VIGIL_RULES",
+        "Folder of `*.saql` rules, reloaded when it changes or on SIGHUP";
+    http_addr: SocketAddr ["127.0.0.1:8080"] = parse_addr, env "VIGIL_HTTP_ADDR",
+        "Address of the HTTP API";
+    tls_cert_file: PathBuf [] = parse_path, env "VIGIL_TLS_CERT_FILE",
+        "Serve HTTPS: the PEM certificate chain (read again when it changes); needs --tls-key-file";
+    tls_key_file: PathBuf [] = parse_path, env "VIGIL_TLS_KEY_FILE",
+        "The PEM private key of --tls-cert-file (read again when it changes)";
+    database_url: String ["sqlite://vigil.db"] = parse_database_url, env "VIGIL_DATABASE_URL",
+        "postgres://... or sqlite://...";
+    kafka_brokers: String [] = parse_nonempty, env "VIGIL_KAFKA_BROKERS",
+        "Kafka bootstrap servers; no Kafka when unset";
+    kafka_group: String ["vigil"] = parse_nonempty, env "VIGIL_KAFKA_GROUP",
+        "Kafka consumer group";
+    kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS",
+        "Partitions of the topic that carries events by key between instances that share a group (--kafka-join-group); set when the topic is created";
+    kafka_instance_id: String [] = parse_nonempty, env "VIGIL_KAFKA_INSTANCE_ID",
+        "This instance's static membership in its group (--kafka-join-group; Kafka's group.instance.id): restarted within the session timeout, it gets its partitions back without a rebalance. Unique per instance and kept across restarts (a pod's name)";
+    webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL",
+        "Where alerts are POSTed, in Alertmanager's webhook format";
+    api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN",
+        "Bearer token required by mutating endpoints";
+    api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN",
+        "Bearer token required by reading endpoints (the API token works too); needs --api-token";
+    influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG",
+        "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
+    remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL",
+        "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
+    otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE",
+        "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
+    max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES",
+        "Labels a sample may carry; past it the sample is refused with the reason (counted, a dead letter)";
+    max_label_name_length: usize ["1024"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_NAME_LENGTH",
+        "Bytes of a label's name; past it the sample is refused with the reason";
+    max_label_value_length: usize ["2048"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_VALUE_LENGTH",
+        "Bytes of a label's value; past it the sample is refused with the reason";
+    max_samples_per_request: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_SAMPLES_PER_REQUEST",
+        "Samples one request to a collector receiver (remote-write, OTLP, line protocol) may carry; a larger one is refused whole (413)";
+    lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
+        "How late an event may arrive and still count, e.g. `30s`";
+    input_stopped_after: Duration ["5min"] = parse_duration, env "VIGIL_INPUT_STOPPED_AFTER",
+        "Quiet input after which the self-alert `vigil_input_stopped` fires (and at least three of the input's longest recent gaps)";
+    source_idle_after: Duration ["10s"] = parse_duration, env "VIGIL_SOURCE_IDLE_AFTER",
+        "How long a source (a Kafka partition, or a pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
+    max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
+        "How far ahead of this machine's clock an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
+    max_event_jump: Duration ["0s"] = parse_duration, env "VIGIL_MAX_EVENT_JUMP",
+        "How far ahead of the watermark an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
+    external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL",
+        "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
+    checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL",
+        "How often the engine's state is checkpointed to the store, e.g. `10s`";
+    spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR",
+        "Folder of the on-disk alert buffer used while the store is down";
+    spool_max_mb: u64 ["256"] = parse_positive::<u64>, env "VIGIL_SPOOL_MAX_MB",
+        "Most the spool may hold, in MiB; when full the engine waits";
+    ingest_log_dir: PathBuf ["vigil-ingest"] = parse_path, env "VIGIL_INGEST_LOG_DIR",
+        "Folder of the log HTTP ingest writes events to before it answers; replayed after a crash";
+    ingest_fsync: bool ["true"] = parse_bool, env "VIGIL_INGEST_FSYNC",
+        "Whether the ingest log is flushed to disk before ingest answers (`false` loses acknowledged events on a power cut)";
+    webhook_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_WEBHOOK_TIMEOUT",
+        "How long one webhook call may take, e.g. `5s`";
+    alertmanager_resend_delay: Duration ["1min"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_RESEND_DELAY",
+        "How often firing alerts are sent to Alertmanager again; each is sent ending four of these ahead, so that Alertmanager resolves it if Vigil goes away";
+    alertmanager_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_TIMEOUT",
+        "How long one request to Alertmanager may take";
+    webhook_max_attempts: u32 ["12"] = parse_positive::<u32>, env "VIGIL_WEBHOOK_MAX_ATTEMPTS",
+        "Attempts before a webhook delivery is dead";
+    webhook_backoff: Duration ["1s"] = parse_duration, env "VIGIL_WEBHOOK_BACKOFF",
+        "Wait before the first webhook retry, doubled after each failure up to 5 min";
+    max_keys_per_rule: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_KEYS_PER_RULE",
+        "Most live keys (window groups, partial matches) a rule holds; past it the least recently active are evicted";
+    max_state_mb: u64 ["1024"] = parse_positive::<u64>, env "VIGIL_MAX_STATE_MB",
+        "Most memory the engine's state may take, in MiB (estimated); past it keys are evicted as past the key cap";
+    idle_timeout: Duration ["0s"] = parse_duration, env "VIGIL_IDLE_TIMEOUT",
+        "A partial match or window group with no progress for this long (event time) is dropped before its `within` or history ends, e.g. `6h`; `0s` never";
+    overload: Overload ["backpressure"] = parse_overload, env "VIGIL_OVERLOAD",
+        "When the engine cannot keep up: `backpressure` (sources wait) or `shed` (events are dropped and counted)";
+    http_header_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_HTTP_HEADER_TIMEOUT",
+        "A connection that sends no complete request head for this long (new, or idle between requests) is closed";
+    http_body_timeout: Duration ["30s"] = parse_positive_duration, env "VIGIL_HTTP_BODY_TIMEOUT",
+        "Longest time a request body may take to arrive; slower ones get 408";
+    max_connections: usize ["4096"] = parse_positive::<usize>, env "VIGIL_MAX_CONNECTIONS",
+        "Most HTTP connections open at once; more are answered 503 and closed";
+    max_stream_clients: usize ["256"] = parse_positive::<usize>, env "VIGIL_MAX_STREAM_CLIENTS",
+        "Most alert stream (SSE) clients at once; more are answered 503";
+    max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS",
+        "Most dead letters kept; the oldest go first";
+    workers: usize [] = parse_workers, env "VIGIL_WORKERS",
+        "Threads that split the rules' keys between them (key groups), 1 to 256 [default: the number of cores]";
+    stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT",
+        "An engine busy this long with one input is stalled: /readyz answers 503 and says why";
+}
+
+/// What the sources do when the engine's input queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overload {
+    /// Sources wait: Kafka is read later, HTTP ingest answers later. Nothing is lost.
+    #[default]
+    Backpressure,
+    /// Events that do not fit are dropped and counted (`vigil_events_shed_total`).
+    Shed,
+}
+
+fn parse_overload(s: &str) -> Result<Overload, String> {
+    match s.trim() {
+        "backpressure" => Ok(Overload::Backpressure),
+        "shed" => Ok(Overload::Shed),
+        other => Err(format!("`{other}`: use `backpressure` or `shed`")),
+    }
+}
+
+fn parse_path(s: &str) -> Result<PathBuf, String> {
+    match s.trim() {
+        "" => Err("the path is empty".into()),
+        p => Ok(PathBuf::from(p)),
+    }
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|e| format!("`{s}` is not an address (e.g. 127.0.0.1:8080): {e}"))
+}
+
+fn parse_nonempty(s: &str) -> Result<String, String> {
+    match s.trim() {
+        "" => Err("the value is empty".into()),
+        v => Ok(v.to_string()),
+    }
+}
+
+fn parse_database_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.starts_with("postgres://") || s.starts_with("postgresql://") || s.starts_with("sqlite:") {
+        Ok(s.to_string())
+    } else {
+        Err(format!("database URL `{}`: use postgres://... or sqlite://...", super::redact(s)))
+    }
+}
+
+fn parse_http_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.starts_with("http://") || s.starts_with("https://") {
+        Ok(s.trim_end_matches('/').to_string())
+    } else {
+        Err(format!("URL `{}`: use http://... or https://...", super::redact(s)))
+    }
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        other => Err(format!("`{other}` is not true or false")),
+    }
+}
+
+fn parse_positive<T: std::str::FromStr + PartialEq + Default>(s: &str) -> Result<T, String> {
+    match s.trim().parse::<T>() {
+        Ok(v) if v != T::default() => Ok(v),
+        Ok(_) => Err("must be more than zero".into()),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match parse_positive::<usize>(s)? {
+        n if n > 256 => Err(format!("{n} workers: at most 256")),
+        n => Ok(n),
+    }
+}
+
+/// A duration as rules write them (`5 s`, `10min`), as a [`Duration`].
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    vigil_lang::parser::parse_duration(s).map(Duration::from_millis)
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
+}
+
+/// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
+/// The `KEY = VALUE` pairs of a table of `vigil.toml`, each parsed as `KEY=VALUE` by `parse`;
+/// one that does not parse is a problem named by its table.
+fn table_pairs<T>(
+    table_name: &str,
+    table: &BTreeMap<String, String>,
+    parse: impl Fn(&str) -> Result<T, String>,
+    problems: &mut Vec<String>,
+) -> Vec<T> {
+    table
+        .iter()
+        .filter_map(|(k, v)| {
+            parse(&format!("{k}={v}")).map_err(|e| problems.push(format!("vigil.toml [{table_name}]: {e}"))).ok()
+        })
+        .collect()
+}
+
+/// The format of a Kafka topic's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicFormat {
+    /// Vigil's JSON lines, one event per message (or several lines).
+    Vigil,
+    /// InfluxDB line protocol ([`vigil_engine::influx`]): one sample per numeric field of each line.
+    Influx,
+    /// OTLP metrics in protobuf ([`vigil_engine::otlp`]), one request per message, as the
+    /// OpenTelemetry Collector's Kafka exporter writes them (`otlp_proto`).
+    OtlpProto,
+    /// OTLP metrics in OTLP's JSON, one request per message (the exporter's `otlp_json`).
+    OtlpJson,
+    /// Telegraf's JSON output (`data_format = "json"`), a metric or a batch per message.
+    TelegrafJson,
+    /// prometheus-kafka-adapter's JSON: one remote-written sample per message.
+    PrometheusKafkaAdapter,
+}
+
+impl TopicFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            TopicFormat::Vigil => "vigil",
+            TopicFormat::Influx => "influx",
+            TopicFormat::OtlpProto => "otlp-proto",
+            TopicFormat::OtlpJson => "otlp-json",
+            TopicFormat::TelegrafJson => "telegraf-json",
+            TopicFormat::PrometheusKafkaAdapter => "prometheus-kafka-adapter",
+        }
+    }
+}
+
+/// `TOPIC=FORMAT`.
+pub fn parse_topic_format(s: &str) -> Result<(String, TopicFormat), String> {
+    let (topic, format) = s.split_once('=').ok_or_else(|| format!("`{s}` is not TOPIC=FORMAT"))?;
+    let topic = topic.trim();
+    if topic.is_empty() {
+        return Err(format!("`{s}` names no topic"));
+    }
+    let format = match format.trim() {
+        "vigil" => TopicFormat::Vigil,
+        "influx" => TopicFormat::Influx,
+        "otlp-proto" | "otlp_proto" => TopicFormat::OtlpProto,
+        "otlp-json" | "otlp_json" => TopicFormat::OtlpJson,
+        "telegraf-json" => TopicFormat::TelegrafJson,
+        "prometheus-kafka-adapter" => TopicFormat::PrometheusKafkaAdapter,
+        other => {
+            return Err(format!(
+                "`{other}` is not a topic format Vigil reads: vigil, influx, telegraf-json, otlp-proto, otlp-json or \
+                 prometheus-kafka-adapter"
+            ))
+        }
+    };
+    Ok((topic.to_string(), format))
+}
+
+pub fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("`{s}`: the property name is empty"));
+    }
+    if let Some((_, instead)) = crate::kafka::OWN_OPTIONS.iter().find(|(own, _)| *own == key) {
+        return Err(format!("`{key}` is set by Vigil; {instead}"));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+fn parse_topic(s: &str) -> Result<(Stream, String), String> {
+    let (stream, topic) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected STREAM=TOPIC"))?;
+    let stream = Stream::from_name(stream).ok_or_else(|| {
+        let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
+        format!("unknown stream `{stream}`; expected one of {}", names.join(", "))
+    })?;
+    if topic.is_empty() {
+        return Err(format!("`{s}`: the topic name is empty"));
+    }
+    Ok((stream, topic.to_string()))
+}
+
+/// Every problem of a configuration, found together.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", problems.join("\n"))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// How webhook calls are made and retried.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookSettings {
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub backoff: Duration,
+}
+
+impl ServeConfig {
+    /// Merges flags over the file over defaults, and reports every problem at once.
+    pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let mut problems = Vec::new();
+        let file = match &args.config {
+            Some(path) => read_file(path).unwrap_or_else(|e| {
+                problems.push(e);
+                FileConfig::default()
+            }),
+            None if Path::new("vigil.toml").exists() => read_file(Path::new("vigil.toml")).unwrap_or_else(|e| {
+                problems.push(e);
+                FileConfig::default()
+            }),
+            None => FileConfig::default(),
+        };
+        let mut config = ServeConfig::plain(&args, &file, &mut problems);
+        config.topics = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
+        config.topics.extend(table_pairs("topics", &file.topics, parse_topic, &mut problems));
+        config.topics.extend(args.topics);
+        config.kafka_options.extend(table_pairs(
+            "kafka_options",
+            &file.kafka_options,
+            parse_kafka_option,
+            &mut problems,
+        ));
+        config.kafka_options.extend(args.kafka_options);
+        let formats = table_pairs("kafka_topic_format", &file.kafka_topic_format, parse_topic_format, &mut problems);
+        config.topic_formats.extend(formats);
+        config.topic_formats.extend(args.kafka_topic_formats);
+        config.topic_formats.retain(|_, f| *f != TopicFormat::Vigil);
+        config.replay = if args.replay.is_empty() { file.replay } else { args.replay };
+        config.alertmanager_url = if args.alertmanager_url.is_empty() {
+            file.alertmanager_url.iter().filter_map(|u| parse_http_url(u).map_err(|e| problems.push(e)).ok()).collect()
+        } else {
+            args.alertmanager_url
+        };
+        let labels = table_pairs(
+            "alertmanager_external_labels",
+            &file.alertmanager_external_labels,
+            super::alertmanager::parse_external_label,
+            &mut problems,
+        );
+        config.alertmanager_external_labels.extend(labels);
+        config.alertmanager_external_labels.extend(args.alertmanager_external_labels);
+        problems.extend(config.validate());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    /// Problems of the settings together, beyond each value's own.
+    fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) => problems.push("--tls-cert-file needs --tls-key-file".to_string()),
+            (None, Some(_)) => problems.push("--tls-key-file needs --tls-cert-file".to_string()),
+            _ => {}
+        }
+        for r in &self.replay {
+            if !r.exists() {
+                problems.push(format!("replay file {} does not exist", r.display()));
+            }
+        }
+        if !self.rules.is_dir() {
+            problems.push(format!("rules folder {} does not exist", self.rules.display()));
+        }
+        if self.kafka_join_group {
+            problems.extend(self.join_group_problems());
+        }
+        for (topic, format) in &self.topic_formats {
+            let stream = self.topics.iter().find(|(_, t)| *t == topic).map(|(s, _)| *s);
+            match stream {
+                None => problems.push(format!(
+                    "--kafka-topic-format {topic}={}: `{topic}` is not a stream's topic (set one with --topic STREAM={topic})",
+                    format.name()
+                )),
+                Some(s) if s != Stream::Metric => problems.push(format!(
+                    "--kafka-topic-format {topic}={}: the format carries metric samples, and `{topic}` is the {} stream's topic",
+                    format.name(),
+                    s.name()
+                )),
+                Some(_) => {}
+            }
+            if self.kafka_join_group {
+                problems.push(format!(
+                    "--kafka-topic-format {topic}={}: a group (--kafka-join-group) reads JSON lines only so far",
+                    format.name()
+                ));
+            }
+        }
+        if self.api_read_token.is_some() && self.api_token.is_none() {
+            problems.push(
+                "--api-read-token is set without --api-token: reads would need a token while anyone could \
+                 ingest events and change rules; set --api-token (VIGIL_API_TOKEN) too"
+                    .into(),
+            );
+        }
+        problems
+    }
+
+    /// What `--kafka-join-group` cannot work with.
+    fn join_group_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.database_url.starts_with("postgres") {
+            problems.push(
+                "--kafka-join-group needs PostgreSQL (--database-url postgres://...): the instances of a group \
+                 share their alerts, checkpoints and partition ownership in one store, and SQLite is one \
+                 machine's file"
+                    .into(),
+            );
+        }
+        if self.kafka_brokers.is_none() {
+            problems.push("--kafka-join-group needs --kafka-brokers: the group is a Kafka consumer group".into());
+        }
+        if !self.replay.is_empty() {
+            problems.push(
+                "--kafka-join-group takes its events from Kafka only: replay a file with `vigil produce` into \
+                 the group's topics, or with `vigil replay`"
+                    .into(),
+            );
+        }
+        problems
+    }
+
+    pub fn lateness_ms(&self) -> i64 {
+        millis(self.lateness)
+    }
+
+    pub fn webhook(&self) -> WebhookSettings {
+        WebhookSettings {
+            timeout: self.webhook_timeout,
+            max_attempts: self.webhook_max_attempts,
+            backoff: self.webhook_backoff,
+        }
+    }
+
+    /// The state budget in bytes.
+    pub fn max_state_bytes(&self) -> usize {
+        usize::try_from(self.max_state_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+}
+
+/// A duration as event-time milliseconds, saturating.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_parses_with_its_settings_parser() {
+        for (name, parsed) in ServeConfig::defaults() {
+            assert_eq!(parsed, Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file_and_problems_come_together() {
+        let dir = std::env::temp_dir().join(format!("vigil-config-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
+        let file = dir.join("vigil.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\nspool_max_mb = 3\n[topics]\n\
+                 metric = \"m.topic\"\n[kafka_options]\n\"fetch.wait.max.ms\" = \"50\"\n\"client.id\" = \"from-file\"\n",
+                dir.join("rules")
+            ),
+        )
+        .expect("write");
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            kafka_group: Some("from-flag".into()),
+            kafka_options: vec![parse_kafka_option("fetch.wait.max.ms=1").expect("valid")],
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(args).expect("valid");
+        assert_eq!(c.kafka_group, "from-flag");
+        assert_eq!(c.kafka_options["fetch.wait.max.ms"], "1");
+        assert_eq!(c.kafka_options["client.id"], "from-file");
+        assert_eq!(c.lateness_ms(), 60_000);
+        assert_eq!(c.spool_max_mb, 3, "a number in the file");
+        assert_eq!(c.checkpoint_interval, Duration::from_secs(10), "the default");
+        assert_eq!(c.topics[&Stream::Metric], "m.topic");
+        assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
+        let bad = ServeArgs {
+            config: Some(file.clone()),
+            database_url: Some("mysql://x".into()),
+            webhook_url: Some("ftp://x".into()),
+            ..ServeArgs::default()
+        };
+        // Flags are parsed by clap with the same parsers; here they come in as given.
+        let c = ServeConfig::resolve(bad).expect("resolve takes parsed flags");
+        assert_eq!(c.database_url, "mysql://x");
+        std::fs::write(dir.join("bad.toml"), "lateness = \"soon\"\nwebhook_url = \"ftp://x\"\nmax_connections = 0\n")
+            .expect("write");
+        let bad = ServeArgs { config: Some(dir.join("bad.toml")), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(bad).expect_err("three problems").to_string();
+        assert_eq!(err.lines().filter(|l| l.starts_with("vigil.toml")).count(), 3, "{err}");
+        std::fs::write(dir.join("own.toml"), "[kafka_options]\n\"group.id\" = \"x\"\n").expect("write");
+        let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(own).expect_err("a property Vigil sets").to_string();
+        assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
+        assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
+        assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), TopicFormat::OtlpProto)));
+        assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), TopicFormat::OtlpJson)));
+        assert_eq!(parse_topic_format("t=telegraf-json"), Ok(("t".into(), TopicFormat::TelegrafJson)));
+        let adapter = parse_topic_format("p=prometheus-kafka-adapter");
+        assert_eq!(adapter, Ok(("p".into(), TopicFormat::PrometheusKafkaAdapter)));
+        let err = parse_topic_format("telegraf=graphite").expect_err("not read");
+        assert!(err.contains("`graphite` is not a topic format Vigil reads"), "{err}");
+        assert!(parse_topic_format("telegraf").is_err());
+        let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let args = |formats: &[(&str, TopicFormat)]| ServeArgs {
+            rules: Some(dir.clone()),
+            topics: vec![(Stream::Metric, "telegraf".into())],
+            kafka_topic_formats: formats.iter().map(|(t, f)| (t.to_string(), *f)).collect(),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(args(&[("telegraf", TopicFormat::Influx)])).expect("valid");
+        assert_eq!(c.topic_formats["telegraf"], TopicFormat::Influx);
+        let err = ServeConfig::resolve(args(&[("task_event", TopicFormat::Influx)])).expect_err("refused").to_string();
+        assert!(
+            err.contains("the format carries metric samples, and `task_event` is the task_event stream's"),
+            "{err}"
+        );
+        let err = ServeConfig::resolve(args(&[("other", TopicFormat::Influx)])).expect_err("refused").to_string();
+        assert!(err.contains("`other` is not a stream's topic"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_read_token_alone_is_refused_because_it_would_leave_writes_open() {
+        let dir = std::env::temp_dir().join(format!("vigil-config-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let args = ServeArgs { rules: Some(dir.clone()), api_read_token: Some("r".into()), ..ServeArgs::default() };
+        let err = ServeConfig::resolve(args).expect_err("refused").to_string();
+        assert!(err.contains("--api-read-token is set without --api-token"), "{err}");
+        let args = ServeArgs {
+            rules: Some(dir.clone()),
+            api_read_token: Some("r".into()),
+            api_token: Some("w".into()),
+            ..ServeArgs::default()
+        };
+        assert!(ServeConfig::resolve(args).is_ok());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn kafka_options_are_key_value_and_leave_vigils_own_alone() {
+        assert_eq!(parse_kafka_option("sasl.password=a=b"), Ok(("sasl.password".into(), "a=b".into())));
+        assert_eq!(parse_kafka_option("linger.ms"), Err("`linger.ms`: expected KEY=VALUE".into()));
+        assert_eq!(parse_kafka_option("=1"), Err("`=1`: the property name is empty".into()));
+        let err = parse_kafka_option("enable.auto.commit=true").expect_err("Vigil commits after checkpoints");
+        assert!(err.starts_with("`enable.auto.commit` is set by Vigil"), "{err}");
+    }
+}

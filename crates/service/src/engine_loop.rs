@@ -1,0 +1,491 @@
+//! The engine's own thread: events in from the sources, alerts and checkpoints out to the
+//! writer.
+//!
+//! ```text
+//! sources --Input--> engine thread --Output--> writer
+//!                       |  \--> EngineHealth (progress, watermark: /readyz, the intake's bounds)
+//!                       '--> metrics every second (live keys, evictions, state size)
+//! ```
+//!
+//! Every `checkpoint_every` (and when the inputs close) the engine's state goes to the writer
+//! behind the alerts it produced, with the next position of every source it covers, so the
+//! store never holds a checkpoint ahead of its alerts.
+
+use super::event_time::{Origin, Slowest, SourceClocks};
+use super::idle::Idle;
+use super::position::{Position, HTTP_SOURCE};
+use super::telemetry::Telemetry;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use vigil_engine::alert::Alert;
+use vigil_engine::event::now_ms;
+use vigil_engine::event::{Event, Millis};
+use vigil_engine::workers::Engines;
+use vigil_lang::plan::RulePlan;
+
+/// Events waiting for the engine; sources block when it is full.
+pub const INPUT_CAPACITY: usize = 16_384;
+/// Batches of alerts waiting for the store.
+const ALERT_CAPACITY: usize = 1_024;
+/// Most inputs taken together: the events waiting behind one go to the engines at once, so
+/// that several workers share the work of one batch.
+const BATCH: usize = 1_024;
+/// Quiet time after which buffered events are released (the source is idle).
+const IDLE: Duration = Duration::from_secs(1);
+/// Quiet time after which the events of the newest millisecond are released. They wait for a
+/// newer event, since another of their millisecond may still come (simultaneous events are
+/// processed in an order of their content), and without this a live stream that pauses would
+/// hold them, and their alerts, for [`IDLE`]: with no lateness allowed, 1 to 1.5 s.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// What the sources hand the engine.
+pub enum Input {
+    /// An event, with where it came from when a checkpoint must cover it.
+    Event(Event, Option<Position>),
+    /// The events of one Kafka message (line protocol carries several), taken together so
+    /// that a checkpoint covers all of them or none.
+    Events(Vec<Event>, Position),
+    /// An event of HTTP ingest, with its offset in the ingest log.
+    Ingested(Event, u64),
+    /// The end of one ingest request's events: the reply counts those that were late.
+    Ack(oneshot::Sender<u64>),
+    /// Sent 20 times a second; after a quiet tenth of a second the newest millisecond's events
+    /// are released (within the lateness), after a quiet second every buffered event.
+    Tick,
+    /// Replace the rules; the reply names the rules whose state was kept.
+    Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
+}
+
+/// What the engine hands the writer: alerts, and now and then a checkpoint.
+pub enum Output {
+    Alerts(Vec<Alert>),
+    /// The engine's snapshot and the next position to read of each source it covers.
+    Checkpoint(Vec<u8>, Vec<Position>),
+}
+
+/// What the engine thread shows the rest of the service: whether it makes progress, and how
+/// far event time has got.
+#[derive(Debug)]
+pub struct EngineHealth {
+    /// Inputs taken so far; ticks count, so an idle engine moves it 20 times a second.
+    inputs: AtomicU64,
+    /// The engine's watermark, `i64::MIN` before there is one.
+    watermark: AtomicI64,
+    /// How long (ms) the engine has made no progress, as the watchdog last saw.
+    stalled_ms: AtomicU64,
+    /// The estimated state size, in bytes.
+    pub state_bytes: AtomicU64,
+    /// Why this instance does not process, when it does not (a group member whose rules
+    /// differ from its group's).
+    held: std::sync::RwLock<Option<String>>,
+}
+
+impl Default for EngineHealth {
+    fn default() -> Self {
+        EngineHealth {
+            inputs: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+            stalled_ms: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+            held: Default::default(),
+        }
+    }
+}
+
+impl EngineHealth {
+    /// Why this instance does not process, if it does not.
+    pub fn held(&self) -> Option<String> {
+        self.held.read().ok().and_then(|h| h.clone())
+    }
+
+    /// Stops processing for `reason`, or goes on (`None`).
+    pub fn hold(&self, reason: Option<String>) {
+        if let Ok(mut h) = self.held.write() {
+            *h = reason;
+        }
+    }
+
+    pub fn watermark(&self) -> Option<Millis> {
+        Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
+    }
+
+    /// For an engine run elsewhere (a group member's): `n` inputs taken.
+    pub fn progressed(&self, n: u64) {
+        self.inputs.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn set_watermark(&self, w: Millis) {
+        self.watermark.store(w, Ordering::Relaxed);
+    }
+
+    /// How long the engine has been stuck on one input, once that passes `limit`.
+    pub fn stalled(&self, limit: Duration) -> Option<Duration> {
+        let ms = self.stalled_ms.load(Ordering::Relaxed);
+        (ms >= limit.as_millis() as u64).then(|| Duration::from_millis(ms))
+    }
+
+    /// Watches the engine's progress until the runtime stops: the time since its input count
+    /// last moved. Ticks keep a healthy idle engine moving; an engine that does not take its
+    /// ticks is busy with one input.
+    pub async fn watch(self: Arc<Self>, limit: Duration) {
+        use tokio::time::Instant;
+        let mut last = (self.inputs.load(Ordering::Relaxed), Instant::now());
+        let mut warned = false;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.inputs.load(Ordering::Relaxed);
+            if now != last.0 {
+                last = (now, Instant::now());
+                if warned {
+                    tracing::info!("the engine makes progress again");
+                }
+                warned = false;
+            }
+            let stuck = last.1.elapsed();
+            self.stalled_ms.store(stuck.as_millis() as u64, Ordering::Relaxed);
+            if stuck >= limit && !warned {
+                warned = true;
+                tracing::error!(seconds = stuck.as_secs(), "the engine has made no progress; /readyz reports it");
+            }
+        }
+    }
+}
+
+/// The engine thread's settings.
+pub struct EngineLoop {
+    pub engine: Engines,
+    pub telemetry: Arc<Telemetry>,
+    pub health: Arc<EngineHealth>,
+    pub checkpoint_every: Duration,
+    /// The positions of the restored checkpoint, carried into later ones.
+    pub restored: Vec<Position>,
+    /// The state budget, in bytes.
+    pub max_state_bytes: usize,
+    /// Quiet input after which `vigil_input_stopped` fires ([`super::idle`]).
+    pub input_stopped_after: Duration,
+    /// Quiet after which a source stops holding time back ([`super::event_time`]).
+    pub source_idle_after: Duration,
+}
+
+/// The engine's input channel and the output channel out of it.
+pub type Channels = (mpsc::Sender<Input>, mpsc::Receiver<Input>, mpsc::Sender<Output>, mpsc::Receiver<Output>);
+
+pub fn channels() -> Channels {
+    let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
+    let (atx, arx) = mpsc::channel(ALERT_CAPACITY);
+    (tx, rx, atx, arx)
+}
+
+/// What the thread keeps between inputs.
+struct Running {
+    out: Vec<Alert>,
+    /// The last offset taken from each partition or file; those of the restored checkpoint
+    /// carry over, so a source quiet since the restart keeps its place in later checkpoints.
+    positions: BTreeMap<(String, i32), i64>,
+    /// The last ingest log offset taken.
+    ingested: Option<u64>,
+    late_seen: BTreeMap<String, u64>,
+    evicted_seen: BTreeMap<(String, &'static str), u64>,
+    last_event: Instant,
+    /// The time of the newest event taken.
+    newest: Option<Millis>,
+    idle: Idle,
+    sources: SourceClocks,
+    last_checkpoint: Instant,
+    last_gauges: Instant,
+}
+
+impl EngineLoop {
+    /// Runs the engine on its own thread until every input sender is gone. Alerts are stamped
+    /// with the wall-clock time of detection and handed to the writer.
+    pub fn spawn(mut self, mut rx: mpsc::Receiver<Input>, alerts: mpsc::Sender<Output>) -> std::thread::JoinHandle<()> {
+        std::thread::Builder::new()
+            .name("vigil-engine".into())
+            .spawn(move || {
+                let mut r = Running {
+                    out: Vec::new(),
+                    ingested: self
+                        .restored
+                        .iter()
+                        .find(|p| p.topic == HTTP_SOURCE)
+                        .and_then(|p| u64::try_from(p.offset - 1).ok()),
+                    positions: self
+                        .restored
+                        .iter()
+                        .filter(|p| p.topic != HTTP_SOURCE)
+                        .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
+                        .collect(),
+                    late_seen: BTreeMap::new(),
+                    evicted_seen: BTreeMap::new(),
+                    last_event: Instant::now(),
+                    newest: None,
+                    idle: Idle::new(self.input_stopped_after),
+                    sources: SourceClocks::new(
+                        self.source_idle_after,
+                        self.engine.watermark().is_some() || !self.restored.is_empty(),
+                        Instant::now(),
+                    ),
+                    last_checkpoint: Instant::now(),
+                    last_gauges: Instant::now(),
+                };
+                let events_in: Vec<prometheus::IntCounter> = vigil_lang::schema::Stream::ALL
+                    .iter()
+                    .map(|s| self.telemetry.events_in.with_label_values(&[s.name()]))
+                    .collect();
+                while let Some(first) = rx.blocking_recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(input) => batch.push(input),
+                            Err(_) => break,
+                        }
+                    }
+                    let n = batch.len() as u64;
+                    self.take(batch, &mut r, &events_in);
+                    self.health.inputs.fetch_add(n, Ordering::Relaxed);
+                    let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_every;
+                    if rx.is_empty() || checkpoint_due {
+                        // Nothing queued behind: the batches in flight are waited for, so that
+                        // the alerts of a quiet stream are not held back.
+                        self.engine.catch_up(&mut r.out);
+                    }
+                    if let Some(w) = self.engine.watermark() {
+                        self.health.watermark.store(w, Ordering::Relaxed);
+                    }
+                    if r.last_gauges.elapsed() > Duration::from_secs(1) {
+                        r.last_gauges = Instant::now();
+                        self.gauges(&mut r);
+                    }
+                    if !send_alerts(&mut r.out, &alerts) {
+                        return;
+                    }
+                    if checkpoint_due {
+                        r.last_checkpoint = Instant::now();
+                        if let Some(c) = self.checkpoint(&mut r) {
+                            if alerts.blocking_send(c).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                self.engine.catch_up(&mut r.out);
+                if !send_alerts(&mut r.out, &alerts) {
+                    return;
+                }
+                if let Some(c) = self.checkpoint(&mut r) {
+                    let _ = alerts.blocking_send(c);
+                }
+            })
+            .expect("the engine thread starts")
+    }
+
+    /// Inputs in order: runs of events go to the engines together.
+    fn take(&mut self, batch: Vec<Input>, r: &mut Running, events_in: &[prometheus::IntCounter]) {
+        let mut events = Vec::with_capacity(batch.len());
+        // Which of them came from HTTP ingest, whose late ones the next `Ack` counts.
+        let mut ingested = Vec::new();
+        let now = Instant::now();
+        for input in batch {
+            match input {
+                Input::Event(event, position) => {
+                    // A replayed file is no source that holds time back (`super::event_time`).
+                    if let Some(p) = position.as_ref().filter(|p| !p.is_file()) {
+                        r.sources.heard(Origin::Partition(&p.topic, p.partition), &event, now);
+                    }
+                    if let Some(p) = position {
+                        r.positions.insert((p.topic, p.partition), p.offset);
+                    }
+                    events.push(event);
+                }
+                Input::Events(list, p) => {
+                    for event in &list {
+                        r.sources.heard(Origin::Partition(&p.topic, p.partition), event, now);
+                    }
+                    r.positions.insert((p.topic, p.partition), p.offset);
+                    events.extend(list);
+                }
+                Input::Ingested(event, offset) => {
+                    r.sources.heard(Origin::Pushed, &event, now);
+                    r.ingested = Some(offset);
+                    ingested.push(events.len());
+                    events.push(event);
+                }
+                control => {
+                    self.push(std::mem::take(&mut events), std::mem::take(&mut ingested), r, events_in);
+                    self.control(control, r);
+                }
+            }
+        }
+        self.push(events, ingested, r, events_in);
+    }
+
+    /// The slowest live source's time to the engines ([`super::event_time`]).
+    fn follow_sources(&mut self, r: &mut Running) {
+        if r.sources.enabled() {
+            let slowest = match r.sources.slowest(Instant::now()) {
+                Slowest::Held => Some(self.engine.watermark().unwrap_or(Millis::MIN)),
+                Slowest::At(t) => Some(t),
+                Slowest::Free => None,
+            };
+            self.engine.set_slowest(slowest, &mut r.out);
+            self.telemetry.live_sources.set(r.sources.live() as i64);
+        }
+    }
+
+    fn control(&mut self, input: Input, r: &mut Running) {
+        if matches!(input, Input::Tick) {
+            self.follow_sources(r);
+        }
+        match input {
+            // The watermark trails the newest event, so the newest events wait for a newer
+            // one. When none comes for a second the stream is idle: release them.
+            Input::Tick if r.last_event.elapsed() >= IDLE => {
+                self.engine.flush(&mut r.out);
+                // Before the first event since a restart, the restored time stands for it.
+                let newest = r.newest.or_else(|| self.engine.watermark());
+                if let Some(now) = r.idle.quiet(r.last_event, newest, now_ms(), &mut r.out) {
+                    self.engine.advance_to(now, &mut r.out);
+                }
+            }
+            Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
+            Input::Ack(reply) => {
+                let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
+            }
+            Input::Reload(plans, reply) => {
+                let kept = self.engine.reload(plans, &mut r.out);
+                let _ = reply.send(kept);
+            }
+            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) => {}
+        }
+    }
+
+    /// Events into the engines; late ones are counted by rule (HTTP ingest's by the engines,
+    /// for the next `Ack`).
+    fn push(
+        &mut self,
+        events: Vec<Event>,
+        ingested: Vec<usize>,
+        r: &mut Running,
+        events_in: &[prometheus::IntCounter],
+    ) {
+        if events.is_empty() {
+            return;
+        }
+        if r.sources.added() {
+            self.follow_sources(r);
+        }
+        r.idle.input(r.last_event, now_ms(), &mut r.out);
+        r.last_event = Instant::now();
+        r.newest = events.iter().map(|e| e.ts).max().max(r.newest);
+        for e in &events {
+            events_in[e.stream as usize].inc();
+        }
+        let n = events.len();
+        let started = Instant::now();
+        let late = self.engine.push(events, ingested, &mut r.out);
+        let per_event = started.elapsed().as_secs_f64() / n as f64;
+        for _ in 0..n {
+            self.telemetry.eval_latency.observe(per_event);
+        }
+        if late == 0 {
+            return;
+        }
+        for (rule, n) in &self.engine.stats(&mut r.out).late_by_rule {
+            let before = r.late_seen.insert(rule.clone(), *n).unwrap_or(0);
+            self.telemetry.late.with_label_values(&[rule]).inc_by(n - before);
+        }
+    }
+
+    /// Once a second: the state budget, and the gauges of live keys, evictions and lag.
+    fn gauges(&mut self, r: &mut Running) {
+        let bytes = self.engine.enforce_budget(self.max_state_bytes, &mut r.out);
+        self.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
+        self.telemetry.state_bytes.set(bytes as i64);
+        for (rule, n) in self.engine.live_keys(&mut r.out) {
+            self.telemetry.live_keys.with_label_values(&[&rule]).set(n as i64);
+        }
+        for ((rule, reason), n) in self.engine.evicted(&mut r.out) {
+            let before = r.evicted_seen.insert((rule.clone(), reason), n).unwrap_or(0);
+            if n > before {
+                self.telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
+            }
+        }
+        if let Some(w) = self.engine.watermark() {
+            self.telemetry.watermark_lag_ms.set(now_ms().saturating_sub(w));
+        }
+    }
+
+    fn checkpoint(&mut self, r: &mut Running) -> Option<Output> {
+        match self.engine.checkpoint(&mut r.out) {
+            Ok(bytes) => {
+                let mut next: Vec<Position> = r
+                    .positions
+                    .iter()
+                    .map(|((topic, partition), offset)| Position {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: offset + 1,
+                    })
+                    .collect();
+                if let Some(o) = r.ingested {
+                    next.push(Position { topic: HTTP_SOURCE.into(), partition: 0, offset: o as i64 + 1 });
+                }
+                Some(Output::Checkpoint(bytes, next))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot snapshot the engine");
+                None
+            }
+        }
+    }
+}
+
+/// Hands the alerts in `out` to the writer, stamped with the time of detection; false when the
+/// writer is gone.
+fn send_alerts(out: &mut Vec<Alert>, alerts: &mpsc::Sender<Output>) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let now = now_ms();
+    for a in out.iter_mut() {
+        a.detected_at = now;
+    }
+    alerts.blocking_send(Output::Alerts(std::mem::take(out))).is_ok()
+}
+
+/// Sends [`Input::Tick`] to the engine until it stops.
+pub async fn tick(tx: mpsc::Sender<Input>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        interval.tick().await;
+        if tx.send(Input::Tick).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_engine_without_progress_is_reported_stalled_and_then_recovered() {
+        let health = Arc::new(EngineHealth::default());
+        tokio::spawn(health.clone().watch(Duration::from_secs(10)));
+        let limit = Duration::from_secs(10);
+        for _ in 0..20 {
+            health.inputs.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert_eq!(health.stalled(limit), None, "ticks keep it moving");
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let stalled = health.stalled(limit).expect("stalled");
+        assert!(stalled >= limit, "{stalled:?}");
+        health.inputs.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(health.stalled(limit), None, "progress again");
+    }
+}

@@ -1,0 +1,629 @@
+//! One partition of a group's keyed topic, as the instance that owns it runs it: an engine that
+//! keeps the key groups of the partition, fed the events forwarded to it, with time moved on by
+//! the progress of every upstream partition.
+//!
+//! Events reach a keyed partition from every input partition, interleaved as the forwarders
+//! happen to send them, and again after a forwarder's partition moves to another instance (which
+//! sends again what came after the last committed offset). So:
+//! - an event is taken once: by upstream partition, only offsets past the last one taken;
+//! - time is the least of the upstream partitions' progress (each upstream's newest event time,
+//!   as its forwarder reports it), so no event is late because another partition ran ahead.
+//!   An upstream partition its forwarder reports idle (read to its end, and quiet) does not
+//!   hold time back once the broker confirms that it still ends where the forwarder had read
+//!   it to ([`super::ends`]); when every one is idle, time moves to the newest of them.
+//!
+//! A keyed partition is also a stage one and a stage two of the fleet-wide rules
+//! ([`vigil_engine::engine::stage_two`]): its engine summarises their windows, which go to the stage
+//! two of their peer group in another keyed partition (or this one), and it reports how far its
+//! engine has got to every partition, after the summaries.
+
+use crate::store::{Fence, PartitionCheckpoint};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use vigil_engine::alert::Alert;
+use vigil_engine::engine::snapshot::Snapshot;
+use vigil_engine::engine::stage_two::{self, StageTwo, Summary, TookSummary};
+use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::event::{Event, LineDecoder, Millis};
+use vigil_lang::plan::RulePlan;
+use vigil_lang::schema::Stream;
+
+/// An upstream partition: an input topic's partition, as `topic/partition`.
+pub type UpstreamId = String;
+
+pub fn upstream_id(topic: &str, partition: i32) -> UpstreamId {
+    format!("{topic}/{partition}")
+}
+
+/// How far one upstream partition has got, as its forwarders reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Upstream {
+    /// The newest event time forwarded from it.
+    pub ts: Option<Millis>,
+    /// The last offset of it whose event this partition took.
+    pub taken: Option<i64>,
+    /// The newest owner's epoch heard from: reports of older owners are ignored.
+    #[serde(default)]
+    pub epoch: i64,
+    /// Where it had been read to when it was reported idle (read to its end and quiet),
+    /// without a word against since. Not kept in checkpoints: a restored partition waits for
+    /// the next report.
+    #[serde(skip)]
+    pub idle_at: Option<i64>,
+}
+
+/// The input partitions' end offsets as the broker gave them ([`super::ends`]).
+#[derive(Debug, Default)]
+pub struct EndOffsets {
+    /// When the request was sent: the answer says nothing of what was written after.
+    pub asked: Option<Instant>,
+    pub offsets: HashMap<UpstreamId, i64>,
+}
+
+/// Time held back by upstream partitions reported idle, until the broker says whether they
+/// still end where they were read to: the end offsets must have been asked after `since`.
+#[derive(Debug)]
+struct Claim {
+    /// How far time moves when they do.
+    to: Millis,
+    /// The idle partitions passed, and where each had been read to.
+    idle: Vec<(UpstreamId, i64)>,
+    since: Instant,
+}
+
+/// A forwarder's report on one upstream partition: what a progress record carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub upstream: UpstreamId,
+    pub ts: Option<Millis>,
+    pub idle: bool,
+    /// The next offset of the upstream partition to read: with `idle`, where its end was.
+    /// (Reports of builds without it are never taken as idle.)
+    #[serde(default)]
+    pub next: Option<i64>,
+    /// The reporting owner's epoch of the upstream partition (raised by each owner's claim in
+    /// the store).
+    #[serde(default)]
+    pub epoch: i64,
+}
+
+/// What a keyed partition keeps beside its engine's snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Kept {
+    /// The next offset of the keyed partition to take.
+    next_offset: i64,
+    upstream: BTreeMap<UpstreamId, Upstream>,
+    /// Where the stage two's state starts in the checkpoint's snapshot, after the engine's
+    /// (none in checkpoints of builds without it).
+    #[serde(default)]
+    stage_two_at: Option<usize>,
+}
+
+/// A summary of a stage one's window, as the keyed topic carries it (postcard).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SummaryRecord {
+    /// The keyed partition that sent it.
+    pub source: i32,
+    pub summary: Summary,
+}
+
+/// How far a keyed partition's stage one has got, as the keyed topic carries it (postcard):
+/// it follows the summaries of every window before.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StageReport {
+    pub source: i32,
+    pub watermark: Millis,
+}
+
+/// What became of a forwarded event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Took {
+    Taken,
+    /// Taken before: an offset at or before the last one taken of its upstream partition.
+    Duplicate,
+    /// Older than the partition's time: counted per rule ([`KeyedPartition::late_since`]).
+    Late,
+}
+
+/// A record of the keyed topic that has been read and not yet taken: the thread that runs the
+/// partition takes it ([`KeyedPartition::work`]), so that `--workers` threads share the
+/// decoding and the engines' work.
+enum Queued {
+    /// A forwarder's progress reports, as JSON.
+    Progress(Vec<u8>),
+    /// A stage one's summary ([`SummaryRecord`]).
+    Summary(Vec<u8>),
+    /// A stage one's report ([`StageReport`]).
+    Stage(Vec<u8>),
+    /// A forwarded event: its upstream partition and offset there, its topic's stream and its
+    /// line.
+    Event { upstream: UpstreamId, offset: i64, stream: Option<Stream>, line: Vec<u8> },
+}
+
+/// What became of the records a partition took since it was last asked: for the counters.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tally {
+    pub taken: u64,
+    pub duplicates: u64,
+    /// Summaries taken by stage two.
+    pub summaries: u64,
+    /// Forwarded events or progress records that cannot be read.
+    pub unreadable: u64,
+    /// Late events per rule.
+    pub late: Vec<(String, u64)>,
+}
+
+pub struct KeyedPartition {
+    pub fence: Fence,
+    engine: Engine,
+    stage_two: StageTwo,
+    /// Summaries for stage two to send, by keyed partition: the member sends them.
+    outgoing: Vec<(i32, Vec<u8>)>,
+    /// The engine's watermark as last reported to the stage twos.
+    reported: Option<Millis>,
+    kept: Kept,
+    /// The engine's late counts per rule, as last reported.
+    late_seen: BTreeMap<String, u64>,
+    queued: Vec<Queued>,
+    decoder: LineDecoder,
+    tally: Tally,
+    /// Time waiting for the broker's end offsets to pass idle upstream partitions.
+    claim: Option<Claim>,
+    /// Whether anything was taken since the last checkpoint.
+    pub dirty: bool,
+    pub out: Vec<Alert>,
+}
+
+/// The lateness given to a keyed partition's engine: its events are released by
+/// [`KeyedPartition::advance`] only, never by the lateness.
+const HELD: Millis = Millis::MAX / 4;
+
+impl KeyedPartition {
+    /// A partition's engine over `plans`, restored from `checkpoint` when there is one (a
+    /// checkpoint that cannot be used is logged and the partition starts empty).
+    pub fn new(
+        plans: Vec<RulePlan>,
+        config: &EngineConfig,
+        fence: Fence,
+        checkpoint: Option<&PartitionCheckpoint>,
+    ) -> Self {
+        let config = EngineConfig { lateness_ms: HELD, clock: None, ..config.clone() };
+        let mut p = KeyedPartition {
+            fence,
+            stage_two: StageTwo::new(&plans, &config, config.shard.count as u32),
+            outgoing: Vec::new(),
+            reported: None,
+            engine: Engine::new(plans, config),
+            kept: Kept::default(),
+            late_seen: BTreeMap::new(),
+            queued: Vec::new(),
+            decoder: LineDecoder::default(),
+            tally: Tally::default(),
+            claim: None,
+            dirty: false,
+            out: Vec::new(),
+        };
+        if let Some(c) = checkpoint {
+            if let Err(e) = p.restore(c) {
+                tracing::warn!(partition = p.fence.partition, error = %e, "the partition's checkpoint cannot be used; it starts empty");
+                p.kept = Kept::default();
+            }
+        }
+        p
+    }
+
+    fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), String> {
+        self.kept = serde_json::from_str(&c.state).map_err(|e| e.to_string())?;
+        let at = self.kept.stage_two_at.unwrap_or(c.snapshot.len()).min(c.snapshot.len());
+        let snapshot = Snapshot::from_bytes(&c.snapshot[..at]).map_err(|e| e.to_string())?;
+        self.engine.restore(snapshot).map_err(|e| e.to_string())?;
+        if self.kept.stage_two_at.is_some() {
+            self.stage_two.restore(&c.snapshot[at..]).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The partition's checkpoint, with every record read so far taken: the next offset it
+    /// keeps is past them.
+    pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, String> {
+        self.take_queued();
+        let mut snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
+        self.kept.stage_two_at = None;
+        if !self.stage_two.is_empty() {
+            self.kept.stage_two_at = Some(snapshot.len());
+            snapshot.extend(self.stage_two.snapshot().map_err(|e| e.to_string())?);
+        }
+        let state = serde_json::to_string(&self.kept).map_err(|e| e.to_string())?;
+        Ok(PartitionCheckpoint { snapshot, state })
+    }
+
+    /// The next offset of the keyed partition to read.
+    pub fn next_offset(&self) -> i64 {
+        self.kept.next_offset
+    }
+
+    /// Whether the record at `offset` is new to this partition (an instance that restored a
+    /// checkpoint may be handed records from before it again); it counts as read.
+    pub fn fresh(&mut self, offset: i64) -> bool {
+        if offset < self.kept.next_offset {
+            return false;
+        }
+        self.kept.next_offset = offset + 1;
+        self.dirty = true;
+        true
+    }
+
+    /// Queues a forwarder's progress record, to be taken by [`KeyedPartition::work`].
+    pub fn queue_progress(&mut self, json: &[u8]) {
+        self.queued.push(Queued::Progress(json.to_vec()));
+    }
+
+    /// Queues an event forwarded from `upstream` (where it was at `offset`), to be taken by
+    /// [`KeyedPartition::work`].
+    pub fn queue_event(&mut self, upstream: &str, offset: i64, stream: Option<Stream>, line: &[u8]) {
+        self.queued.push(Queued::Event { upstream: upstream.to_string(), offset, stream, line: line.to_vec() });
+    }
+
+    /// How many records are queued.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Queues a stage one's summary ([`SummaryRecord`]), to be taken by
+    /// [`KeyedPartition::work`].
+    pub fn queue_summary(&mut self, bytes: &[u8]) {
+        self.queued.push(Queued::Summary(bytes.to_vec()));
+    }
+
+    /// Queues a stage one's report ([`StageReport`]), to be taken by [`KeyedPartition::work`].
+    pub fn queue_stage_report(&mut self, bytes: &[u8]) {
+        self.queued.push(Queued::Stage(bytes.to_vec()));
+    }
+
+    /// Takes the queued records, then moves time as far as `inputs` let it (past idle ones as
+    /// far as `ends` confirm), then stage two as far as every stage one has reported: alerts go
+    /// to `out`, summaries to the outgoing ones.
+    pub fn work(&mut self, inputs: &[UpstreamId], ends: &EndOffsets) {
+        self.take_queued();
+        self.advance(inputs, ends);
+        self.summarise();
+        self.stage_two.advance(&mut self.out);
+    }
+
+    /// The engine's summaries as records, by the keyed partition of their operator and peer
+    /// group.
+    fn summarise(&mut self) {
+        let partitions = self.engine.config().shard.count.max(1) as u32;
+        for summary in self.engine.take_summaries() {
+            let mut by_partition: BTreeMap<i32, Vec<_>> = BTreeMap::new();
+            for g in summary.groups {
+                by_partition.entry(stage_two::partition_of(&summary.op, &g.peers, partitions)).or_default().push(g);
+            }
+            for (partition, groups) in by_partition {
+                let summary = Summary { op: summary.op.clone(), end: summary.end, groups };
+                let record = SummaryRecord { source: self.fence.partition, summary };
+                match postcard::to_stdvec(&record) {
+                    Ok(bytes) => self.outgoing.push((partition, bytes)),
+                    Err(e) => tracing::error!(error = %e, "a summary cannot be encoded"),
+                }
+            }
+        }
+    }
+
+    /// The summaries to send, by keyed partition, in their order.
+    pub fn take_outgoing(&mut self) -> Vec<(i32, Vec<u8>)> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// A report for every stage two of how far this partition's stage one has got, when it
+    /// got further since the last one (none when the rules have no stage two).
+    pub fn stage_report(&mut self) -> Option<Vec<u8>> {
+        let watermark = self.engine.watermark().filter(|_| !self.stage_two.is_empty())?;
+        if self.reported.is_some_and(|r| r >= watermark) {
+            return None;
+        }
+        self.reported = Some(watermark);
+        postcard::to_stdvec(&StageReport { source: self.fence.partition, watermark }).ok()
+    }
+
+    fn take_queued(&mut self) {
+        let queued = std::mem::take(&mut self.queued);
+        for q in queued {
+            match q {
+                Queued::Progress(json) => match serde_json::from_slice::<Vec<Progress>>(&json) {
+                    Ok(reports) => self.progress(reports),
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a progress record that cannot be read");
+                    }
+                },
+                Queued::Summary(bytes) => match postcard::from_bytes::<SummaryRecord>(&bytes) {
+                    Ok(r) => match self.stage_two.take(r.source, r.summary) {
+                        TookSummary::Taken => self.tally.summaries += 1,
+                        TookSummary::Duplicate => self.tally.duplicates += 1,
+                        TookSummary::Unknown => tracing::debug!(source = r.source, "a summary of a rule not run here"),
+                    },
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a summary that cannot be read");
+                    }
+                },
+                Queued::Stage(bytes) => match postcard::from_bytes::<StageReport>(&bytes) {
+                    Ok(r) => self.stage_two.report(r.source, r.watermark),
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a stage report that cannot be read");
+                    }
+                },
+                Queued::Event { upstream, offset, stream, line } => match self.decoder.decode_bytes(&line, stream) {
+                    Ok(event) => match self.take(upstream, offset, event) {
+                        Took::Taken => self.tally.taken += 1,
+                        Took::Duplicate => self.tally.duplicates += 1,
+                        Took::Late => {
+                            self.tally.taken += 1;
+                            let late = self.late_since();
+                            self.tally.late.extend(late);
+                        }
+                    },
+                    Err(e) => {
+                        self.tally.unreadable += 1;
+                        tracing::warn!(error = %e, "a forwarded event that cannot be read");
+                    }
+                },
+            }
+        }
+    }
+
+    /// What became of the records taken since the last call.
+    pub fn tally(&mut self) -> Tally {
+        std::mem::take(&mut self.tally)
+    }
+
+    /// Takes a forwarded event, unless this partition took it (or a later one of its upstream
+    /// partition) already.
+    fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> Took {
+        let u = self.kept.upstream.entry(upstream).or_default();
+        if u.taken.is_some_and(|t| offset <= t) {
+            return Took::Duplicate;
+        }
+        u.taken = Some(offset);
+        u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
+        u.idle_at = None;
+        let ts = event.ts;
+        match self.engine.push(event, &mut self.out) {
+            true => Took::Taken,
+            false => {
+                tracing::debug!(
+                    partition = self.fence.partition,
+                    offset,
+                    ts,
+                    watermark = ?self.engine.watermark(),
+                    upstream = ?self.kept.upstream,
+                    "a forwarded event is late"
+                );
+                Took::Late
+            }
+        }
+    }
+
+    /// The late events of each rule since the last call.
+    fn late_since(&mut self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for (rule, n) in &self.engine.stats().late_by_rule {
+            let before = self.late_seen.insert(rule.clone(), *n).unwrap_or(0);
+            if *n > before {
+                out.push((rule.clone(), n - before));
+            }
+        }
+        out
+    }
+
+    /// Takes a forwarder's progress report. Event times only move forward. Whether the
+    /// upstream partition is idle is as the latest report of its newest owner says: a
+    /// forwarder that took the partition over may have read it again from an older offset, and
+    /// still be right that it has read it to its end. A report from an instance that lost the
+    /// partition and has not noticed yet (paused past its session timeout) carries an older
+    /// epoch and is ignored.
+    fn progress(&mut self, reports: Vec<Progress>) {
+        for r in reports {
+            let u = self.kept.upstream.entry(r.upstream).or_default();
+            if r.epoch < u.epoch {
+                continue;
+            }
+            u.epoch = r.epoch;
+            u.ts = u.ts.max(r.ts);
+            u.idle_at = r.next.filter(|_| r.idle);
+        }
+    }
+
+    /// How far time may move with every upstream partition in `inputs` holding it back: the
+    /// least progress (less a millisecond, which may get more events); none while one has
+    /// reported no event.
+    fn held_target(&self, inputs: &[UpstreamId]) -> Option<Millis> {
+        let mut least = None::<Millis>;
+        for id in inputs {
+            let ts = self.kept.upstream.get(id)?.ts?;
+            least = Some(least.map_or(ts, |l| l.min(ts)));
+        }
+        least.map(|l| l.saturating_sub(1))
+    }
+
+    /// How far time could move if the upstream partitions reported idle did not hold it back:
+    /// the least progress of the others (less a millisecond), or when all are idle the newest;
+    /// with the idle ones and where each was read to. None while one has reported nothing, or
+    /// one not idle has reported no event.
+    fn idle_target(&self, inputs: &[UpstreamId]) -> Option<(Millis, Vec<(UpstreamId, i64)>)> {
+        let (mut active, mut newest, mut idle) = (None::<Millis>, None::<Millis>, Vec::new());
+        for id in inputs {
+            let u = self.kept.upstream.get(id)?;
+            newest = newest.max(u.ts);
+            match u.idle_at {
+                Some(at) => idle.push((id.clone(), at)),
+                None => {
+                    let ts = u.ts?;
+                    active = Some(active.map_or(ts, |a| a.min(ts)));
+                }
+            }
+        }
+        let to = match active {
+            Some(a) => a.saturating_sub(1),
+            None => newest?,
+        };
+        Some((to, idle))
+    }
+
+    /// Moves time as far as `inputs` let it: alerts go to `out`. Past upstream partitions
+    /// reported idle only in two steps: a claim of how far, then end offsets asked after it
+    /// that show each still ends where it was read to (else the claim is dropped, and made
+    /// again from what has been reported since).
+    fn advance(&mut self, inputs: &[UpstreamId], ends: &EndOffsets) {
+        let mut target = self.held_target(inputs);
+        if let Some(claim) = &self.claim {
+            if ends.asked.is_some_and(|asked| asked >= claim.since) {
+                let still = |(id, at): &(UpstreamId, i64)| {
+                    let idle = self.kept.upstream.get(id).is_some_and(|u| u.idle_at == Some(*at));
+                    idle && ends.offsets.get(id).is_some_and(|end| end <= at)
+                };
+                if claim.idle.iter().all(still) {
+                    target = target.max(Some(claim.to));
+                }
+                self.claim = None;
+            }
+        }
+        let now = self.engine.watermark().max(target);
+        if self.claim.is_none() {
+            if let Some((to, idle)) = self.idle_target(inputs).filter(|(to, _)| now.is_none_or(|w| *to > w)) {
+                self.claim = Some(Claim { to, idle, since: Instant::now() });
+            }
+        }
+        if let Some(target) = target {
+            if self.engine.watermark().is_none_or(|w| target > w) {
+                self.engine.release_to(target, &mut self.out);
+                self.dirty = true;
+            }
+        }
+    }
+
+    /// Whether the partition waits for end offsets asked from now on.
+    pub fn wants_ends(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    pub fn watermark(&self) -> Option<Millis> {
+        self.engine.watermark()
+    }
+
+    pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
+        self.dirty = true;
+        self.stage_two.reload(&plans, self.engine.config());
+        self.engine.reload(plans)
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.engine.state_bytes() + self.stage_two.state_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition() -> KeyedPartition {
+        let fence = Fence { group: "g".into(), partition: 0, epoch: 1 };
+        KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, None)
+    }
+
+    /// A report on `upstream`; idle when read to `idle_at`.
+    fn report(upstream: &str, ts: Option<Millis>, idle_at: Option<i64>) -> Progress {
+        Progress { upstream: upstream.into(), ts, idle: idle_at.is_some(), next: idle_at, epoch: 1 }
+    }
+
+    /// End offsets asked now.
+    fn ends(offsets: &[(&str, i64)]) -> EndOffsets {
+        let offsets = offsets.iter().map(|(id, o)| (id.to_string(), *o)).collect();
+        EndOffsets { asked: Some(Instant::now()), offsets }
+    }
+
+    #[test]
+    fn time_is_the_least_progress_of_the_upstream_partitions_not_idle() {
+        let mut p = partition();
+        let inputs = vec!["t/0".to_string(), "t/1".to_string()];
+        let none = EndOffsets::default();
+        p.progress(vec![report("t/0", Some(100), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), None, "t/1 has reported nothing");
+        p.progress(vec![report("t/1", Some(50), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), Some(49));
+        p.progress(vec![report("t/1", Some(40), None)]);
+        p.advance(&inputs, &none);
+        assert_eq!(p.watermark(), Some(49), "time does not go back");
+        assert!(!p.wants_ends());
+
+        let asked_before = ends(&[("t/1", 7)]);
+        p.progress(vec![report("t/1", Some(45), Some(7))]);
+        p.advance(&inputs, &asked_before);
+        assert_eq!(p.watermark(), Some(49), "idle, not yet confirmed by the broker");
+        assert!(p.wants_ends());
+        p.advance(&inputs, &asked_before);
+        assert_eq!(p.watermark(), Some(49), "end offsets asked before the claim confirm nothing");
+        p.advance(&inputs, &ends(&[("t/1", 9)]));
+        assert_eq!(p.watermark(), Some(49), "written to since it was read to its end: not idle");
+        assert!(p.wants_ends(), "a new claim waits for the next answer");
+        p.advance(&inputs, &ends(&[("t/1", 7)]));
+        assert_eq!(p.watermark(), Some(99), "an idle partition does not hold time back");
+
+        p.progress(vec![report("t/0", Some(100), Some(3))]);
+        p.advance(&inputs, &none);
+        p.advance(&inputs, &ends(&[("t/0", 3)]));
+        assert_eq!(p.watermark(), Some(99), "an end offset missing confirms nothing");
+        p.advance(&inputs, &ends(&[("t/0", 3), ("t/1", 7)]));
+        assert_eq!(p.watermark(), Some(100), "all idle: the newest");
+
+        p.progress(vec![Progress { upstream: "t/0".into(), ts: Some(100), idle: false, next: None, epoch: 2 }]);
+        p.progress(vec![report("t/0", Some(100), Some(3))]);
+        assert!(p.kept.upstream["t/0"].idle_at.is_none(), "a former owner's report is ignored");
+    }
+
+    #[test]
+    fn an_idle_partition_that_takes_an_event_holds_time_again() {
+        let mut p = partition();
+        let inputs = vec!["t/0".to_string(), "t/1".to_string()];
+        p.progress(vec![report("t/0", Some(100), None), report("t/1", Some(50), Some(4))]);
+        p.advance(&inputs, &EndOffsets::default());
+        let event = vigil_engine::event::decode(r#"{"stream":"metric","ts":60,"host":"h","name":"m","value":1}"#, None)
+            .expect("event");
+        assert_eq!(p.take("t/1".into(), 4, event), Took::Taken);
+        p.advance(&inputs, &ends(&[("t/1", 4)]));
+        assert_eq!(p.watermark(), Some(59), "the claim is dropped: t/1 is no longer idle at 4");
+    }
+
+    #[test]
+    fn an_event_is_taken_once_by_upstream_offset() {
+        let mut p = partition();
+        let event = |ts| {
+            vigil_engine::event::decode(
+                &format!(r#"{{"stream":"metric","ts":{ts},"host":"h","name":"m","value":1}}"#),
+                None,
+            )
+            .expect("event")
+        };
+        assert!(p.fresh(7));
+        assert!(!p.fresh(7), "a record read again");
+        assert_eq!(p.take("t/0".into(), 3, event(10)), Took::Taken);
+        assert_eq!(p.take("t/0".into(), 3, event(20)), Took::Duplicate);
+        assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
+        assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
+        assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
+        assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), taken: Some(4), idle_at: None, epoch: 0 });
+        let restored = KeyedPartition::new(
+            Vec::new(),
+            &EngineConfig::default(),
+            p.fence.clone(),
+            Some(&p.checkpoint().expect("checkpoint")),
+        );
+        assert_eq!(restored.kept, p.kept);
+        assert_eq!(restored.next_offset(), 8);
+    }
+}

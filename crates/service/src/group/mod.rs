@@ -1,0 +1,739 @@
+//! `--kafka-join-group`: instances that share a Kafka consumer group share the work, as Kafka
+//! Streams' instances do. Kafka's group protocol (cooperative-sticky) decides who owns what;
+//! the store's epochs keep an instance that lost a partition from writing for it.
+//!
+//! ```text
+//! input topics (any partitioning) --forwarder--> <group>-keyed (partition = key group mod P)
+//!                                                   --keyed partitions' engines--> store
+//! ```
+//!
+//! Each instance subscribes to the input topics and to the group's keyed topic. For an input
+//! partition it owns, it forwards each event to the keyed partitions of its rules' key groups
+//! ([`forward`]). For a keyed partition it owns, it runs an engine that keeps that partition's
+//! key groups ([`keyed`]): restored from the partition's checkpoint when assigned,
+//! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
+//! the instance holds the partition's epoch.
+
+mod ends;
+mod forward;
+pub mod keyed;
+mod outage;
+pub mod push;
+pub mod rules;
+#[cfg(test)]
+mod tests;
+mod watermarks;
+
+use super::engine_loop::{EngineHealth, Input};
+use super::sources::Intake;
+use super::store::{DeadLetter, Store, Stored};
+use super::telemetry::Telemetry;
+use ends::Ends;
+use forward::Forwarder;
+use keyed::{EndOffsets, KeyedPartition, UpstreamId};
+use outage::{Saved, StoreGate};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+use vigil_engine::engine::{Engine, EngineConfig, Shard};
+use vigil_lang::plan::RulePlan;
+use vigil_lang::schema::Stream;
+use watermarks::{PartitionId, Watermarks};
+
+/// How often the forwarder reports progress.
+const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// How often the forwarder commits what it has delivered: it waits for the broker to take
+/// every record in flight first.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How often the input topics' partitions, the lag and the gauges are read again.
+const SURVEY_EVERY: Duration = Duration::from_secs(5);
+/// A progress report this much later than the last one means the instance stood still
+/// (paused, starved): see [`forward::Forwarder::thawed`].
+const STOOD_STILL: Duration = Duration::from_secs(1);
+
+/// The keyed topic of a group: events by key group, between the instances.
+pub fn keyed_topic(group: &str) -> String {
+    format!("{group}-keyed")
+}
+
+/// What a group member needs.
+pub struct Member {
+    pub group: String,
+    pub brokers: String,
+    pub kafka_options: BTreeMap<String, String>,
+    /// Static membership (`--kafka-instance-id`): Kafka's `group.instance.id` of both consumers.
+    pub instance_id: Option<String>,
+    pub topics: BTreeMap<Stream, String>,
+    pub keyed_partitions: u32,
+    /// Threads that run the owned keyed partitions (`--workers`).
+    pub workers: usize,
+    pub checkpoint_every: Duration,
+    pub plans: Vec<RulePlan>,
+    pub engine: EngineConfig,
+    pub store: Store,
+    pub runtime: tokio::runtime::Handle,
+    pub telemetry: Arc<Telemetry>,
+    pub published: broadcast::Sender<Arc<Stored>>,
+    pub webhook: Option<String>,
+    pub wake: Arc<Notify>,
+    pub dead: mpsc::Sender<DeadLetter>,
+    pub intake: Intake,
+    pub health: Arc<EngineHealth>,
+}
+
+/// What the rebalance callbacks and the member's loop share: the partitions it owns.
+struct Owned {
+    keyed: BTreeMap<i32, KeyedPartition>,
+    forwarder: Forwarder,
+    plans: Vec<RulePlan>,
+}
+
+impl Owned {
+    /// The next offset to take of an owned partition (of the keyed topic when `keyed`), when
+    /// known.
+    fn next(&self, keyed: bool, topic: &str, partition: i32) -> Option<i64> {
+        match keyed {
+            true => self.keyed.get(&partition).map(KeyedPartition::next_offset),
+            false => self.forwarder.next(topic, partition),
+        }
+    }
+}
+
+/// The consumers' context: rebalances hand partitions over through the store.
+#[derive(Clone)]
+struct Ctx(Arc<Shared>);
+
+impl std::ops::Deref for Ctx {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What both consumers' callbacks and the loop share.
+struct Shared {
+    owned: Mutex<Owned>,
+    watermarks: Mutex<BTreeMap<PartitionId, Watermarks>>,
+    /// The input partitions' end offsets, asked of the broker before time passes idle ones.
+    ends: Arc<Ends>,
+    keyed_topic: String,
+    group: String,
+    engine: EngineConfig,
+    keyed_partitions: u32,
+    store: Store,
+    /// Whether the store may be tried (alerts, checkpoints) while it fails.
+    gate: StoreGate,
+    runtime: tokio::runtime::Handle,
+    telemetry: Arc<Telemetry>,
+}
+
+impl ClientContext for Ctx {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let up: std::collections::HashSet<i32> =
+            statistics.brokers.values().filter(|b| b.state == "UP").map(|b| b.nodeid).collect();
+        let mut watermarks = self.watermarks.lock().expect("watermarks");
+        for (topic, t) in statistics.topics {
+            for (partition, s) in t.partitions {
+                if let Some(w) = watermarks.get_mut(&(topic.clone(), partition)) {
+                    w.observe(&s, &up);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else { return };
+        let lost = consumer.assignment_lost();
+        let kind = if lost { "lost" } else { "revoked" };
+        let mut owned = self.owned.lock().expect("owned");
+        // The summaries a checkpoint's stage one has sent must be delivered before it is stored.
+        let delivered = lost || owned.forwarder.delivered();
+        for e in list.elements() {
+            self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
+            if e.topic() == self.keyed_topic {
+                let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
+                // Without a checkpoint (the store fails), the next owner restores the last one
+                // and derives again what came after, the alerts held here included.
+                if !lost && delivered && self.save(&mut p) == Saved::Yes {
+                    commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
+                }
+                tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
+            } else {
+                owned.forwarder.released(consumer, e.topic(), e.partition(), lost);
+                tracing::info!(topic = e.topic(), partition = e.partition(), lost, "input partition handed over");
+            }
+        }
+        self.gauges(&owned);
+    }
+
+    /// As the default (cooperative: incremental), with each assigned partition read from where
+    /// this member takes it over: an input partition from the group's committed offset, a keyed
+    /// partition from its checkpoint's next offset (from the beginning when there is none).
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, list: &mut TopicPartitionList) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let committed = match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the committed offsets; reading from the start");
+                        TopicPartitionList::new()
+                    }
+                };
+                for (topic, partition, from) in self.assigned(list, &committed) {
+                    let from = if from > 0 { Offset::Offset(from) } else { Offset::Beginning };
+                    if let Err(e) = list.set_partition_offset(&topic, partition, from) {
+                        tracing::warn!(%topic, partition, error = %e, "cannot set the start offset");
+                    }
+                }
+                if let Err(e) = consumer.incremental_assign(list) {
+                    tracing::error!(error = %e, "cannot take the assigned partitions");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.pre_rebalance(consumer, &Rebalance::Revoke(list));
+                if let Err(e) = consumer.incremental_unassign(list) {
+                    tracing::error!(error = %e, "cannot release the revoked partitions");
+                }
+            }
+            other => tracing::warn!(error = ?other, "rebalance failed"),
+        }
+        self.owned_partitions_changed(list, err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
+    }
+}
+
+impl Shared {
+    /// Takes assigned partitions over; `committed` has the group's committed offsets. Returns
+    /// where to read each from: the next offset it has not taken (0 when none is known).
+    fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) -> Vec<(String, i32, i64)> {
+        let mut owned = self.owned.lock().expect("owned");
+        let mut starts = Vec::new();
+        for e in list.elements() {
+            self.telemetry.group.rebalances.with_label_values(&["assigned"]).inc();
+            if e.topic() == self.keyed_topic {
+                let p = self.claim(e.partition(), &owned.plans);
+                starts.push((e.topic().to_string(), e.partition(), p.next_offset()));
+                owned.keyed.insert(e.partition(), p);
+            } else {
+                let from = committed.find_partition(e.topic(), e.partition()).and_then(|c| c.offset().to_raw());
+                let from = from.filter(|o| *o >= 0);
+                // An epoch per input partition, so that the keyed partitions can tell its
+                // owner's progress reports from a former owner's.
+                let name = format!("{} {}", self.group, e.topic());
+                let (fence, _) = self.retry("claim_partition", || self.store.claim_partition(&name, e.partition()));
+                owned.forwarder.assigned(e.topic(), e.partition(), from, fence.epoch);
+                starts.push((e.topic().to_string(), e.partition(), from.unwrap_or(0)));
+                tracing::info!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    from,
+                    epoch = fence.epoch,
+                    "forwarding input partition"
+                );
+            }
+        }
+        self.gauges(&owned);
+        starts
+    }
+
+    /// Takes a keyed partition over: its epoch raised, its state restored from the store.
+    fn claim(&self, partition: i32, plans: &[RulePlan]) -> KeyedPartition {
+        let started = Instant::now();
+        let (fence, checkpoint) = self.retry("claim_partition", || self.store.claim_partition(&self.group, partition));
+        let shard = Shard { index: partition as usize, count: self.keyed_partitions as usize };
+        let config = EngineConfig { shard, ..self.engine.clone() };
+        let p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
+        let bytes = checkpoint.as_ref().map_or(0, |c| c.snapshot.len() + c.state.len());
+        self.telemetry.group.restore_seconds.observe(started.elapsed().as_secs_f64());
+        self.telemetry.group.restore_bytes.inc_by(bytes as u64);
+        tracing::info!(
+            partition,
+            epoch = p.fence.epoch,
+            restored_bytes = bytes,
+            next_offset = p.next_offset(),
+            ms = started.elapsed().as_millis() as u64,
+            "keyed partition taken over"
+        );
+        p
+    }
+
+    /// Runs a store operation until it succeeds: the store is shared by the group, and a
+    /// partition cannot be handed over without it.
+    fn retry<T, F: std::future::Future<Output = super::store::Result<T>>>(
+        &self,
+        what: &'static str,
+        mut op: impl FnMut() -> F,
+    ) -> T {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.runtime.block_on(op()) {
+                Ok(v) => return v,
+                Err(e) => {
+                    self.telemetry.emit(super::telemetry::StoreFailed { operation: what, error: &e });
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Drops the keyed partitions another instance claimed: that instance writes for them now.
+    fn drop_fenced(&self, owned: &mut Owned, fenced: &[i32]) {
+        for partition in fenced {
+            owned.keyed.remove(partition);
+            self.telemetry.group.fenced.inc();
+            tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
+        }
+    }
+
+    fn gauges(&self, owned: &Owned) {
+        let g = &self.telemetry.group.owned_partitions;
+        g.with_label_values(&[&self.keyed_topic]).set(owned.keyed.len() as i64);
+        g.with_label_values(&["input"]).set(owned.forwarder.owns() as i64);
+    }
+}
+
+fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, p: &KeyedPartition, mode: CommitMode) {
+    let mut list = TopicPartitionList::new();
+    let _ = list.add_partition_offset(topic, p.fence.partition, Offset::Offset(p.next_offset()));
+    if let Err(e) = consumer.commit(&list, mode) {
+        tracing::warn!(partition = p.fence.partition, error = %e, "cannot commit the keyed partition's offset");
+    }
+}
+
+impl Member {
+    /// Runs the member on its own thread until `stop`; `control` brings rule reloads.
+    pub fn spawn(
+        mut self,
+        control: mpsc::Receiver<Input>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<std::thread::JoinHandle<()>, rdkafka::error::KafkaError> {
+        // Fleet-wide rules run in two stages over the keyed partitions: the router sends their
+        // events by group key, like any other rule's.
+        self.engine.two_stage = true;
+        let keyed_topic = keyed_topic(&self.group);
+        let producer =
+            super::kafka::forwarding_producer(&self.brokers, &self.kafka_options, forward::Deliveries::default())?;
+        let router = Engine::new(self.plans.clone(), self.engine.clone());
+        let forwarder = Forwarder::new(router, producer, keyed_topic.clone(), self.keyed_partitions);
+        let ends = Arc::new(Ends::default());
+        Ends::spawn(&ends, super::kafka::offsets_client(&self.brokers, &self.kafka_options)?)
+            .expect("the end offsets' thread starts");
+        let ctx = Ctx(Arc::new(Shared {
+            owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
+            watermarks: Mutex::new(BTreeMap::new()),
+            ends: ends.clone(),
+            keyed_topic: keyed_topic.clone(),
+            group: self.group.clone(),
+            engine: self.engine.clone(),
+            keyed_partitions: self.keyed_partitions,
+            store: self.store.clone(),
+            gate: StoreGate::default(),
+            runtime: self.runtime.clone(),
+            telemetry: self.telemetry.clone(),
+        }));
+        // Two consumers, in two groups: the input topics' partitions, and the keyed topic's,
+        // are each spread over the instances. In one group the assignor balances the total
+        // count only, and one instance could end with every keyed partition.
+        let id = self.instance_id.as_deref();
+        let input = super::kafka::group_consumer(&self.brokers, &self.group, id, &self.kafka_options, ctx.clone())?;
+        let keyed = super::kafka::group_consumer(&self.brokers, &keyed_topic, id, &self.kafka_options, ctx)?;
+        Ok(std::thread::Builder::new()
+            .name("vigil-group".into())
+            .spawn(move || Looping::new(self, input, keyed).run(control, stop))
+            .expect("the group thread starts"))
+    }
+}
+
+/// The member's loop and what it keeps between rounds.
+struct Looping {
+    m: Member,
+    /// In the group named by `--kafka-group`, over the input topics.
+    input: BaseConsumer<Ctx>,
+    /// In the group named as the keyed topic, over it.
+    keyed: BaseConsumer<Ctx>,
+    by_topic: BTreeMap<String, Stream>,
+    /// Every partition of the input topics: the keyed partitions wait for all of them.
+    inputs: Vec<UpstreamId>,
+    decoder: vigil_engine::event::LineDecoder,
+    last_report: Instant,
+    last_commit: Instant,
+    last_checkpoint: Instant,
+    last_survey: Option<Instant>,
+    /// Whether the consumers are subscribed: not while the instance is held
+    /// ([`EngineHealth::held`]: its rules differ from the group's).
+    subscribed: bool,
+}
+
+impl Looping {
+    fn new(m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
+        let by_topic = m.topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
+        Looping {
+            m,
+            input,
+            keyed,
+            by_topic,
+            inputs: Vec::new(),
+            decoder: Default::default(),
+            last_report: Instant::now(),
+            last_commit: Instant::now(),
+            last_checkpoint: Instant::now(),
+            last_survey: None,
+            subscribed: false,
+        }
+    }
+
+    /// Joins the consumer groups, or leaves them while the instance is held: the others take
+    /// its partitions (the revoke callbacks checkpoint them on the way out).
+    fn follow_hold(&mut self) {
+        let held = self.m.health.held();
+        if held.is_some() && self.subscribed {
+            self.input.unsubscribe();
+            self.keyed.unsubscribe();
+            self.subscribed = false;
+            tracing::warn!(group = %self.m.group, "left the consumer groups while this instance's rules differ from the group's");
+        } else if held.is_none() && !self.subscribed {
+            let mut topics: Vec<&str> = self.m.topics.values().map(String::as_str).collect();
+            topics.sort_unstable();
+            topics.dedup();
+            let keyed_topic = self.keyed.context().keyed_topic.clone();
+            let joined = self.input.subscribe(&topics).and_then(|()| self.keyed.subscribe(&[&keyed_topic]));
+            match joined {
+                Ok(()) => {
+                    self.subscribed = true;
+                    tracing::info!(group = %self.m.group, topics = ?topics, keyed = %keyed_topic, "joined the consumer groups");
+                }
+                Err(e) => tracing::error!(error = %e, "cannot subscribe; trying again"),
+            }
+        }
+    }
+
+    fn run(mut self, mut control: mpsc::Receiver<Input>, stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            while let Ok(input) = control.try_recv() {
+                self.control(input);
+            }
+            self.follow_hold();
+            if self.last_survey.is_none_or(|t| t.elapsed() >= SURVEY_EVERY) {
+                self.last_survey = Some(Instant::now());
+                self.survey();
+            }
+            self.round();
+            if self.last_report.elapsed() >= REPORT_EVERY {
+                let since = self.last_report.elapsed();
+                self.last_report = Instant::now();
+                if since >= STOOD_STILL {
+                    tracing::info!(
+                        ms = since.as_millis() as u64,
+                        "this instance stood still: its input partitions are not reported idle until it knows it \
+                         still owns them"
+                    );
+                    self.input.context().owned.lock().expect("owned").forwarder.thawed();
+                }
+                self.report();
+            }
+            if self.last_checkpoint.elapsed() >= self.m.checkpoint_every {
+                self.last_checkpoint = Instant::now();
+                self.checkpoint_all();
+            }
+            self.m.health.progressed(1);
+        }
+        self.report();
+        tracing::info!("leaving the consumer groups");
+        // Closing a consumer revokes what it owns: the callbacks commit what was forwarded and
+        // checkpoint every keyed partition, once, before the partitions are let go.
+        let Looping { input, keyed, .. } = self;
+        drop(input);
+        drop(keyed);
+    }
+
+    /// Reads what has come (of each consumer up to 512 messages), then moves time on in every
+    /// keyed partition and stores their alerts. A consumer is not waited on while the other has
+    /// messages: when neither had any, each is waited on for up to 10 ms.
+    fn round(&mut self) {
+        let mut read = 0;
+        for wait in [Duration::ZERO, Duration::from_millis(10)] {
+            for keyed in [false, true] {
+                read += self.read(keyed, wait);
+            }
+            if read > 0 {
+                break;
+            }
+        }
+        let ctx = self.input.context();
+        let mut owned = ctx.owned.lock().expect("owned");
+        work(&mut owned.keyed, &self.inputs, &ctx.ends.latest(), self.m.workers);
+        if owned.keyed.values().any(KeyedPartition::wants_ends) {
+            ctx.ends.want();
+        }
+        let mut fenced = Vec::new();
+        let Owned { keyed, forwarder, .. } = &mut *owned;
+        for (partition, p) in keyed.iter_mut() {
+            for (to, summary) in p.take_outgoing() {
+                forwarder.send_stage(Some(to), forward::SUMMARY, &summary);
+                self.m.telemetry.group.summaries.inc();
+            }
+            count(&self.m.telemetry, p.tally());
+            if !self.store_alerts(p) {
+                fenced.push(*partition);
+            }
+        }
+        ctx.drop_fenced(&mut owned, &fenced);
+        let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
+        self.m.telemetry.group.held_alerts.set(held as i64);
+        let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
+        if let Some(w) = watermark {
+            self.m.health.set_watermark(w);
+            self.m.telemetry.watermark_lag_ms.set(vigil_engine::event::now_ms().saturating_sub(w));
+        }
+    }
+
+    /// Reads up to 512 messages of the input consumer, or of the keyed one when `keyed`, waiting
+    /// up to `wait` for the first; how many.
+    fn read(&mut self, keyed: bool, wait: Duration) -> usize {
+        let Looping { m, by_topic, decoder, input, keyed: keyed_consumer, .. } = self;
+        let consumer = if keyed { keyed_consumer } else { input };
+        for n in 0..512 {
+            let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
+            match polled {
+                Ok(message) => take(m, by_topic, decoder, consumer.context(), &message),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kafka receive failed");
+                    std::thread::sleep(Duration::from_millis(100));
+                    return n;
+                }
+            }
+        }
+        512
+    }
+
+    /// Reports the input partitions' progress to the keyed partitions, and now and then
+    /// commits what has been forwarded.
+    fn report(&mut self) {
+        let consumer = &self.input;
+        let mut owned = consumer.context().owned.lock().expect("owned");
+        let ctx = consumer.context();
+        owned.forwarder.report(|topic, partition, next| caught_up(ctx, topic, partition, next));
+        let Owned { keyed, forwarder, .. } = &mut *owned;
+        for p in keyed.values_mut() {
+            if let Some(report) = p.stage_report() {
+                forwarder.send_stage(None, forward::STAGE, &report);
+            }
+        }
+        if self.last_commit.elapsed() >= COMMIT_EVERY {
+            self.last_commit = Instant::now();
+            owned.forwarder.commit(consumer, None, CommitMode::Async);
+        }
+    }
+
+    fn checkpoint_all(&mut self) {
+        let ctx = self.keyed.context();
+        let mut owned = ctx.owned.lock().expect("owned");
+        if !owned.forwarder.delivered() {
+            tracing::warn!("checkpoints wait until the summaries sent are delivered");
+            return;
+        }
+        let mut fenced = Vec::new();
+        for (partition, p) in owned.keyed.iter_mut() {
+            if !p.dirty {
+                continue;
+            }
+            match ctx.save(p) {
+                Saved::Yes => {
+                    p.dirty = false;
+                    commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
+                }
+                Saved::Fenced => fenced.push(*partition),
+                Saved::Later => {}
+            }
+        }
+        ctx.drop_fenced(&mut owned, &fenced);
+    }
+
+    fn control(&mut self, input: Input) {
+        match input {
+            Input::Reload(plans, reply) => {
+                let mut owned = self.input.context().owned.lock().expect("owned");
+                let mut kept = None;
+                for p in owned.keyed.values_mut() {
+                    kept.get_or_insert_with(|| p.reload(plans.clone()));
+                }
+                owned.forwarder.router = Engine::new(plans.clone(), self.m.engine.clone());
+                let kept = kept.unwrap_or_else(|| plans.iter().map(|p| p.name.clone()).collect());
+                owned.plans = plans;
+                let _ = reply.send(kept);
+            }
+            Input::Ack(reply) => {
+                let _ = reply.send(0);
+            }
+            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) => {}
+        }
+    }
+
+    /// The input topics' partitions, the consumer's lag and the state gauges.
+    fn survey(&mut self) {
+        let mut partitions = Vec::new();
+        for topic in self.by_topic.keys() {
+            match self.input.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+                Ok(m) => {
+                    for t in m.topics().iter().filter(|t| t.error().is_none()) {
+                        partitions.extend(t.partitions().iter().map(|p| (topic.clone(), p.id())));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%topic, error = %e, "cannot read the topic's partitions; keeping the last known");
+                    return;
+                }
+            }
+        }
+        let inputs: Vec<UpstreamId> = partitions.iter().map(|(t, p)| keyed::upstream_id(t, *p)).collect();
+        if inputs != self.inputs {
+            tracing::info!(partitions = inputs.len(), "input partitions");
+            self.input.context().ends.set_inputs(partitions);
+            self.inputs = inputs;
+        }
+        self.m.telemetry.kafka_lag.reset();
+        let ctx = self.input.context();
+        let owned = ctx.owned.lock().expect("owned");
+        for ((topic, partition), w) in ctx.watermarks.lock().expect("watermarks").iter() {
+            let next = owned.next(*topic == ctx.keyed_topic, topic, *partition);
+            if let Some(high) = w.high {
+                let lag = (high - next.or(w.low).unwrap_or(0)).max(0);
+                self.m.telemetry.kafka_lag.with_label_values(&[topic, &partition.to_string()]).set(lag);
+            }
+        }
+        let bytes: usize = owned.keyed.values().map(KeyedPartition::state_bytes).sum();
+        self.m.telemetry.state_bytes.set(bytes as i64);
+        self.m.health.state_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+/// Lets each keyed partition take what has been read for it and move time on, on up to
+/// `workers` threads: each thread runs whole partitions, the busiest first to the least loaded
+/// thread. A partition's engine keeps its own key groups, so the threads share nothing.
+fn work(keyed: &mut BTreeMap<i32, KeyedPartition>, inputs: &[UpstreamId], ends: &EndOffsets, workers: usize) {
+    let busy = keyed.values().filter(|p| p.queued() > 0).count();
+    let workers = workers.min(busy);
+    if workers <= 1 {
+        keyed.values_mut().for_each(|p| p.work(inputs, ends));
+        return;
+    }
+    let mut partitions: Vec<&mut KeyedPartition> = keyed.values_mut().collect();
+    partitions.sort_by_key(|p| std::cmp::Reverse(p.queued()));
+    let mut shares: Vec<(usize, Vec<&mut KeyedPartition>)> = (0..workers).map(|_| (0, Vec::new())).collect();
+    for p in partitions {
+        let least = shares.iter_mut().min_by_key(|(load, _)| *load).expect("at least two threads");
+        least.0 += p.queued() + 1;
+        least.1.push(p);
+    }
+    std::thread::scope(|scope| {
+        for (_, share) in shares {
+            scope.spawn(move || share.into_iter().for_each(|p| p.work(inputs, ends)));
+        }
+    });
+}
+
+/// Counts what a keyed partition took.
+fn count(telemetry: &Telemetry, tally: keyed::Tally) {
+    let group = &telemetry.group;
+    group.taken.inc_by(tally.taken);
+    group.duplicates.inc_by(tally.duplicates);
+    group.summaries_taken.inc_by(tally.summaries);
+    group.skipped.with_label_values(&["unreadable"]).inc_by(tally.unreadable);
+    for (rule, n) in tally.late {
+        telemetry.late.with_label_values(&[&rule]).inc_by(n);
+    }
+}
+
+/// Where an input partition ends, when it has been read to its end: `next` (the next offset to
+/// read, when known) against the high watermark of the broker's fetch responses.
+fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> Option<i64> {
+    match (ctx.watermarks(topic, partition), next) {
+        ((_, Some(high)), Some(next)) => (next >= high).then_some(next),
+        ((Some(low), Some(high)), None) => (low == high).then_some(high),
+        _ => None,
+    }
+}
+
+/// Takes one message: an input partition's event is forwarded, a keyed partition's record
+/// goes to its engine.
+fn take(
+    m: &Member,
+    by_topic: &BTreeMap<String, Stream>,
+    decoder: &mut vigil_engine::event::LineDecoder,
+    ctx: &Ctx,
+    message: &BorrowedMessage<'_>,
+) {
+    let payload = message.payload().unwrap_or_default();
+    let mut owned = ctx.owned.lock().expect("owned");
+    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+    let next = owned.next(topic == ctx.keyed_topic, topic, partition);
+    if topic == ctx.keyed_topic {
+        let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
+        let Some(p) = owned.keyed.get_mut(&partition) else {
+            skipped("not_owned");
+            return;
+        };
+        if !p.fresh(offset) {
+            skipped("before_checkpoint");
+            return;
+        }
+        let Some(headers) = message.headers() else {
+            skipped("no_header");
+            return;
+        };
+        for h in headers.iter() {
+            match (h.key, h.value) {
+                (forward::PROGRESS, _) => p.queue_progress(payload),
+                (forward::SUMMARY, _) => p.queue_summary(payload),
+                (forward::STAGE, _) => p.queue_stage_report(payload),
+                (forward::FROM, Some(from)) => {
+                    let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
+                    else {
+                        continue;
+                    };
+                    let Ok(offset) = offset.parse::<i64>() else { continue };
+                    let stream = upstream.rsplit_once('/').and_then(|(t, _)| by_topic.get(t)).copied();
+                    p.queue_event(upstream, offset, stream, payload);
+                }
+                _ => {}
+            }
+        }
+        return;
+    }
+    // Read before: forwarded by an earlier owner, or by this one before the partition was read
+    // again from its beginning.
+    if next.is_some_and(|next| offset < next) {
+        return;
+    }
+    match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
+        Ok(event) => {
+            m.telemetry.events_in.with_label_values(&[event.stream.name()]).inc();
+            let sent = owned.forwarder.forward(topic, partition, offset, payload, &event);
+            m.telemetry.group.forwarded.inc_by(sent);
+        }
+        Err(reason) => {
+            owned.forwarder.read(topic, partition, offset, None);
+            drop(owned);
+            let letter = DeadLetter {
+                source: "kafka".into(),
+                topic: Some(topic.to_string()),
+                partition: Some(partition),
+                offset: Some(offset),
+                line: None,
+                reason: reason.to_string(),
+                payload: super::sources::dead_payload(payload),
+                received_at_ms: vigil_engine::event::now_ms(),
+            };
+            let _ = m.dead.blocking_send(letter);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! A member's keyed partitions on several threads.
+
+use super::keyed::{KeyedPartition, Progress, Tally};
+use super::work;
+use crate::store::Fence;
+use std::collections::BTreeMap;
+use vigil_engine::engine::{EngineConfig, Shard};
+
+/// `count` keyed partitions over the shipped rules, each fed every sample event (a partition's
+/// engine keeps its own key groups only) and then a progress report past the last of them.
+fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
+    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules folder");
+    let plans: Vec<_> = vigil_lang::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
+    let lines = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let last = lines.lines().count() as i64;
+    (0..count)
+        .map(|index| {
+            let config = EngineConfig { shard: Shard { index, count }, ..EngineConfig::default() };
+            let fence = Fence { group: "g".into(), partition: index as i32, epoch: 1 };
+            let mut p = KeyedPartition::new(plans.clone(), &config, fence, None);
+            for (offset, line) in lines.lines().enumerate() {
+                p.queue_event("t/0", offset as i64, None, line.as_bytes());
+            }
+            p.queue_event("t/0", last, None, b"{\"stream\":\"metric\"");
+            let end = Progress { upstream: "t/0".into(), ts: Some(i64::MAX / 8), idle: false, next: None, epoch: 1 };
+            p.queue_progress(serde_json::to_string(&[end]).expect("report").as_bytes());
+            (index as i32, p)
+        })
+        .collect()
+}
+
+/// Every partition's alerts (ids and transitions, in each partition's order) and tally.
+fn run(workers: usize) -> Vec<(Vec<(String, vigil_engine::alert::Status)>, Tally)> {
+    let mut keyed = partitions(4);
+    work(&mut keyed, &["t/0".to_string()], &Default::default(), workers);
+    keyed
+        .values_mut()
+        .map(|p| {
+            assert_eq!(p.queued(), 0, "every queued record is taken");
+            (p.out.iter().map(|a| (a.id.clone(), a.status)).collect(), p.tally())
+        })
+        .collect()
+}
+
+#[test]
+fn partitions_run_on_threads_raise_the_alerts_of_one_thread() {
+    let one = run(1);
+    let alerts: usize = one.iter().map(|(a, _)| a.len()).sum();
+    assert!(alerts >= 10, "the sample raises alerts: {alerts}");
+    assert!(one.iter().filter(|(a, _)| !a.is_empty()).count() >= 2, "in more than one partition");
+    for (_, tally) in &one {
+        assert_eq!(tally.taken, 5993);
+        assert_eq!(tally.unreadable, 1);
+    }
+    assert_eq!(run(2), one);
+    assert_eq!(run(3), one);
+}
+
+#[test]
+fn a_checkpoint_takes_what_was_read_first() {
+    let mut keyed = partitions(1);
+    let p = keyed.get_mut(&0).expect("partition");
+    let checkpoint = p.checkpoint().expect("checkpoint");
+    assert_eq!(p.queued(), 0);
+    assert_eq!(p.tally().taken, 5993);
+    let fence = p.fence.clone();
+    let mut restored = KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, Some(&checkpoint));
+    let line = br#"{"stream":"metric","ts":1767225600000,"host":"h","name":"m","value":1}"#;
+    restored.queue_event("t/0", 5992, None, line);
+    restored.queue_event("t/0", 5994, None, line);
+    restored.work(&[], &Default::default());
+    let tally = restored.tally();
+    assert_eq!((tally.duplicates, tally.taken), (1, 1), "the checkpoint holds the last offset taken");
+}
+
+/// Queues `lines` as the events of input partition `t/0` from offset `from`, then its
+/// forwarder's report of the newest time among them (of a time past everything when `end`).
+fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
+    let ts = |line: &str| vigil_engine::event::decode(line, None).map(|e| e.ts).ok();
+    for (n, line) in lines.iter().enumerate() {
+        p.queue_event("t/0", (from + n) as i64, None, line.as_bytes());
+    }
+    let newest = if end { Some(i64::MAX / 8) } else { lines.iter().filter_map(|l| ts(l)).max() };
+    let report = Progress { upstream: "t/0".into(), ts: newest, idle: false, next: None, epoch: 1 };
+    p.queue_progress(serde_json::to_string(&[report]).expect("report").as_bytes());
+}
+
+/// Runs the partitions until no stage-one record is left to deliver: each partition's
+/// summaries go to their stage two, and its reports to every partition, in the order sent.
+fn run_stages(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(Option<i32>, bool, Vec<u8>)> {
+    let mut sent = Vec::new();
+    loop {
+        work(keyed, &["t/0".to_string()], &Default::default(), 2);
+        let mut sends = Vec::new();
+        for p in keyed.values_mut() {
+            sends.extend(p.take_outgoing().into_iter().map(|(to, s)| (Some(to), false, s)));
+            sends.extend(p.stage_report().map(|r| (None, true, r)));
+        }
+        if sends.is_empty() {
+            return sent;
+        }
+        deliver(keyed, &sends);
+        sent.extend(sends);
+    }
+}
+
+fn deliver(keyed: &mut BTreeMap<i32, KeyedPartition>, sends: &[(Option<i32>, bool, Vec<u8>)]) {
+    for (to, report, bytes) in sends {
+        for (n, p) in keyed.iter_mut() {
+            if to.is_none_or(|t| t == *n) {
+                if *report {
+                    p.queue_stage_report(bytes);
+                } else {
+                    p.queue_summary(bytes);
+                }
+            }
+        }
+    }
+}
+
+/// Every alert of the partitions, as (rule, id, status), sorted.
+fn alerts(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(String, String, vigil_engine::alert::Status)> {
+    let mut out: Vec<_> =
+        keyed.values_mut().flat_map(|p| p.out.drain(..)).map(|a| (a.rule.to_string(), a.id, a.status)).collect();
+    out.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
+    out
+}
+
+fn two_stage_partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
+    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules folder");
+    let plans: Vec<_> = vigil_lang::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
+    (0..count)
+        .map(|index| {
+            let config = EngineConfig { shard: Shard { index, count }, two_stage: true, ..EngineConfig::default() };
+            let fence = Fence { group: "g".into(), partition: index as i32, epoch: 1 };
+            (index as i32, KeyedPartition::new(plans.clone(), &config, fence, None))
+        })
+        .collect()
+}
+
+#[test]
+fn fleet_wide_rules_judged_in_a_second_stage_raise_the_alerts_of_one_engine() {
+    let mut whole = partitions(4);
+    work(&mut whole, &["t/0".to_string()], &Default::default(), 1);
+    let want = alerts(&mut whole);
+    let outliers = want.iter().filter(|(rule, ..)| rule == "machine_load_outlier" || rule == "straggler_task").count();
+    assert!(outliers >= 2, "the sample raises fleet-wide outliers: {want:?}");
+
+    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let lines: Vec<&str> = text.lines().collect();
+    let mut staged = two_stage_partitions(4);
+    for p in staged.values_mut() {
+        fed(p, &lines, 0, true);
+    }
+    let sent = run_stages(&mut staged);
+    let summaries = sent.iter().filter(|(_, report, _)| !report).count();
+    assert!(summaries > 10, "stage one sent summaries: {summaries}");
+    let targets: std::collections::BTreeSet<_> = sent.iter().filter_map(|(to, ..)| *to).collect();
+    assert!(targets.len() >= 2, "to the stage two of more than one peer group: {targets:?}");
+    assert_eq!(alerts(&mut staged), want);
+}
+
+#[test]
+fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
+    let mut whole = partitions(3);
+    work(&mut whole, &["t/0".to_string()], &Default::default(), 1);
+    let want = alerts(&mut whole);
+
+    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let mut staged = two_stage_partitions(3);
+    for p in staged.values_mut() {
+        fed(p, first, 0, false);
+    }
+    let sent = run_stages(&mut staged);
+    let mut got = alerts(&mut staged);
+    // Every partition is restored from its checkpoint, as by the next owner after a hand-over.
+    let mut restored: BTreeMap<i32, KeyedPartition> = BTreeMap::new();
+    for (n, p) in staged.iter_mut() {
+        let checkpoint = p.checkpoint().expect("checkpoint");
+        let plans =
+            vigil_lang::compile_all(&vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules"))
+                .into_iter()
+                .flat_map(|c| c.plans)
+                .collect();
+        let config =
+            EngineConfig { shard: Shard { index: *n as usize, count: 3 }, two_stage: true, ..Default::default() };
+        restored.insert(*n, KeyedPartition::new(plans, &config, p.fence.clone(), Some(&checkpoint)));
+    }
+    // What the sources sent before comes again (a source restored from an older checkpoint
+    // sends its summaries again): none is taken twice.
+    deliver(&mut restored, &sent);
+    for p in restored.values_mut() {
+        p.work(&["t/0".to_string()], &Default::default());
+        let tally = p.tally();
+        assert_eq!(tally.summaries, 0, "summaries sent again are not taken");
+    }
+    for p in restored.values_mut() {
+        fed(p, second, first.len(), true);
+    }
+    run_stages(&mut restored);
+    got.extend(alerts(&mut restored));
+    got.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
+    assert_eq!(got, want);
+}

@@ -1,0 +1,614 @@
+//! `vigil serve`: the engine as a service between Kafka (or HTTP ingest, or a recorded file) and
+//! the people on call, with alerts stored in PostgreSQL or SQLite, pushed to a webhook and
+//! tailed over HTTP.
+//!
+//! ```text
+//! Kafka / POST /api/v1/events / --replay --> engine thread --> alert writer --> store
+//!                                                                   |--> SSE clients
+//!                                                                   '--> webhook outbox --> receiver
+//! ```
+
+pub mod alertmanager;
+pub mod api;
+pub mod config;
+pub mod engine_loop;
+pub mod event_time;
+pub mod group;
+pub mod idle;
+pub mod ingest_log;
+pub mod kafka;
+pub mod position;
+pub mod rules;
+pub mod server;
+pub mod sources;
+pub mod spool;
+pub mod store;
+pub mod telemetry;
+pub mod tls;
+pub mod webhook;
+pub mod writer;
+
+use config::ServeConfig;
+use engine_loop::{EngineHealth, EngineLoop};
+use position::Position;
+use sources::Intake;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
+
+/// Alert stream clients catching up from the store at once.
+const CATCH_UP_READS: usize = 4;
+
+/// Why the service could not start. Each says what failed; its cause follows in the chain
+/// (`main` prints it as `what: cause`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("cannot open the store at {url}")]
+    Store { url: String, source: store::StoreError },
+    #[error("cannot read the checkpoint")]
+    Checkpoint(#[source] store::StoreError),
+    #[error("cannot read or publish the rules of the consumer group `{group}`")]
+    GroupRules { group: String, source: store::StoreError },
+    #[error("the rules in {dir} do not load")]
+    Rules { dir: PathBuf, source: vigil_lang::ruleset::RuleSetError },
+    #[error("cannot listen on {addr}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot create the Kafka topics")]
+    KafkaTopics(#[source] kafka::KafkaError),
+    #[error("cannot create the Kafka consumer")]
+    KafkaConsumer(#[source] kafka::KafkaError),
+    #[error("cannot join the Kafka consumer group {group}")]
+    JoinGroup { group: String, source: rdkafka::error::KafkaError },
+    #[error("cannot read the spool in {dir}")]
+    Spool { dir: PathBuf, source: std::io::Error },
+    #[error("cannot open the ingest log in {dir}")]
+    IngestLog { dir: PathBuf, source: std::io::Error },
+    #[error("cannot build the webhook client")]
+    Webhook(#[source] reqwest::Error),
+    #[error("cannot serve TLS: {0}")]
+    Tls(String),
+}
+
+impl ServiceError {
+    /// Whether starting again later may succeed: the store, the port or the broker may come
+    /// back; a rule, a folder or a client that cannot be built will not.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ServiceError::Store { source, .. }
+            | ServiceError::Checkpoint(source)
+            | ServiceError::GroupRules { source, .. } => source.retryable,
+            ServiceError::Listen { .. }
+            | ServiceError::KafkaTopics(_)
+            | ServiceError::KafkaConsumer(_)
+            | ServiceError::JoinGroup { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// What every source checks of an event before it is taken.
+fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>) -> Intake {
+    let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
+    Intake {
+        bounds: vigil_engine::event::TimeBounds {
+            max_future_ms: nonzero(config.max_event_future),
+            max_jump_ms: nonzero(config.max_event_jump),
+        },
+        health: health.clone(),
+        labels: sources::LabelLimits {
+            per_series: config.max_labels_per_series,
+            name_bytes: config.max_label_name_length,
+            value_bytes: config.max_label_value_length,
+        },
+    }
+}
+
+fn server_limits(config: &ServeConfig) -> server::ServerLimits {
+    server::ServerLimits {
+        max_connections: server::connections_that_fit(config.max_connections),
+        header_timeout: config.http_header_timeout,
+        write_timeout: config.http_body_timeout,
+    }
+}
+
+/// What the stages of the service share: its channels and the state they report to.
+struct Wiring {
+    telemetry: Arc<telemetry::Telemetry>,
+    store: store::Store,
+    engine: mpsc::Sender<engine_loop::Input>,
+    dead: mpsc::Sender<store::DeadLetter>,
+    published: broadcast::Sender<Arc<store::Stored>>,
+    health: Arc<writer::Health>,
+    engine_health: Arc<EngineHealth>,
+    webhook_wake: Arc<Notify>,
+    silences: Arc<alertmanager::Silences>,
+    intake: Intake,
+    stop: watch::Receiver<bool>,
+}
+
+/// Runs the service until SIGINT or SIGTERM.
+pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
+    let telemetry = Arc::new(telemetry::Telemetry::new());
+    let store = store::Store::connect(&config.database_url)
+        .await
+        .map_err(|source| ServiceError::Store { url: redact(&config.database_url), source })?;
+    let engine_health = Arc::new(EngineHealth::default());
+    // A group member runs its group's rules: the folder is made the group's first.
+    let rule_sync = sync_group_rules(&config, &store, &engine_health).await?;
+    // Taken before the rules are read: a change after this point is seen by the watcher even if
+    // it lands before the watcher starts.
+    let fingerprint = rules::fingerprint(&config.rules);
+    let loaded = rules::load(&config.rules)
+        .and_then(|set| set.checked())
+        .map_err(|source| ServiceError::Rules { dir: config.rules.clone(), source })?;
+    tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
+    let addr = listener.local_addr().map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
+    let tls =
+        tls::Tls::serve(config.tls_cert_file.as_deref(), config.tls_key_file.as_deref()).map_err(ServiceError::Tls)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let external_url = config.external_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
+
+    let (tx, rx, alerts_tx, alerts_rx) = engine_loop::channels();
+    let (dead_tx, dead_rx) = mpsc::channel(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let wiring = Wiring {
+        telemetry: telemetry.clone(),
+        store: store.clone(),
+        engine: tx,
+        dead: dead_tx,
+        published: broadcast::channel(4096).0,
+        health: Arc::new(writer::Health::default()),
+        intake: intake_of(&config, &engine_health),
+        engine_health,
+        webhook_wake: Arc::new(Notify::new()),
+        silences: Default::default(),
+        stop: stop_rx,
+    };
+    tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout));
+    let (engine_thread, writer, ticker, ingest_tx) = if config.kafka_join_group {
+        drop(alerts_tx);
+        let writer = spawn_writers(&config, &wiring, None, alerts_rx, dead_rx, &external_url)?;
+        let member = join_group(&config, &wiring, loaded.plans(), rx, &external_url).await?;
+        (member, writer, None, forward_ingest(&config)?)
+    } else {
+        let mut engine = build_engine(&config, loaded.plans());
+        let resume = restore(&store, &mut engine).await?;
+        telemetry.workers.set(engine.count() as i64);
+        tracing::info!(workers = engine.count(), "engine started");
+        let consumer = kafka_consumer(&config).await?;
+        let engine_thread = EngineLoop {
+            engine,
+            telemetry: telemetry.clone(),
+            health: wiring.engine_health.clone(),
+            checkpoint_every: config.checkpoint_interval,
+            restored: resume.clone(),
+            max_state_bytes: config.max_state_bytes(),
+            input_stopped_after: config.input_stopped_after,
+            source_idle_after: config.source_idle_after,
+        }
+        .spawn(rx, alerts_tx);
+        let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;
+        let (ticker, ingest_tx) = spawn_sources(&config, &wiring, consumer, &resume)?;
+        (engine_thread, writer, Some(ticker), ingest_tx)
+    };
+
+    let live_rules =
+        Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, wiring.engine.clone(), telemetry.clone()));
+    tokio::spawn(live_rules.clone().watch(fingerprint, wiring.stop.clone()));
+    if let Some(sync) = rule_sync {
+        tokio::spawn(sync.run(live_rules.clone(), wiring.stop.clone()));
+    }
+    let state = app_state(&config, &wiring, store, live_rules, ingest_tx);
+    drop(wiring);
+
+    let limits = server_limits(&config);
+    // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
+    eprintln!("vigil: listening on {scheme}://{addr}");
+    tracing::info!(%addr, tls = tls.is_some(), store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
+    server::serve(listener, api::router(state.clone()), limits, tls, telemetry, shutdown_signal()).await;
+
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    if let Some(ticker) = ticker {
+        ticker.abort();
+    }
+    drop(state);
+    // The engine ends when every input is closed; the writer then stores what is left.
+    let _ =
+        tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
+    Ok(())
+}
+
+/// A group member's first round of [`group::rules::RuleSync`], before its rules are loaded: the
+/// group's rule set is published or written into the folder. None when not in a group.
+async fn sync_group_rules(
+    config: &ServeConfig,
+    store: &store::Store,
+    health: &Arc<EngineHealth>,
+) -> Result<Option<group::rules::RuleSync>, ServiceError> {
+    if !config.kafka_join_group {
+        return Ok(None);
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let by = match &config.external_url {
+        Some(url) => url.clone(),
+        None => format!("{host} pid {} ({})", std::process::id(), config.http_addr),
+    };
+    let mut sync = group::rules::RuleSync::new(
+        store.clone(),
+        config.kafka_group.clone(),
+        config.rules.clone(),
+        by,
+        health.clone(),
+    );
+    sync.step(None).await.map_err(|source| ServiceError::GroupRules { group: config.kafka_group.clone(), source })?;
+    Ok(Some(sync))
+}
+
+/// Starts this instance as a member of its consumer group (`--kafka-join-group`).
+async fn join_group(
+    config: &ServeConfig,
+    w: &Wiring,
+    plans: Vec<vigil_lang::plan::RulePlan>,
+    control: mpsc::Receiver<engine_loop::Input>,
+    external_url: &str,
+) -> Result<std::thread::JoinHandle<()>, ServiceError> {
+    let brokers = config.kafka_brokers.clone().unwrap_or_default();
+    let mut topics = vec![group::keyed_topic(&config.kafka_group)];
+    if config.kafka_create_topics {
+        topics.extend(config.topics.values().cloned());
+    }
+    let partitions = i32::try_from(config.kafka_keyed_partitions).unwrap_or(i32::MAX);
+    kafka::ensure_topics(&brokers, &topics, partitions, &config.kafka_options)
+        .await
+        .map_err(ServiceError::KafkaTopics)?;
+    w.telemetry.workers.set(workers(config) as i64);
+    let member = group::Member {
+        group: config.kafka_group.clone(),
+        brokers,
+        kafka_options: config.kafka_options.clone(),
+        instance_id: config.kafka_instance_id.clone(),
+        topics: config.topics.clone(),
+        keyed_partitions: config.kafka_keyed_partitions,
+        workers: workers(config),
+        checkpoint_every: config.checkpoint_interval,
+        plans,
+        engine: engine_config(config),
+        store: w.store.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        telemetry: w.telemetry.clone(),
+        published: w.published.clone(),
+        webhook: config.webhook_url.as_ref().map(|_| external_url.to_string()),
+        wake: w.webhook_wake.clone(),
+        dead: w.dead.clone(),
+        intake: w.intake.clone(),
+        health: w.engine_health.clone(),
+    };
+    member
+        .spawn(control, w.stop.clone())
+        .map_err(|source| ServiceError::JoinGroup { group: config.kafka_group.clone(), source })
+}
+
+/// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`group::push`]).
+fn forward_ingest(config: &ServeConfig) -> Result<mpsc::Sender<sources::http::Batch>, ServiceError> {
+    let brokers = config.kafka_brokers.as_deref().unwrap_or_default();
+    let producer =
+        kafka::push_producer(brokers, &config.kafka_options).map_err(|e| ServiceError::KafkaConsumer(e.into()))?;
+    let forward = group::push::Forward { producer, topics: config.topics.clone() };
+    Ok(forward.spawn())
+}
+
+/// What the API's handlers share.
+fn app_state(
+    config: &ServeConfig,
+    wiring: &Wiring,
+    store: store::Store,
+    rules: Arc<rules::LiveRules>,
+    ingest: mpsc::Sender<sources::http::Batch>,
+) -> Arc<api::AppState> {
+    Arc::new(api::AppState {
+        store,
+        ingest,
+        intake: wiring.intake.clone(),
+        dead: wiring.dead.clone(),
+        published: wiring.published.clone(),
+        telemetry: wiring.telemetry.clone(),
+        rules,
+        token: config.api_token.clone(),
+        read_token: config.api_read_token.clone(),
+        influx_host_tag: config.influx_host_tag.clone(),
+        remote_write_host_label: config.remote_write_host_label.clone(),
+        metric_families: Default::default(),
+        otlp_host_attribute: config.otlp_host_attribute.clone(),
+        health: wiring.health.clone(),
+        engine_health: wiring.engine_health.clone(),
+        webhook_wake: wiring.webhook_wake.clone(),
+        silences: wiring.silences.clone(),
+        limits: api::Limits {
+            body_timeout: config.http_body_timeout,
+            stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
+            catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
+            stall_timeout: config.stall_timeout,
+            max_samples_per_request: config.max_samples_per_request,
+        },
+    })
+}
+
+fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) -> vigil_engine::workers::Engines {
+    vigil_engine::workers::Engines::new(plans, engine_config(config), workers(config))
+}
+
+fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
+    vigil_engine::engine::EngineConfig {
+        lateness_ms: config.lateness_ms(),
+        limits: vigil_engine::engine::Limits {
+            max_keys: config.max_keys_per_rule,
+            idle_ms: config::millis(config.idle_timeout),
+        },
+        // Event time never runs ahead of the wall clock: no event can make the present late.
+        clock: Some(Arc::new(vigil_engine::engine::SystemClock)),
+        shard: Default::default(),
+        // A group member sets it (`crates/service/src/group`): one engine judges a window whole.
+        two_stage: false,
+    }
+}
+
+/// Engine threads: `--workers`, by default the number of cores.
+fn workers(config: &ServeConfig) -> usize {
+    config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
+/// ingest log resume from. The rules it does not name start empty: new or changed ones, and
+/// those whose entities' keys changed since it was written.
+async fn restore(
+    store: &store::Store,
+    engine: &mut vigil_engine::workers::Engines,
+) -> Result<Vec<Position>, ServiceError> {
+    let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
+        tracing::info!("no checkpoint: starting empty");
+        return Ok(Vec::new());
+    };
+    let resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
+        Vec::new()
+    });
+    let restored = engine.restore(&bytes);
+    match restored {
+        Ok(rules) => tracing::info!(rules = ?rules, positions = %positions, "state restored from the checkpoint"),
+        Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
+    }
+    Ok(resume)
+}
+
+async fn kafka_consumer(config: &ServeConfig) -> Result<Option<Arc<rdkafka::consumer::StreamConsumer>>, ServiceError> {
+    let Some(brokers) = &config.kafka_brokers else { return Ok(None) };
+    if config.kafka_create_topics {
+        let topics: Vec<String> = config.topics.values().cloned().collect();
+        kafka::ensure_topics(brokers, &topics, 1, &config.kafka_options).await.map_err(ServiceError::KafkaTopics)?;
+    }
+    let consumer = kafka::consumer(brokers, &config.kafka_group, &config.kafka_options)
+        .map_err(|e| ServiceError::KafkaConsumer(e.into()))?;
+    Ok(Some(Arc::new(consumer)))
+}
+
+/// The alert writer, the dead-letter writer and the webhook worker.
+fn spawn_writers(
+    config: &ServeConfig,
+    w: &Wiring,
+    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    alerts: mpsc::Receiver<engine_loop::Output>,
+    dead: mpsc::Receiver<store::DeadLetter>,
+    external_url: &str,
+) -> Result<tokio::task::JoinHandle<()>, ServiceError> {
+    let spool = spool::Spool::open(&config.spool_dir, config.spool_max_mb.saturating_mul(1 << 20))
+        .map_err(|source| ServiceError::Spool { dir: config.spool_dir.clone(), source })?;
+    let writer = tokio::spawn(writer::write_alerts(
+        alerts,
+        writer::Writer {
+            consumer,
+            store: w.store.clone(),
+            published: w.published.clone(),
+            webhook: config.webhook_url.as_ref().map(|_| external_url.to_string()),
+            wake: w.webhook_wake.clone(),
+            telemetry: w.telemetry.clone(),
+            health: w.health.clone(),
+            spool,
+            ingest_log: Some(config.ingest_log_dir.clone()),
+        },
+    ));
+    tokio::spawn(writer::write_dead_letters(dead, w.store.clone(), w.telemetry.clone(), config.max_dead_letters));
+    if let Some(url) = &config.webhook_url {
+        let settings = config.webhook();
+        let client = reqwest::Client::builder().timeout(settings.timeout).build().map_err(ServiceError::Webhook)?;
+        let deliverer = webhook::Deliverer {
+            store: w.store.clone(),
+            url: url.clone(),
+            client,
+            wake: w.webhook_wake.clone(),
+            telemetry: w.telemetry.clone(),
+            settings,
+            shared: config.kafka_join_group,
+        };
+        tokio::spawn(deliverer.run(w.stop.clone()));
+        tracing::info!(url = %redact(url), "delivering alerts to the webhook");
+    }
+    if !config.alertmanager_url.is_empty() {
+        let client =
+            reqwest::Client::builder().timeout(config.alertmanager_timeout).build().map_err(ServiceError::Webhook)?;
+        let notifier = alertmanager::Notifier {
+            settings: alertmanager::Settings {
+                urls: config.alertmanager_url.clone(),
+                resend_delay: config.alertmanager_resend_delay,
+                external_labels: config.alertmanager_external_labels.clone(),
+                external_url: external_url.to_string(),
+            },
+            silences: w.silences.clone(),
+            store: w.store.clone(),
+            published: w.published.subscribe(),
+            telemetry: w.telemetry.clone(),
+            client,
+        };
+        tokio::spawn(notifier.run(w.stop.clone()));
+        let urls: Vec<String> = config.alertmanager_url.iter().map(|u| redact(u)).collect();
+        tracing::info!(alertmanagers = ?urls, "sending alerts to Alertmanager");
+    }
+    Ok(writer)
+}
+
+/// Kafka, the replayed files, HTTP ingest's thread, and the engine's ticks. Returns the ticker
+/// and the way into HTTP ingest.
+fn spawn_sources(
+    config: &ServeConfig,
+    w: &Wiring,
+    consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    resume: &[Position],
+) -> Result<(tokio::task::JoinHandle<()>, mpsc::Sender<sources::http::Batch>), ServiceError> {
+    if let Some(consumer) = consumer {
+        let source = sources::kafka::KafkaSource {
+            topics: config.topics.clone(),
+            formats: config.topic_formats.clone(),
+            collectors: sources::kafka::Collectors {
+                influx: vigil_engine::influx::Mapping {
+                    host_tag: config.influx_host_tag.clone(),
+                    ..Default::default()
+                },
+                otlp_host_attribute: config.otlp_host_attribute.clone(),
+                remote_write_host_label: config.remote_write_host_label.clone(),
+            },
+            start: resume.to_vec(),
+            engine: w.engine.clone(),
+            dead: w.dead.clone(),
+            intake: w.intake.clone(),
+            overload: config.overload,
+            shed: w.telemetry.shed.with_label_values(&["kafka"]),
+            telemetry: w.telemetry.clone(),
+        };
+        tokio::spawn(sources::kafka::consume(consumer.clone(), source, w.stop.clone()));
+        tokio::spawn(sources::kafka::report_lag(consumer, w.telemetry.clone(), w.stop.clone()));
+    }
+    let ticker = tokio::spawn(engine_loop::tick(w.engine.clone()));
+    for file in &config.replay {
+        sources::file::replay(file.clone(), resume, w.intake.clone(), w.engine.clone(), w.dead.clone());
+        tracing::info!(file = %file.display(), "replaying into the service");
+    }
+    let (ingest_tx, ingest_rx) = mpsc::channel(256);
+    sources::http::HttpSource {
+        dir: config.ingest_log_dir.clone(),
+        fsync: config.ingest_fsync,
+        replay_from: sources::http::replay_from(resume),
+        engine: w.engine.clone(),
+        overload: config.overload,
+        shed: w.telemetry.shed.with_label_values(&["http"]),
+        telemetry: w.telemetry.clone(),
+    }
+    .spawn(ingest_rx)
+    .map_err(|source| ServiceError::IngestLog { dir: config.ingest_log_dir.clone(), source })?;
+    Ok((ticker, ingest_tx))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// A URL for messages: without the password of its credentials, and without its query (where
+/// webhook receivers often take a token).
+pub fn redact(url: &str) -> String {
+    let url = match url.split_once('?') {
+        Some((base, _)) => return redact(base) + "?***",
+        None => url,
+    };
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// An error with its causes, `a: b: c`, as reqwest's own message hides the cause (connection
+/// refused, DNS) behind "error sending request".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    redact_urls(&text)
+}
+
+/// Text with every URL in it redacted, as [`redact`] does one: for error messages from
+/// libraries that quote the URL they failed on.
+pub fn redact_urls(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.find("://") {
+            Some(at) if at > 0 => {
+                let start = word[..at].rfind(|c: char| !c.is_ascii_alphanumeric() && c != '+').map_or(0, |i| i + 1);
+                let end = word[at..].find(['"', '\'', ')', '>']).map_or(word.len(), |i| at + i);
+                format!("{}{}{}", &word[..start], redact(&word[start..end]), &word[end..])
+            }
+            _ => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A file of the repository (the shipped rules, the samples) for the unit tests, which run in
+/// this crate's folder.
+#[cfg(test)]
+pub(crate) fn repo_file(path: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urls_inside_messages_are_redacted() {
+        assert_eq!(
+            super::redact_urls("error sending request for url (https://h/x?token=abc): refused"),
+            "error sending request for url (https://h/x?***): refused"
+        );
+        assert_eq!(super::redact_urls("no url here"), "no url here");
+        assert_eq!(super::redact_urls("\"postgres://u:pw@db/x\" down"), "\"postgres://u:***@db/x\" down");
+    }
+
+    #[test]
+    fn secrets_stay_out_of_messages() {
+        assert_eq!(super::redact("postgres://vigil:s3cret@db:5432/vigil"), "postgres://vigil:***@db:5432/vigil");
+        assert_eq!(super::redact("https://hooks.example/x?token=abc"), "https://hooks.example/x?***");
+        assert_eq!(super::redact("https://u:p@h/x?t=1"), "https://u:***@h/x?***");
+        assert_eq!(super::redact("sqlite://vigil.db"), "sqlite://vigil.db");
+    }
+}

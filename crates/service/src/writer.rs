@@ -1,0 +1,244 @@
+//! The alert writer: stores what the engine hands it, then publishes each new transition to
+//! stream clients and wakes the webhook worker; stores checkpoints behind their alerts, commits
+//! their Kafka offsets and deletes the ingest log they cover. Dead letters are written apart.
+//!
+//! While the store is down, batches go to the spool on disk (the engine goes on) and are
+//! stored in order when it is back; a full spool holds the engine back, and the engine the
+//! sources. After a crash the service resumes from the last checkpoint and reads again what
+//! came after it (the alerts that come out twice are stored once, by id).
+
+use super::engine_loop::Output;
+use super::position::{resume_offset, Position, HTTP_SOURCE};
+use super::spool::{Spool, SpoolError};
+use super::store::{DeadLetter, Store, Stored};
+use super::telemetry::{StoreFailed, Telemetry};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, Notify};
+use vigil_engine::alert::{Alert, Status};
+
+/// Shared state the writer keeps up to date for `/readyz`.
+#[derive(Default)]
+pub struct Health {
+    pub store_ok: AtomicBool,
+    /// Alerts waiting in the spool for the store.
+    pub spooled: AtomicU64,
+}
+
+/// Where the writer puts what the engine hands it.
+pub struct Writer {
+    pub consumer: Option<Arc<rdkafka::consumer::StreamConsumer>>,
+    pub store: Store,
+    pub published: broadcast::Sender<Arc<Stored>>,
+    /// The external URL for webhook payloads; none without a webhook.
+    pub webhook: Option<String>,
+    pub wake: Arc<Notify>,
+    pub telemetry: Arc<Telemetry>,
+    pub health: Arc<Health>,
+    pub spool: Spool,
+    /// The ingest log's folder: segments a stored checkpoint covers are deleted.
+    pub ingest_log: Option<PathBuf>,
+}
+
+/// First wait before the store is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Stores alert batches, then publishes each newly stored transition to stream clients and
+/// wakes the webhook worker. While the store is down, batches go to the spool on disk (the
+/// engine goes on) and are stored in order when it is back; a full spool holds the engine back.
+/// Checkpoints are stored behind their alerts, and only then are their Kafka offsets committed:
+/// after a crash the service resumes from the last checkpoint and reads again what came after it
+/// (the alerts that come out twice are stored once, by id).
+pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
+    // A checkpoint waiting for the spool to empty (or for the store); a newer one replaces it.
+    let mut checkpoint: Option<(Vec<u8>, Vec<Position>)> = None;
+    let mut delay = RETRY_MIN;
+    let mut closed = false;
+    w.report_spool();
+    loop {
+        let waiting = !w.spool.is_empty() || checkpoint.is_some();
+        if closed && !waiting {
+            return;
+        }
+        let output = if waiting {
+            tokio::select! {
+                o = rx.recv(), if !closed => o,
+                _ = tokio::time::sleep(delay) => {
+                    delay = if w.drain(&mut checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
+                    continue;
+                }
+            }
+        } else {
+            rx.recv().await
+        };
+        match output {
+            None => closed = true,
+            Some(Output::Checkpoint(bytes, positions)) => {
+                checkpoint = Some((bytes, positions));
+                if w.spool.is_empty() {
+                    w.drain(&mut checkpoint).await;
+                }
+            }
+            Some(Output::Alerts(batch)) => {
+                if w.spool.is_empty() && checkpoint.is_none() && w.store_batch(&batch).await {
+                    continue;
+                }
+                w.hold(batch, &mut checkpoint).await;
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Stores one batch and publishes it; false when the store did not take it.
+    async fn store_batch(&self, batch: &[Alert]) -> bool {
+        let webhook = self.webhook.as_deref();
+        let payload = |a: &Alert| super::webhook::alertmanager_payload(a, webhook.unwrap_or_default()).to_string();
+        let result = match webhook {
+            Some(_) => self.store.insert_alerts(batch, Some(&payload)).await,
+            None => self.store.insert_alerts(batch, None).await,
+        };
+        match result {
+            Ok(stored) => {
+                self.health.store_ok.store(true, Ordering::Relaxed);
+                for s in stored {
+                    if s.alert.status == Status::Firing {
+                        self.telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
+                    }
+                    let _ = self.published.send(Arc::new(s));
+                }
+                self.wake.notify_one();
+                true
+            }
+            Err(e) => {
+                self.health.store_ok.store(false, Ordering::Relaxed);
+                self.telemetry.emit(StoreFailed { operation: "insert_alerts", error: &e });
+                false
+            }
+        }
+    }
+
+    /// Puts a batch the store did not take (or that must wait behind the spool) in the spool;
+    /// when the spool is full or cannot be written, waits until the store takes enough.
+    async fn hold(&mut self, mut batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
+        let mut delay = RETRY_MIN;
+        loop {
+            batch = match self.spool.push(batch) {
+                Ok(()) => {
+                    self.report_spool();
+                    return;
+                }
+                Err((SpoolError::Full, back)) => {
+                    tracing::warn!(alerts = self.spool.alerts(), "the spool is full; holding the engine back");
+                    back
+                }
+                Err((SpoolError::Io(e), back)) => {
+                    // Without a spool the batch can only wait for the store.
+                    tracing::error!(error = %e, "cannot write the spool");
+                    if self.spool.is_empty() && self.store_batch(&back).await {
+                        return;
+                    }
+                    back
+                }
+            };
+            tokio::time::sleep(delay).await;
+            delay = if self.drain(checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
+        }
+    }
+
+    /// Stores the spool, oldest first, then the waiting checkpoint. True when all went.
+    async fn drain(&mut self, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) -> bool {
+        while let Some(batch) = self.spool.front() {
+            if !self.store_batch(batch).await {
+                return false;
+            }
+            if let Err(e) = self.spool.pop() {
+                tracing::error!(error = %e, "cannot shorten the spool");
+            }
+            self.report_spool();
+        }
+        if let Some((bytes, positions)) = checkpoint.take() {
+            if !self.save_checkpoint(&bytes, &positions).await {
+                *checkpoint = Some((bytes, positions));
+                return false;
+            }
+        }
+        true
+    }
+
+    fn report_spool(&self) {
+        let n = self.spool.alerts();
+        self.health.spooled.store(n as u64, Ordering::Relaxed);
+        self.telemetry.spooled.set(n as i64);
+    }
+
+    /// Stores a checkpoint, then commits its Kafka offsets.
+    async fn save_checkpoint(&self, bytes: &[u8], positions: &[Position]) -> bool {
+        let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
+        if let Err(e) = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await {
+            self.health.store_ok.store(false, Ordering::Relaxed);
+            self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
+            return false;
+        }
+        // Kafka topic names cannot hold a `:`; files and the ingest log are named with one.
+        let kafka: Vec<&Position> = positions.iter().filter(|p| !p.topic.contains(':')).collect();
+        if let (Some(consumer), false) = (self.consumer.as_deref(), kafka.is_empty()) {
+            use rdkafka::consumer::{CommitMode, Consumer};
+            let mut list = rdkafka::TopicPartitionList::new();
+            for p in kafka {
+                let _ = list.add_partition_offset(&p.topic, p.partition, rdkafka::Offset::Offset(p.offset));
+            }
+            if let Err(e) = consumer.commit(&list, CommitMode::Async) {
+                tracing::warn!(error = %e, "cannot commit Kafka offsets; the next checkpoint will");
+            }
+        }
+        let ingested = resume_offset(positions, HTTP_SOURCE);
+        if let (Some(dir), Some(offset)) = (self.ingest_log.clone(), ingested.and_then(|o| u64::try_from(o).ok())) {
+            let deleted = tokio::task::spawn_blocking(move || super::ingest_log::truncate_before(&dir, offset)).await;
+            match deleted {
+                Ok(Ok(n)) if n > 0 => {
+                    tracing::debug!(segments = n, "ingest log segments covered by the checkpoint deleted")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot delete covered ingest log segments; the next checkpoint will")
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+}
+
+/// Dead letters taken from the queue at once, and stored in one transaction.
+const DEAD_BATCH: usize = 512;
+
+/// Writes dead letters, a batch at a time; they are kept even while the engine is busy. The
+/// table keeps the newest `max_kept`: after each batch the oldest beyond that go.
+pub async fn write_dead_letters(
+    mut rx: mpsc::Receiver<DeadLetter>,
+    store: Store,
+    telemetry: Arc<Telemetry>,
+    max_kept: u64,
+) {
+    let mut batch = Vec::with_capacity(DEAD_BATCH);
+    while rx.recv_many(&mut batch, DEAD_BATCH).await > 0 {
+        for d in &batch {
+            telemetry.malformed.with_label_values(&[&d.source]).inc();
+        }
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match store.insert_dead_letters(&batch, max_kept).await {
+                Ok(()) => break,
+                Err(e) => {
+                    telemetry.emit(StoreFailed { operation: "insert_dead_letter", error: &e });
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        batch.clear();
+    }
+}
