@@ -207,3 +207,5 @@ VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs
 # The binary users run: the shipped rules check clean and pass their behaviour tests.
 cargo run --locked --quiet -- check rules
 cargo run --locked --quiet -- test rules
+# The same cases through four workers splitting the keys: the engine settings reach rule tests.
+cargo run --locked --quiet -- test rules --workers 4

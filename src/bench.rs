@@ -8,8 +8,10 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::engine::{Engine, Gate};
 use vigil_engine::event::{EventPool, LineDecoder};
+use vigil_engine::settings::EngineSettings;
+use vigil_engine::workers::{Driven, Workers};
 use vigil_lang::ruleset::RuleSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -47,6 +49,8 @@ pub struct BenchOptions {
     /// Latency is timed on one line in this many: the clock costs several percent of an
     /// event's time. The lines timed are a fixed sample, independent of what the events do.
     pub latency_every: u64,
+    /// Lateness, time bounds, workers and limits, as `replay` takes them.
+    pub engine: EngineSettings,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -225,47 +229,22 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
     }
     let plans = set.plans();
     let rules = plans.len();
-    let mut engine = Engine::new(plans, EngineConfig { lateness_ms: 0, ..EngineConfig::default() });
+    let settings = &options.engine;
+    let engine = Engine::new(plans.clone(), settings.config());
+    let gate = engine.gate();
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
-
-    let gate = engine.gate();
-    let (mut decoder, mut pool) = (LineDecoder::default(), EventPool::default());
-    let mut lines = vigil_engine::input::LineReader::new(std::fs::File::open(input)?);
-    let mut alerts = Vec::new();
-    let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
-    let mut latencies: Vec<f64> = Vec::new();
-    let t = Instant::now();
-    let every = options.latency_every.max(1);
-    let mut read = 0u64;
-    while let Some(line) = lines.next_line() {
-        read += 1;
-        let read_at = (read % every == 0).then(Instant::now);
-        match decoder.decode_gated(line?.trim_ascii_end(), None, &gate, &mut pool) {
-            Ok(decoded) => {
-                events += 1;
-                engine.take(decoded, &mut alerts);
-                engine.recycle_into(&mut pool);
-            }
-            Err(_) => malformed += 1,
-        }
-        if !alerts.is_empty() {
-            // At most a million: the vector would not be cheap for millions of alerts.
-            if let Some(read_at) = read_at.filter(|_| latencies.len() < 1_000_000) {
-                latencies.push(read_at.elapsed().as_secs_f64() * 1e6);
-            }
-            fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
-            alerts.clear();
-        }
-    }
-    engine.flush(&mut alerts);
-    fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
-    let seconds = t.elapsed().as_secs_f64();
-    let live_keys: usize = engine.live_keys().values().sum();
+    let file = std::fs::File::open(input)?;
+    let measured = match settings.workers {
+        0 | 1 => measure(engine, &gate, file, options)?,
+        n => measure(Workers::start(&plans, &settings.config(), n), &gate, file, options)?,
+    };
     let grown = match (rss_before, current_rss()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
         _ => None,
     };
+    let Measured { events, malformed, fired, seconds, live_keys, mut latencies } = measured;
+    let every = options.latency_every.max(1);
     latencies.sort_by(f64::total_cmp);
     let _ = started;
     Ok(BenchReport {
@@ -288,6 +267,64 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
     })
 }
 
+/// What the timed part of a run found.
+struct Measured {
+    events: u64,
+    malformed: u64,
+    fired: u64,
+    seconds: f64,
+    live_keys: usize,
+    latencies: Vec<f64>,
+}
+
+/// The timed part: every line of `file` decoded, checked against the time bounds (the clock
+/// read once, at the start), and taken by `engine`.
+fn measure<D: Driven>(
+    mut engine: D,
+    gate: &Gate,
+    file: std::fs::File,
+    options: &BenchOptions,
+) -> std::io::Result<Measured> {
+    let (mut decoder, mut pool) = (LineDecoder::default(), EventPool::default());
+    let mut lines = vigil_engine::input::LineReader::new(file);
+    let bounds = options.engine.bounds();
+    let now = vigil_engine::event::now_ms();
+    let mut alerts = Vec::new();
+    let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
+    let mut latencies: Vec<f64> = Vec::new();
+    let t = Instant::now();
+    let every = options.latency_every.max(1);
+    let mut read = 0u64;
+    while let Some(line) = lines.next_line() {
+        read += 1;
+        let read_at = (read % every == 0).then(Instant::now);
+        let decoded = decoder
+            .decode_gated(line?.trim_ascii_end(), None, gate, &mut pool)
+            .and_then(|d| bounds.check(d.ts(), now, engine.watermark()).map(|()| d));
+        match decoded {
+            Ok(decoded) => {
+                events += 1;
+                engine.take(decoded, &mut alerts);
+                engine.recycle_into(&mut pool);
+            }
+            Err(_) => malformed += 1,
+        }
+        if !alerts.is_empty() {
+            // At most a million: the vector would not be cheap for millions of alerts.
+            if let Some(read_at) = read_at.filter(|_| latencies.len() < 1_000_000) {
+                latencies.push(read_at.elapsed().as_secs_f64() * 1e6);
+            }
+            fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
+            alerts.clear();
+        }
+    }
+    engine.flush(&mut alerts);
+    fired += alerts.iter().filter(|a| a.status == vigil_engine::alert::Status::Firing).count() as u64;
+    let seconds = t.elapsed().as_secs_f64();
+    let live_keys = engine.live_keys(&mut alerts);
+    Ok(Measured { events, malformed, fired, seconds, live_keys, latencies })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +345,7 @@ mod tests {
                 input: None,
                 rules_path: None,
                 latency_every: 16,
+                engine: EngineSettings::batch(),
             };
             let from_file = vigil_lang::compile(name, text.as_bytes());
             let from_workload = vigil_lang::compile(name, rules_for(&options).as_bytes());

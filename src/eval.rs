@@ -316,15 +316,12 @@ pub fn alerts_of(
     gather: Option<u32>,
     cut: &[(Millis, Millis)],
 ) -> Result<Vec<Alert>, EvalError> {
-    let mut engine = vigil_engine::engine::Engine::new(
-        plans.to_vec(),
-        vigil_engine::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() },
-    );
+    let (mut engine, gate) = vigil_engine::replay::engines(plans.to_vec(), &options.engine);
     let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil_engine::event::EventPool::default()));
     let mut opened = Vec::new();
     for path in inputs {
         let mut input =
-            vigil_engine::input::open_gated(path, format, &InputOptions::default(), engine.gate(), pool.clone())
+            vigil_engine::input::open_gated(path, format, &InputOptions::default(), gate.clone(), pool.clone())
                 .map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
         if let Some(hosts) = gather {
             let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
@@ -358,7 +355,7 @@ pub fn alerts_of(
     }
     let mut fired = Vec::new();
     replay_into(
-        &mut engine,
+        engine.as_mut(),
         opened,
         &pool,
         options,

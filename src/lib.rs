@@ -33,6 +33,8 @@ pub mod bench;
 pub mod eval;
 pub mod ruletest;
 
-pub use vigil_engine::{alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, workers};
+pub use vigil_engine::{
+    alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, settings, workers,
+};
 pub use vigil_lang::{ast, check, compile, compile_all, diagnostic, parser, plan, ruleset, schema, Compiled};
 pub use vigil_service as service;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use vigil::input::InputOptions;
 use vigil::replay::{Progress, ReplayOptions};
 use vigil::ruleset::RuleSet;
+use vigil::settings::{EngineArgs, EngineSettings};
 
 /// mimalloc rather than the system allocator: every event makes and frees a few small
 /// allocations, and mimalloc's per-thread free lists make those markedly cheaper.
@@ -59,20 +60,9 @@ enum Command {
         /// Write alerts here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// How late an event may arrive and still count, e.g. `30s`.
-        #[arg(long, default_value = "0s", value_parser = duration)]
-        lateness: u64,
         /// Stop at the first malformed line.
         #[arg(long)]
         strict: bool,
-        /// How far ahead of this machine's clock an event may be; later ones are malformed
-        /// lines (`0s`: no limit). Times before 1970 or after 9999 are always refused.
-        #[arg(long, default_value = "5min", value_parser = duration)]
-        max_event_future: u64,
-        /// How far ahead of event time an event may jump; further ones are malformed lines
-        /// (`0s`: no limit).
-        #[arg(long, default_value = "0s", value_parser = duration)]
-        max_event_jump: u64,
         /// Host of NAB series (default: from the file name).
         #[arg(long)]
         host: Option<String>,
@@ -92,11 +82,11 @@ enum Command {
         /// dropped.
         #[arg(long, default_value = "instance")]
         host_label: String,
-        /// Threads that split the rules' keys between them (key groups): the alerts are those of
-        /// one, in detection order within each batch of 1,024 events. Worth it for rules that
-        /// cost much per event (scorers); 1 keeps the order of a single engine exactly.
-        #[arg(long, env = "VIGIL_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-        workers: u16,
+        /// Lateness, time bounds, workers and limits. With several workers the alerts are those
+        /// of one engine, in detection order within each batch of 1,024 events; 1 keeps the
+        /// order of a single engine exactly.
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Run the service: Kafka or HTTP ingest in, alerts stored, streamed and pushed to a webhook.
     Serve(Box<vigil::service::config::ServeArgs>),
@@ -161,6 +151,8 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Score rules on labelled series (NAB's three profiles, per file, per family and in all),
     /// or (`--budget`) count their alerts per series per day on unlabelled input.
@@ -191,23 +183,21 @@ enum Command {
         /// the label `instance`), to measure roll-ups on hosts of many series.
         #[arg(long, requires = "budget", value_parser = clap::value_parser!(u32).range(1..))]
         hosts: Option<u32>,
-        /// How late an event may arrive and still count.
-        #[arg(long, default_value = "0s", value_parser = duration)]
-        lateness: u64,
         /// Files scored at once.
         #[arg(long)]
         threads: Option<usize>,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
     Test {
         /// Test files or folders.
         #[arg(default_value = "rules")]
         paths: Vec<PathBuf>,
+        /// The engine of every case; `--lateness` applies to cases whose file sets none.
+        #[command(flatten)]
+        engine: EngineArgs,
     },
-}
-
-fn duration(s: &str) -> Result<u64, String> {
-    vigil::parser::parse_duration(s)
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -229,22 +219,16 @@ fn main() -> ExitCode {
             format,
             speed,
             out,
-            lateness,
             strict,
-            max_event_future,
-            max_event_jump,
             host,
             metric_name,
             precision,
             host_tag,
             host_attribute,
             host_label,
-            workers,
+            engine,
         } => {
-            let limit = |ms: u64| (ms > 0).then_some(ms as i64);
-            let bounds =
-                vigil::event::TimeBounds { max_future_ms: limit(max_event_future), max_jump_ms: limit(max_event_jump) };
-            let options = ReplayOptions { lateness_ms: lateness as i64, speed, strict, bounds };
+            let options = ReplayOptions { speed, strict, engine: engine.over(EngineSettings::batch()) };
             let input_options = InputOptions {
                 host,
                 metric_name,
@@ -252,15 +236,14 @@ fn main() -> ExitCode {
                 otlp_host_attribute: host_attribute,
                 host_label,
             };
-            replay(&rules, &inputs, format, &input_options, &options, out.as_deref(), usize::from(workers))
+            replay(&rules, &inputs, format, &input_options, &options, out.as_deref())
         }
-        Command::Test { paths } => rule_tests(&paths),
-        Command::Eval { rules, inputs, labels, scoreboard, budget, outages, format, hosts, lateness, threads } => {
+        Command::Test { paths, engine } => rule_tests(&paths, &engine.over(EngineSettings::batch())),
+        Command::Eval { rules, inputs, labels, scoreboard, budget, outages, format, hosts, threads, engine } => {
             let options = ReplayOptions {
-                lateness_ms: lateness as i64,
                 speed: vigil::replay::Speed::Max,
                 strict: false,
-                bounds: vigil::event::TimeBounds { max_future_ms: None, max_jump_ms: None },
+                engine: engine.over(EngineSettings::batch()),
             };
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             if outages {
@@ -280,6 +263,7 @@ fn main() -> ExitCode {
             write_events,
             latency_every,
             json,
+            engine,
         } => {
             let options = vigil::bench::BenchOptions {
                 workload,
@@ -290,6 +274,7 @@ fn main() -> ExitCode {
                 input,
                 rules_path: rules,
                 latency_every,
+                engine: engine.over(EngineSettings::batch()),
             };
             match write_events {
                 Some(path) => vigil::bench::generate(&path, &options)
@@ -395,19 +380,12 @@ fn replay(
     input_options: &InputOptions,
     options: &ReplayOptions,
     out: Option<&Path>,
-    workers: usize,
 ) -> Result<bool> {
     let Some(plans) = load_plans(&[rules.to_path_buf()])? else { return Ok(false) };
     if plans.is_empty() {
         bail!("no rules in {}", rules.display());
     }
-    let config = vigil::engine::EngineConfig { lateness_ms: options.lateness_ms, ..Default::default() };
-    let engine = vigil::engine::Engine::new(plans.clone(), config.clone());
-    let gate = engine.gate();
-    let mut driven: Box<dyn vigil::workers::Driven> = match workers {
-        1 => Box::new(engine),
-        n => Box::new(vigil::workers::Workers::start(&plans, &config, n)),
-    };
+    let (mut driven, gate) = vigil::replay::engines(plans, &options.engine);
     // The decoders and the engine share one pool of events: the engine gives back those no rule
     // kept, and the decoders read later lines into them.
     let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil::event::EventPool::default()));
@@ -593,12 +571,12 @@ fn bench(options: &vigil::bench::BenchOptions, json: bool) -> Result<bool> {
     Ok(true)
 }
 
-fn rule_tests(paths: &[PathBuf]) -> Result<bool> {
+fn rule_tests(paths: &[PathBuf], engine: &EngineSettings) -> Result<bool> {
     let files = vigil::ruletest::test_files(paths).context("cannot list test files")?;
     if files.is_empty() {
         bail!("no rule test files (*.toml) under the given paths");
     }
-    let report = vigil::ruletest::run(&files, &mut std::io::stdout().lock())?;
+    let report = vigil::ruletest::run(&files, engine, &mut std::io::stdout().lock())?;
     Ok(report.failed == 0)
 }
 

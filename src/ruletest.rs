@@ -30,9 +30,11 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
-use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::engine::EngineConfig;
 use vigil_engine::event::{decode, format_time, parse_time, Millis};
 use vigil_engine::input::{self, Format, InputOptions};
+use vigil_engine::settings::EngineSettings;
+use vigil_engine::workers::Engines;
 use vigil_lang::plan::RulePlan;
 
 #[derive(Debug, Deserialize)]
@@ -125,12 +127,14 @@ pub fn test_files(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// Runs every case of every file, printing as a test runner does.
-pub fn run(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<TestReport> {
+/// Runs every case of `files` through an engine of `settings`, whose lateness applies to the
+/// cases whose file and case set none.
+pub fn run(files: &[PathBuf], settings: &EngineSettings, out: &mut dyn Write) -> std::io::Result<TestReport> {
     let mut report = TestReport::default();
     let mut failures: Vec<(String, String)> = Vec::new();
     for file in files {
         let name = file.display().to_string();
-        match run_file(file) {
+        match run_file(file, settings) {
             Err(problem) => {
                 writeln!(out, "test {name} ... FAILED")?;
                 failures.push((name, problem.to_string()));
@@ -184,7 +188,7 @@ pub enum TestError {
 /// A case's name and how it went: the diff of alerts when they are not what it expects.
 type CaseResult = (String, Result<(), String>);
 
-fn run_file(path: &Path) -> Result<Vec<CaseResult>, TestError> {
+fn run_file(path: &Path, settings: &EngineSettings) -> Result<Vec<CaseResult>, TestError> {
     let text = std::fs::read_to_string(path)?;
     let file: TestFile = toml::from_str(&text)?;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -197,7 +201,7 @@ fn run_file(path: &Path) -> Result<Vec<CaseResult>, TestError> {
         .cases
         .iter()
         .map(|case| {
-            let result = run_case(dir, &plans, file_lateness, case);
+            let result = run_case(dir, &plans, settings, file_lateness, case);
             (case.name.clone(), result)
         })
         .collect())
@@ -212,12 +216,19 @@ fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, TestError> 
     Ok(vigil_lang::ruleset::RuleSet::load(&paths)?.checked()?.plans())
 }
 
-fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case: &Case) -> Result<(), String> {
+fn run_case(
+    dir: &Path,
+    plans: &[RulePlan],
+    settings: &EngineSettings,
+    file_lateness: Option<Millis>,
+    case: &Case,
+) -> Result<(), String> {
     let lateness = match &case.lateness {
         Some(l) => self::lateness(l)?,
-        None => file_lateness.unwrap_or(0),
+        None => file_lateness.unwrap_or(settings.lateness_ms()),
     };
-    let mut engine = Engine::new(plans.to_vec(), EngineConfig { lateness_ms: lateness, ..EngineConfig::default() });
+    let config = EngineConfig { lateness_ms: lateness, ..settings.config() };
+    let mut engine = Engines::new(plans.to_vec(), config, settings.workers);
     let mut alerts: Vec<Alert> = Vec::new();
     let mut events = Vec::new();
     if let Some(text) = &case.events {
@@ -241,9 +252,13 @@ fn run_case(dir: &Path, plans: &[RulePlan], file_lateness: Option<Millis>, case:
             events.push(r.event.map_err(|e| format!("{}:{}: {e}", path.display(), r.line))?);
         }
     }
-    for e in events {
-        engine.push(e, &mut alerts);
+    let bounds = settings.bounds();
+    let mut watermark = None;
+    for (i, e) in events.iter().enumerate() {
+        bounds.check(e.ts, vigil_engine::event::now_ms(), watermark).map_err(|e| format!("event {}: {e}", i + 1))?;
+        watermark = watermark.max(Some(e.ts));
     }
+    engine.push(events, Vec::new(), &mut alerts);
     engine.flush(&mut alerts);
     judge(case, &alerts)
 }

@@ -5,7 +5,7 @@
 fn every_rule_test_case_passes() {
     let files = vigil::ruletest::test_files(&["rules/tests".into()]).expect("rules/tests is readable");
     let mut out = Vec::new();
-    let report = vigil::ruletest::run(&files, &mut out).expect("runs");
+    let report = vigil::ruletest::run(&files, &vigil::settings::EngineSettings::batch(), &mut out).expect("runs");
     let text = String::from_utf8_lossy(&out);
     assert_eq!(report.failed, 0, "{text}");
     assert!(report.passed >= 40, "only {} cases", report.passed);
@@ -52,7 +52,7 @@ time = "2026-01-01T00:05:00Z"
     let path = dir.join("wrong.toml");
     std::fs::write(&path, test).expect("write");
     let mut out = Vec::new();
-    let report = vigil::ruletest::run(&[path], &mut out).expect("runs");
+    let report = vigil::ruletest::run(&[path], &vigil::settings::EngineSettings::batch(), &mut out).expect("runs");
     std::fs::remove_dir_all(&dir).ok();
     let text = String::from_utf8_lossy(&out);
     assert_eq!((report.passed, report.failed), (0, 1), "{text}");

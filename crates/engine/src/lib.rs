@@ -16,6 +16,7 @@
 //!   its state is checkpointed by structural identity.
 //! - [`alert`]: what a rule raises, with the values and scores that say why.
 //! - [`workers`]: one engine per thread, the keys split between them.
+//! - [`settings`]: lateness, time bounds, workers and limits, as every command takes them.
 //! - [`input`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017, collector dumps) to
 //!   events; [`replay`] runs them through an engine or the workers.
 //! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events, with
@@ -30,4 +31,5 @@ pub mod metric_kind;
 pub mod otlp;
 pub mod remote_write;
 pub mod replay;
+pub mod settings;
 pub mod workers;

@@ -6,12 +6,14 @@
 //! `strict` asks to stop at the first one.
 
 use crate::alert::Alert;
-use crate::engine::EngineStats;
+use crate::engine::{Engine, EngineStats};
 use crate::event::{Decoded, Millis};
 use crate::input::{Input, Record};
+use crate::settings::EngineSettings;
 use crate::workers::Driven;
 use std::io::Write;
 use std::time::{Duration, Instant};
+use vigil_lang::plan::RulePlan;
 
 /// How fast to replay: as fast as possible, or event time at a multiple of wall-clock time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,12 +39,25 @@ impl std::str::FromStr for Speed {
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    pub lateness_ms: Millis,
     pub speed: Speed,
     /// Stop at the first malformed line instead of skipping it.
     pub strict: bool,
-    /// Event times taken in; a line out of them is malformed, with the reason.
-    pub bounds: crate::event::TimeBounds,
+    /// Lateness, limits and workers; its bounds say which event times are taken in, a line out
+    /// of them being malformed, with the reason.
+    pub engine: EngineSettings,
+}
+
+/// The engines a replay drives as `settings` say: one, or workers splitting the keys; with the
+/// gate by which the decoders skip lines no rule takes.
+pub fn engines(plans: Vec<RulePlan>, settings: &EngineSettings) -> (Box<dyn Driven>, crate::engine::Gate) {
+    let config = settings.config();
+    let engine = Engine::new(plans.clone(), config.clone());
+    let gate = engine.gate();
+    let driven: Box<dyn Driven> = match settings.workers {
+        0 | 1 => Box::new(engine),
+        n => Box::new(crate::workers::Workers::start(&plans, &config, n)),
+    };
+    (driven, gate)
 }
 
 /// What a replay did.
@@ -147,10 +162,10 @@ pub fn replay_into(
         }
         sink(alerts)
     };
+    let bounds = options.engine.bounds();
     while let Some((input, record)) = merger.next() {
-        let checked = record
-            .event
-            .and_then(|d| options.bounds.check(d.ts(), crate::event::now_ms(), engine.watermark()).map(|()| d));
+        let checked =
+            record.event.and_then(|d| bounds.check(d.ts(), crate::event::now_ms(), engine.watermark()).map(|()| d));
         let decoded = match checked {
             Ok(d) => d,
             Err(e) => {

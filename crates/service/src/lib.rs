@@ -90,12 +90,8 @@ impl ServiceError {
 
 /// What every source checks of an event before it is taken.
 fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>) -> Intake {
-    let nonzero = |d: Duration| (!d.is_zero()).then(|| config::millis(d));
     Intake {
-        bounds: vigil_engine::event::TimeBounds {
-            max_future_ms: nonzero(config.max_event_future),
-            max_jump_ms: nonzero(config.max_event_jump),
-        },
+        bounds: config.engine.bounds(),
         health: health.clone(),
         labels: sources::LabelLimits {
             per_series: config.max_labels_per_series,
@@ -346,22 +342,17 @@ fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) ->
 
 fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
     vigil_engine::engine::EngineConfig {
-        lateness_ms: config.lateness_ms(),
-        limits: vigil_engine::engine::Limits {
-            max_keys: config.max_keys_per_rule,
-            idle_ms: config::millis(config.idle_timeout),
-        },
         // Event time never runs ahead of the wall clock: no event can make the present late.
         clock: Some(Arc::new(vigil_engine::engine::SystemClock)),
-        shard: Default::default(),
-        // A group member sets it (`crates/service/src/group`): one engine judges a window whole.
-        two_stage: false,
+        // A group member sets `two_stage` (`crates/service/src/group`): one engine judges a
+        // window whole.
+        ..config.engine.config()
     }
 }
 
 /// Engine threads: `--workers`, by default the number of cores.
 fn workers(config: &ServeConfig) -> usize {
-    config.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    config.engine.workers
 }
 
 /// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the

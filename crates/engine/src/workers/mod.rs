@@ -165,6 +165,8 @@ pub trait Driven {
     /// End of input; every alert still held goes to `out`.
     fn flush(&mut self, out: &mut Vec<Alert>);
     fn stats(&self) -> EngineStats;
+    /// Keys held, in every rule of every engine.
+    fn live_keys(&mut self, out: &mut Vec<Alert>) -> usize;
 }
 
 impl Driven for Engine {
@@ -186,6 +188,10 @@ impl Driven for Engine {
 
     fn stats(&self) -> EngineStats {
         Engine::stats(self).clone()
+    }
+
+    fn live_keys(&mut self, _out: &mut Vec<Alert>) -> usize {
+        Engine::live_keys(self).values().sum()
     }
 }
 
@@ -270,5 +276,9 @@ impl Driven for Workers {
 
     fn stats(&self) -> EngineStats {
         self.stats.clone()
+    }
+
+    fn live_keys(&mut self, out: &mut Vec<Alert>) -> usize {
+        self.crew.each(out, |_, engine, _| Engine::live_keys(engine).values().sum::<usize>()).into_iter().sum()
     }
 }

@@ -10,9 +10,14 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
+use vigil_engine::settings::{parse_duration, parse_positive, EngineArgs, EngineSettings};
 use vigil_lang::schema::Stream;
+
+mod file;
+
+pub use vigil_engine::settings::millis;
 
 /// A setting's value as `vigil.toml` may write it: text, a number or a bool. It goes through
 /// the setting's own parser, as a flag's text does.
@@ -41,11 +46,12 @@ fn pick<T>(
     file: Option<&FileValue>,
     default: Option<&str>,
     parse: fn(&str) -> Result<T, String>,
-    name: &str,
+    name: &'static str,
     problems: &mut Vec<String>,
 ) -> Option<T> {
-    let from_file =
-        file.and_then(|v| parse(&v.text()).map_err(|e| problems.push(format!("vigil.toml {name}: {e}"))).ok());
+    let from_file = file.and_then(|v| {
+        parse(&v.text()).map_err(|e| problems.push(format!("vigil.toml {}: {e}", file::place(name)))).ok()
+    });
     flag.or(from_file).or_else(|| default.map(|d| parse(d).expect("every default parses (a unit test checks)")))
 }
 
@@ -81,10 +87,13 @@ macro_rules! help_of {
     };
 }
 
-/// Declares the plain settings: `name: Type [default] = parser, env "VAR", "help";` (`[]`: no
-/// default, the setting is optional).
+/// Declares the plain settings: `name: Type [default] = parser, env "VAR", in SECTION, "help";`
+/// (`[]`: no default, the setting is optional; SECTION: its section of `vigil.toml`).
 macro_rules! settings {
-    ($( $name:ident : $ty:ty [$($default:literal)?] = $parse:path, env $env:literal, $help:literal; )*) => {
+    ($( $name:ident : $ty:ty [$($default:literal)?] = $parse:path, env $env:literal, in $section:ident, $help:literal; )*) => {
+        /// The section of `vigil.toml` each plain setting is written in.
+        const PLAIN_SECTIONS: &[(&str, &str)] = &[$((stringify!($name), stringify!($section)),)*];
+
         /// Flags of `vigil serve`. Each is optional here so that a value from `vigil.toml`
         /// applies when the flag and its variable are absent.
         #[derive(Debug, Clone, Default, clap::Args)]
@@ -128,9 +137,13 @@ macro_rules! settings {
             /// A `vigil.toml` with any of these settings [default: vigil.toml if it exists]
             #[arg(long, env = "VIGIL_CONFIG")]
             pub config: Option<PathBuf>,
+            /// Lateness, time bounds, workers and key limits, as `replay` takes them.
+            #[command(flatten)]
+            pub engine: EngineArgs,
         }
 
-        /// `vigil.toml`: the same settings as the flags, under the same names with `_`.
+        /// `vigil.toml`'s settings under the flags' names with `_`, as [`file::flatten`] gathers
+        /// them from its sections.
         #[derive(Debug, Default, Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct FileConfig {
@@ -162,6 +175,9 @@ macro_rules! settings {
             /// Labels of every alert sent to Alertmanager: `[alertmanager_external_labels] site = "eu1"`.
             #[serde(default)]
             pub alertmanager_external_labels: BTreeMap<String, String>,
+            /// The engine's settings ([`EngineArgs::NAMES`]).
+            #[serde(default)]
+            pub engine: BTreeMap<String, FileValue>,
         }
 
         /// The settings in force.
@@ -182,6 +198,10 @@ macro_rules! settings {
             pub replay: Vec<PathBuf>,
             pub alertmanager_url: Vec<String>,
             pub alertmanager_external_labels: BTreeMap<String, String>,
+            /// Lateness, time bounds, workers and key limits.
+            pub engine: EngineSettings,
+            /// The file's settings written the deprecated way, each with where it goes now.
+            pub warnings: Vec<String>,
         }
 
         impl ServeConfig {
@@ -206,6 +226,8 @@ macro_rules! settings {
                     replay: Vec::new(),
                     alertmanager_url: Vec::new(),
                     alertmanager_external_labels: BTreeMap::new(),
+                    engine: EngineSettings::serve(),
+                    warnings: Vec::new(),
                 }
             }
 
@@ -226,97 +248,85 @@ macro_rules! settings {
 }
 
 settings! {
-    rules: PathBuf ["rules"] = parse_path, env "VIGIL_RULES",
+    rules: PathBuf ["rules"] = parse_path, env "VIGIL_RULES", in engine,
         "Folder of `*.saql` rules, reloaded when it changes or on SIGHUP";
-    http_addr: SocketAddr ["127.0.0.1:8080"] = parse_addr, env "VIGIL_HTTP_ADDR",
+    http_addr: SocketAddr ["127.0.0.1:8080"] = parse_addr, env "VIGIL_HTTP_ADDR", in http,
         "Address of the HTTP API";
-    tls_cert_file: PathBuf [] = parse_path, env "VIGIL_TLS_CERT_FILE",
+    tls_cert_file: PathBuf [] = parse_path, env "VIGIL_TLS_CERT_FILE", in http,
         "Serve HTTPS: the PEM certificate chain (read again when it changes); needs --tls-key-file";
-    tls_key_file: PathBuf [] = parse_path, env "VIGIL_TLS_KEY_FILE",
+    tls_key_file: PathBuf [] = parse_path, env "VIGIL_TLS_KEY_FILE", in http,
         "The PEM private key of --tls-cert-file (read again when it changes)";
-    database_url: String ["sqlite://vigil.db"] = parse_database_url, env "VIGIL_DATABASE_URL",
+    database_url: String ["sqlite://vigil.db"] = parse_database_url, env "VIGIL_DATABASE_URL", in store,
         "postgres://... or sqlite://...";
-    kafka_brokers: String [] = parse_nonempty, env "VIGIL_KAFKA_BROKERS",
+    kafka_brokers: String [] = parse_nonempty, env "VIGIL_KAFKA_BROKERS", in kafka,
         "Kafka bootstrap servers; no Kafka when unset";
-    kafka_group: String ["vigil"] = parse_nonempty, env "VIGIL_KAFKA_GROUP",
+    kafka_group: String ["vigil"] = parse_nonempty, env "VIGIL_KAFKA_GROUP", in kafka,
         "Kafka consumer group";
-    kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS",
+    kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS", in kafka,
         "Partitions of the topic that carries events by key between instances that share a group (--kafka-join-group); set when the topic is created";
-    kafka_instance_id: String [] = parse_nonempty, env "VIGIL_KAFKA_INSTANCE_ID",
+    kafka_instance_id: String [] = parse_nonempty, env "VIGIL_KAFKA_INSTANCE_ID", in kafka,
         "This instance's static membership in its group (--kafka-join-group; Kafka's group.instance.id): restarted within the session timeout, it gets its partitions back without a rebalance. Unique per instance and kept across restarts (a pod's name)";
-    webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL",
+    webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL", in webhook,
         "Where alerts are POSTed, in Alertmanager's webhook format";
-    api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN",
+    api_token: String [] = parse_nonempty, env "VIGIL_API_TOKEN", in http,
         "Bearer token required by mutating endpoints";
-    api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN",
+    api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN", in http,
         "Bearer token required by reading endpoints (the API token works too); needs --api-token";
-    influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG",
+    influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG", in sources,
         "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
-    remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL",
+    remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL", in sources,
         "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
-    otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE",
+    otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE", in sources,
         "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
-    max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES",
+    max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES", in sources,
         "Labels a sample may carry; past it the sample is refused with the reason (counted, a dead letter)";
-    max_label_name_length: usize ["1024"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_NAME_LENGTH",
+    max_label_name_length: usize ["1024"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_NAME_LENGTH", in sources,
         "Bytes of a label's name; past it the sample is refused with the reason";
-    max_label_value_length: usize ["2048"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_VALUE_LENGTH",
+    max_label_value_length: usize ["2048"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_VALUE_LENGTH", in sources,
         "Bytes of a label's value; past it the sample is refused with the reason";
-    max_samples_per_request: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_SAMPLES_PER_REQUEST",
+    max_samples_per_request: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_SAMPLES_PER_REQUEST", in sources,
         "Samples one request to a collector receiver (remote-write, OTLP, line protocol) may carry; a larger one is refused whole (413)";
-    lateness: Duration ["5s"] = parse_duration, env "VIGIL_LATENESS",
-        "How late an event may arrive and still count, e.g. `30s`";
-    input_stopped_after: Duration ["5min"] = parse_duration, env "VIGIL_INPUT_STOPPED_AFTER",
+    input_stopped_after: Duration ["5min"] = parse_duration, env "VIGIL_INPUT_STOPPED_AFTER", in sources,
         "Quiet input after which the self-alert `vigil_input_stopped` fires (and at least three of the input's longest recent gaps)";
-    source_idle_after: Duration ["10s"] = parse_duration, env "VIGIL_SOURCE_IDLE_AFTER",
+    source_idle_after: Duration ["10s"] = parse_duration, env "VIGIL_SOURCE_IDLE_AFTER", in sources,
         "How long a source (a Kafka partition, or a pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
-    max_event_future: Duration ["5min"] = parse_duration, env "VIGIL_MAX_EVENT_FUTURE",
-        "How far ahead of this machine's clock an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
-    max_event_jump: Duration ["0s"] = parse_duration, env "VIGIL_MAX_EVENT_JUMP",
-        "How far ahead of the watermark an event's `ts` may be; later ones are dead letters (`0s`: no limit)";
-    external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL",
+    external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL", in http,
         "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
-    checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL",
+    checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL", in store,
         "How often the engine's state is checkpointed to the store, e.g. `10s`";
-    spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR",
+    spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR", in store,
         "Folder of the on-disk alert buffer used while the store is down";
-    spool_max_mb: u64 ["256"] = parse_positive::<u64>, env "VIGIL_SPOOL_MAX_MB",
+    spool_max_mb: u64 ["256"] = parse_positive::<u64>, env "VIGIL_SPOOL_MAX_MB", in store,
         "Most the spool may hold, in MiB; when full the engine waits";
-    ingest_log_dir: PathBuf ["vigil-ingest"] = parse_path, env "VIGIL_INGEST_LOG_DIR",
+    ingest_log_dir: PathBuf ["vigil-ingest"] = parse_path, env "VIGIL_INGEST_LOG_DIR", in sources,
         "Folder of the log HTTP ingest writes events to before it answers; replayed after a crash";
-    ingest_fsync: bool ["true"] = parse_bool, env "VIGIL_INGEST_FSYNC",
+    ingest_fsync: bool ["true"] = parse_bool, env "VIGIL_INGEST_FSYNC", in sources,
         "Whether the ingest log is flushed to disk before ingest answers (`false` loses acknowledged events on a power cut)";
-    webhook_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_WEBHOOK_TIMEOUT",
+    webhook_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_WEBHOOK_TIMEOUT", in webhook,
         "How long one webhook call may take, e.g. `5s`";
-    alertmanager_resend_delay: Duration ["1min"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_RESEND_DELAY",
+    alertmanager_resend_delay: Duration ["1min"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_RESEND_DELAY", in alertmanager,
         "How often firing alerts are sent to Alertmanager again; each is sent ending four of these ahead, so that Alertmanager resolves it if Vigil goes away";
-    alertmanager_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_TIMEOUT",
+    alertmanager_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_ALERTMANAGER_TIMEOUT", in alertmanager,
         "How long one request to Alertmanager may take";
-    webhook_max_attempts: u32 ["12"] = parse_positive::<u32>, env "VIGIL_WEBHOOK_MAX_ATTEMPTS",
+    webhook_max_attempts: u32 ["12"] = parse_positive::<u32>, env "VIGIL_WEBHOOK_MAX_ATTEMPTS", in webhook,
         "Attempts before a webhook delivery is dead";
-    webhook_backoff: Duration ["1s"] = parse_duration, env "VIGIL_WEBHOOK_BACKOFF",
+    webhook_backoff: Duration ["1s"] = parse_duration, env "VIGIL_WEBHOOK_BACKOFF", in webhook,
         "Wait before the first webhook retry, doubled after each failure up to 5 min";
-    max_keys_per_rule: usize ["1000000"] = parse_positive::<usize>, env "VIGIL_MAX_KEYS_PER_RULE",
-        "Most live keys (window groups, partial matches) a rule holds; past it the least recently active are evicted";
-    max_state_mb: u64 ["1024"] = parse_positive::<u64>, env "VIGIL_MAX_STATE_MB",
+    max_state_mb: u64 ["1024"] = parse_positive::<u64>, env "VIGIL_MAX_STATE_MB", in engine,
         "Most memory the engine's state may take, in MiB (estimated); past it keys are evicted as past the key cap";
-    idle_timeout: Duration ["0s"] = parse_duration, env "VIGIL_IDLE_TIMEOUT",
-        "A partial match or window group with no progress for this long (event time) is dropped before its `within` or history ends, e.g. `6h`; `0s` never";
-    overload: Overload ["backpressure"] = parse_overload, env "VIGIL_OVERLOAD",
+    overload: Overload ["backpressure"] = parse_overload, env "VIGIL_OVERLOAD", in engine,
         "When the engine cannot keep up: `backpressure` (sources wait) or `shed` (events are dropped and counted)";
-    http_header_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_HTTP_HEADER_TIMEOUT",
+    http_header_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_HTTP_HEADER_TIMEOUT", in http,
         "A connection that sends no complete request head for this long (new, or idle between requests) is closed";
-    http_body_timeout: Duration ["30s"] = parse_positive_duration, env "VIGIL_HTTP_BODY_TIMEOUT",
+    http_body_timeout: Duration ["30s"] = parse_positive_duration, env "VIGIL_HTTP_BODY_TIMEOUT", in http,
         "Longest time a request body may take to arrive; slower ones get 408";
-    max_connections: usize ["4096"] = parse_positive::<usize>, env "VIGIL_MAX_CONNECTIONS",
+    max_connections: usize ["4096"] = parse_positive::<usize>, env "VIGIL_MAX_CONNECTIONS", in http,
         "Most HTTP connections open at once; more are answered 503 and closed";
-    max_stream_clients: usize ["256"] = parse_positive::<usize>, env "VIGIL_MAX_STREAM_CLIENTS",
+    max_stream_clients: usize ["256"] = parse_positive::<usize>, env "VIGIL_MAX_STREAM_CLIENTS", in http,
         "Most alert stream (SSE) clients at once; more are answered 503";
-    max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS",
+    max_dead_letters: u64 ["100000"] = parse_positive::<u64>, env "VIGIL_MAX_DEAD_LETTERS", in store,
         "Most dead letters kept; the oldest go first";
-    workers: usize [] = parse_workers, env "VIGIL_WORKERS",
-        "Threads that split the rules' keys between them (key groups), 1 to 256 [default: the number of cores]";
-    stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT",
+    stall_timeout: Duration ["10s"] = parse_positive_duration, env "VIGIL_STALL_TIMEOUT", in engine,
         "An engine busy this long with one input is stalled: /readyz answers 503 and says why";
 }
 
@@ -383,26 +393,6 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-fn parse_positive<T: std::str::FromStr + PartialEq + Default>(s: &str) -> Result<T, String> {
-    match s.trim().parse::<T>() {
-        Ok(v) if v != T::default() => Ok(v),
-        Ok(_) => Err("must be more than zero".into()),
-        Err(_) => Err(format!("`{s}` is not a whole number")),
-    }
-}
-
-fn parse_workers(s: &str) -> Result<usize, String> {
-    match parse_positive::<usize>(s)? {
-        n if n > 256 => Err(format!("{n} workers: at most 256")),
-        n => Ok(n),
-    }
-}
-
-/// A duration as rules write them (`5 s`, `10min`), as a [`Duration`].
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    vigil_lang::parser::parse_duration(s).map(Duration::from_millis)
-}
-
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err("must be longer than zero".into()),
@@ -412,9 +402,9 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 
 /// A `KEY=VALUE` librdkafka property of `--kafka-option`; those Vigil sets itself are refused.
 /// The `KEY = VALUE` pairs of a table of `vigil.toml`, each parsed as `KEY=VALUE` by `parse`;
-/// one that does not parse is a problem named by its table.
+/// one that does not parse is a problem named by its table (`kafka_options`: `[kafka] options`).
 fn table_pairs<T>(
-    table_name: &str,
+    table_name: &'static str,
     table: &BTreeMap<String, String>,
     parse: impl Fn(&str) -> Result<T, String>,
     problems: &mut Vec<String>,
@@ -422,7 +412,9 @@ fn table_pairs<T>(
     table
         .iter()
         .filter_map(|(k, v)| {
-            parse(&format!("{k}={v}")).map_err(|e| problems.push(format!("vigil.toml [{table_name}]: {e}"))).ok()
+            parse(&format!("{k}={v}"))
+                .map_err(|e| problems.push(format!("vigil.toml {}: {e}", file::place(table_name))))
+                .ok()
         })
         .collect()
 }
@@ -525,18 +517,27 @@ impl ServeConfig {
     /// Merges flags over the file over defaults, and reports every problem at once.
     pub fn resolve(args: ServeArgs) -> Result<ServeConfig, ConfigError> {
         let mut problems = Vec::new();
-        let file = match &args.config {
-            Some(path) => read_file(path).unwrap_or_else(|e| {
-                problems.push(e);
-                FileConfig::default()
-            }),
-            None if Path::new("vigil.toml").exists() => read_file(Path::new("vigil.toml")).unwrap_or_else(|e| {
-                problems.push(e);
+        let mut warnings = Vec::new();
+        let path = args.config.clone().or_else(|| Some(PathBuf::from("vigil.toml")).filter(|p| p.exists()));
+        let file = match &path {
+            Some(path) => file::read(path, &mut warnings).unwrap_or_else(|e| {
+                problems.extend(e);
                 FileConfig::default()
             }),
             None => FileConfig::default(),
         };
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         let mut config = ServeConfig::plain(&args, &file, &mut problems);
+        config.warnings = warnings;
+        let mut from_file = EngineArgs::default();
+        for (name, value) in &file.engine {
+            if let Err(e) = from_file.set(name, &value.text()) {
+                problems.push(format!("vigil.toml [engine] {name}: {e}"));
+            }
+        }
+        config.engine = args.engine.clone().or(from_file).over(EngineSettings::serve());
         config.topics = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
         config.topics.extend(table_pairs("topics", &file.topics, parse_topic, &mut problems));
         config.topics.extend(args.topics);
@@ -647,10 +648,6 @@ impl ServeConfig {
         problems
     }
 
-    pub fn lateness_ms(&self) -> i64 {
-        millis(self.lateness)
-    }
-
     pub fn webhook(&self) -> WebhookSettings {
         WebhookSettings {
             timeout: self.webhook_timeout,
@@ -665,131 +662,5 @@ impl ServeConfig {
     }
 }
 
-/// A duration as event-time milliseconds, saturating.
-pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn read_file(path: &Path) -> Result<FileConfig, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_default_parses_with_its_settings_parser() {
-        for (name, parsed) in ServeConfig::defaults() {
-            assert_eq!(parsed, Ok(()), "{name}");
-        }
-    }
-
-    #[test]
-    fn flags_override_the_file_and_problems_come_together() {
-        let dir = std::env::temp_dir().join(format!("vigil-config-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
-        let file = dir.join("vigil.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "rules = {:?}\nlateness = \"1 min\"\nkafka_group = \"from-file\"\nspool_max_mb = 3\n[topics]\n\
-                 metric = \"m.topic\"\n[kafka_options]\n\"fetch.wait.max.ms\" = \"50\"\n\"client.id\" = \"from-file\"\n",
-                dir.join("rules")
-            ),
-        )
-        .expect("write");
-        let args = ServeArgs {
-            config: Some(file.clone()),
-            kafka_group: Some("from-flag".into()),
-            kafka_options: vec![parse_kafka_option("fetch.wait.max.ms=1").expect("valid")],
-            ..ServeArgs::default()
-        };
-        let c = ServeConfig::resolve(args).expect("valid");
-        assert_eq!(c.kafka_group, "from-flag");
-        assert_eq!(c.kafka_options["fetch.wait.max.ms"], "1");
-        assert_eq!(c.kafka_options["client.id"], "from-file");
-        assert_eq!(c.lateness_ms(), 60_000);
-        assert_eq!(c.spool_max_mb, 3, "a number in the file");
-        assert_eq!(c.checkpoint_interval, Duration::from_secs(10), "the default");
-        assert_eq!(c.topics[&Stream::Metric], "m.topic");
-        assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
-        let bad = ServeArgs {
-            config: Some(file.clone()),
-            database_url: Some("mysql://x".into()),
-            webhook_url: Some("ftp://x".into()),
-            ..ServeArgs::default()
-        };
-        // Flags are parsed by clap with the same parsers; here they come in as given.
-        let c = ServeConfig::resolve(bad).expect("resolve takes parsed flags");
-        assert_eq!(c.database_url, "mysql://x");
-        std::fs::write(dir.join("bad.toml"), "lateness = \"soon\"\nwebhook_url = \"ftp://x\"\nmax_connections = 0\n")
-            .expect("write");
-        let bad = ServeArgs { config: Some(dir.join("bad.toml")), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(bad).expect_err("three problems").to_string();
-        assert_eq!(err.lines().filter(|l| l.starts_with("vigil.toml")).count(), 3, "{err}");
-        std::fs::write(dir.join("own.toml"), "[kafka_options]\n\"group.id\" = \"x\"\n").expect("write");
-        let own = ServeArgs { config: Some(dir.join("own.toml")), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(own).expect_err("a property Vigil sets").to_string();
-        assert!(err.contains("[kafka_options]: `group.id` is set by Vigil; use --kafka-group"), "{err}");
-        std::fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
-        assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
-        assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), TopicFormat::OtlpProto)));
-        assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), TopicFormat::OtlpJson)));
-        assert_eq!(parse_topic_format("t=telegraf-json"), Ok(("t".into(), TopicFormat::TelegrafJson)));
-        let adapter = parse_topic_format("p=prometheus-kafka-adapter");
-        assert_eq!(adapter, Ok(("p".into(), TopicFormat::PrometheusKafkaAdapter)));
-        let err = parse_topic_format("telegraf=graphite").expect_err("not read");
-        assert!(err.contains("`graphite` is not a topic format Vigil reads"), "{err}");
-        assert!(parse_topic_format("telegraf").is_err());
-        let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let args = |formats: &[(&str, TopicFormat)]| ServeArgs {
-            rules: Some(dir.clone()),
-            topics: vec![(Stream::Metric, "telegraf".into())],
-            kafka_topic_formats: formats.iter().map(|(t, f)| (t.to_string(), *f)).collect(),
-            ..ServeArgs::default()
-        };
-        let c = ServeConfig::resolve(args(&[("telegraf", TopicFormat::Influx)])).expect("valid");
-        assert_eq!(c.topic_formats["telegraf"], TopicFormat::Influx);
-        let err = ServeConfig::resolve(args(&[("task_event", TopicFormat::Influx)])).expect_err("refused").to_string();
-        assert!(
-            err.contains("the format carries metric samples, and `task_event` is the task_event stream's"),
-            "{err}"
-        );
-        let err = ServeConfig::resolve(args(&[("other", TopicFormat::Influx)])).expect_err("refused").to_string();
-        assert!(err.contains("`other` is not a stream's topic"), "{err}");
-        std::fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    fn a_read_token_alone_is_refused_because_it_would_leave_writes_open() {
-        let dir = std::env::temp_dir().join(format!("vigil-config-token-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let args = ServeArgs { rules: Some(dir.clone()), api_read_token: Some("r".into()), ..ServeArgs::default() };
-        let err = ServeConfig::resolve(args).expect_err("refused").to_string();
-        assert!(err.contains("--api-read-token is set without --api-token"), "{err}");
-        let args = ServeArgs {
-            rules: Some(dir.clone()),
-            api_read_token: Some("r".into()),
-            api_token: Some("w".into()),
-            ..ServeArgs::default()
-        };
-        assert!(ServeConfig::resolve(args).is_ok());
-        std::fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    fn kafka_options_are_key_value_and_leave_vigils_own_alone() {
-        assert_eq!(parse_kafka_option("sasl.password=a=b"), Ok(("sasl.password".into(), "a=b".into())));
-        assert_eq!(parse_kafka_option("linger.ms"), Err("`linger.ms`: expected KEY=VALUE".into()));
-        assert_eq!(parse_kafka_option("=1"), Err("`=1`: the property name is empty".into()));
-        let err = parse_kafka_option("enable.auto.commit=true").expect_err("Vigil commits after checkpoints");
-        assert!(err.starts_with("`enable.auto.commit` is set by Vigil"), "{err}");
-    }
-}
+mod tests;
