@@ -170,14 +170,17 @@ pub trait Driven {
 }
 
 impl Driven for Engine {
+    #[inline]
     fn watermark(&self) -> Option<Millis> {
         Engine::watermark(self)
     }
 
+    #[inline]
     fn take(&mut self, decoded: Decoded, out: &mut Vec<Alert>) {
         Engine::take(self, decoded, out);
     }
 
+    #[inline]
     fn recycle_into(&mut self, pool: &mut crate::event::EventPool) {
         Engine::recycle_into(self, pool)
     }
