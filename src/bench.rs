@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vigil_engine::engine::{Engine, Gate};
-use vigil_engine::event::{EventPool, LineDecoder, MAX_TS, MIN_TS};
+use vigil_engine::event::{EventPool, LineDecoder};
 use vigil_engine::settings::EngineSettings;
 use vigil_engine::workers::{Driven, Workers};
 use vigil_lang::ruleset::RuleSet;
@@ -291,11 +291,6 @@ fn measure<D: Driven>(
     let mut lines = vigil_engine::input::LineReader::new(file);
     let bounds = options.engine.bounds();
     let now = vigil_engine::event::now_ms();
-    // A time within these needs no closer look (the usual case); one outside them, or any time
-    // when jumps are bounded, is judged by the bounds themselves, with the reason.
-    let latest = bounds.max_future_ms.map_or(MAX_TS, |f| now.saturating_add(f).min(MAX_TS));
-    let plainly_in = MIN_TS..=latest;
-    let jumps_bounded = bounds.max_jump_ms.is_some();
     let mut alerts = Vec::new();
     let (mut events, mut malformed, mut fired) = (0u64, 0u64, 0u64);
     let mut latencies: Vec<f64> = Vec::new();
@@ -305,12 +300,9 @@ fn measure<D: Driven>(
     while let Some(line) = lines.next_line() {
         read += 1;
         let read_at = (read % every == 0).then(Instant::now);
-        let decoded = decoder.decode_gated(line?.trim_ascii_end(), None, gate, &mut pool).and_then(|d| {
-            match jumps_bounded || !plainly_in.contains(&d.ts()) {
-                true => bounds.check(d.ts(), now, engine.watermark()).map(|()| d),
-                false => Ok(d),
-            }
-        });
+        let decoded = decoder
+            .decode_gated(line?.trim_ascii_end(), None, gate, &mut pool)
+            .and_then(|d| bounds.check(d.ts(), now, engine.watermark()).map(|()| d));
         match decoded {
             Ok(decoded) => {
                 events += 1;
