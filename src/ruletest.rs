@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
-use vigil_engine::engine::EngineConfig;
+use vigil_engine::engine::{release_target, EngineConfig};
 use vigil_engine::event::{decode, format_time, parse_time, Millis};
 use vigil_engine::input::{self, Format, InputOptions};
 use vigil_engine::settings::EngineSettings;
@@ -253,10 +253,12 @@ fn run_case(
         }
     }
     let bounds = settings.bounds();
+    // Event time as the engine will have it when each event arrives (`replay` checks against
+    // the engine's own): the newest time so far less the lateness.
     let mut watermark = None;
     for (i, e) in events.iter().enumerate() {
         bounds.check(e.ts, vigil_engine::event::now_ms(), watermark).map_err(|e| format!("event {}: {e}", i + 1))?;
-        watermark = watermark.max(Some(e.ts));
+        watermark = watermark.max(Some(release_target(e.ts, lateness)));
     }
     engine.push(events, Vec::new(), &mut alerts);
     engine.flush(&mut alerts);

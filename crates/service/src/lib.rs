@@ -264,7 +264,7 @@ async fn join_group(
     kafka::ensure_topics(&brokers, &topics, partitions, &config.kafka_options)
         .await
         .map_err(ServiceError::KafkaTopics)?;
-    w.telemetry.workers.set(workers(config) as i64);
+    w.telemetry.workers.set(config.engine.workers as i64);
     let member = group::Member {
         group: config.kafka_group.clone(),
         brokers,
@@ -272,7 +272,7 @@ async fn join_group(
         instance_id: config.kafka_instance_id.clone(),
         topics: config.topics.clone(),
         keyed_partitions: config.kafka_keyed_partitions,
-        workers: workers(config),
+        workers: config.engine.workers,
         checkpoint_every: config.checkpoint_interval,
         plans,
         engine: engine_config(config),
@@ -337,7 +337,7 @@ fn app_state(
 }
 
 fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) -> vigil_engine::workers::Engines {
-    vigil_engine::workers::Engines::new(plans, engine_config(config), workers(config))
+    vigil_engine::workers::Engines::new(plans, engine_config(config), config.engine.workers)
 }
 
 fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
@@ -348,11 +348,6 @@ fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
         // window whole.
         ..config.engine.config()
     }
-}
-
-/// Engine threads: `--workers`, by default the number of cores.
-fn workers(config: &ServeConfig) -> usize {
-    config.engine.workers
 }
 
 /// Restores the last checkpoint into `engine`; returns the positions Kafka, files and the
