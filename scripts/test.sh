@@ -26,6 +26,15 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -q "$@"
 }
 
+# A test build needs several GB for the target directory; a linker that runs out of disk dies
+# of a bus error that names nothing, so the shortfall is said here, before the build.
+need_gb=8
+free_gb="$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')"
+if [ "${free_gb:-0}" -lt "$need_gb" ]; then
+  echo "only ${free_gb} GB free on $(df -P . | awk 'NR == 2 {print $6}'); the test build needs about ${need_gb} GB" >&2
+  exit 1
+fi
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
