@@ -235,6 +235,7 @@ fn main() -> ExitCode {
                 influx: vigil::influx::Mapping { host_tag, precision },
                 otlp_host_attribute: host_attribute,
                 host_label,
+                ..InputOptions::default()
             };
             replay(&rules, &inputs, format, &input_options, &options, out.as_deref())
         }
@@ -365,12 +366,17 @@ fn explain(paths: &[PathBuf], physical: bool) -> Result<bool> {
 
 /// Loads rules, printing their problems; `None` if any rule is invalid.
 fn load_plans(paths: &[PathBuf]) -> Result<Option<Vec<vigil::plan::RulePlan>>> {
+    Ok(load_checked(paths)?.map(|set| set.plans()))
+}
+
+/// [`load_plans`], with the set itself: its catalogue names the streams inputs may have.
+fn load_checked(paths: &[PathBuf]) -> Result<Option<RuleSet>> {
     let set = load(paths)?;
     if !set.is_ok() {
         eprint!("{}", set.render(std::io::stderr().is_terminal()));
         return Ok(None);
     }
-    Ok(Some(set.plans()))
+    Ok(Some(set))
 }
 
 fn replay(
@@ -381,10 +387,12 @@ fn replay(
     options: &ReplayOptions,
     out: Option<&Path>,
 ) -> Result<bool> {
-    let Some(plans) = load_plans(&[rules.to_path_buf()])? else { return Ok(false) };
+    let Some(set) = load_checked(&[rules.to_path_buf()])? else { return Ok(false) };
+    let plans = set.plans();
     if plans.is_empty() {
         bail!("no rules in {}", rules.display());
     }
+    let input_options = &InputOptions { catalog: set.catalog().clone(), ..input_options.clone() };
     let (mut driven, gate) = vigil::replay::engines(plans, &options.engine);
     // The decoders and the engine share one pool of events: the engine gives back those no rule
     // kept, and the decoders read later lines into them.

@@ -31,11 +31,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::engine::{release_target, EngineConfig};
-use vigil_engine::event::{decode, format_time, parse_time, Millis};
+use vigil_engine::event::{format_time, parse_time, LineDecoder, Millis};
 use vigil_engine::input::{self, Format, InputOptions};
 use vigil_engine::settings::EngineSettings;
 use vigil_engine::workers::Engines;
 use vigil_lang::plan::RulePlan;
+use vigil_lang::schema::Catalog;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,7 +193,7 @@ fn run_file(path: &Path, settings: &EngineSettings) -> Result<Vec<CaseResult>, T
     let text = std::fs::read_to_string(path)?;
     let file: TestFile = toml::from_str(&text)?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    let plans = load_rules(dir, &file.rules)?;
+    let (plans, catalog) = load_rules(dir, &file.rules)?;
     let file_lateness = file.lateness.as_deref().map(lateness).transpose().map_err(TestError::Case)?;
     if file.cases.is_empty() {
         return Err(TestError::NoCase);
@@ -201,7 +202,7 @@ fn run_file(path: &Path, settings: &EngineSettings) -> Result<Vec<CaseResult>, T
         .cases
         .iter()
         .map(|case| {
-            let result = run_case(dir, &plans, settings, file_lateness, case);
+            let result = run_case(dir, (&plans, &catalog), settings, file_lateness, case);
             (case.name.clone(), result)
         })
         .collect())
@@ -211,14 +212,16 @@ fn lateness(text: &str) -> Result<Millis, String> {
     vigil_lang::parser::parse_duration(text).map(|ms| ms as Millis)
 }
 
-fn load_rules(dir: &Path, rules: &[String]) -> Result<Vec<RulePlan>, TestError> {
+/// The rules a test file names, with the streams they declare: its events may be of those.
+fn load_rules(dir: &Path, rules: &[String]) -> Result<(Vec<RulePlan>, Catalog), TestError> {
     let paths: Vec<_> = rules.iter().map(|r| dir.join(r)).collect();
-    Ok(vigil_lang::ruleset::RuleSet::load(&paths)?.checked()?.plans())
+    let set = vigil_lang::ruleset::RuleSet::load(&paths)?.checked()?;
+    Ok((set.plans(), set.catalog().clone()))
 }
 
 fn run_case(
     dir: &Path,
-    plans: &[RulePlan],
+    (plans, catalog): (&[RulePlan], &Catalog),
     settings: &EngineSettings,
     file_lateness: Option<Millis>,
     case: &Case,
@@ -231,12 +234,13 @@ fn run_case(
     let mut engine = Engines::new(plans.to_vec(), config, settings.workers);
     let mut alerts: Vec<Alert> = Vec::new();
     let mut events = Vec::new();
+    let mut decoder = LineDecoder::new(catalog.clone());
     if let Some(text) = &case.events {
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            events.push(decode(line, None).map_err(|e| format!("event line {}: {e}", i + 1))?);
+            events.push(decoder.decode(line, None).map_err(|e| format!("event line {}: {e}", i + 1))?);
         }
     }
     if let Some(f) = &case.events_file {
@@ -246,8 +250,8 @@ fn run_case(
             Some(name) => <Format as clap::ValueEnum>::from_str(name, true)
                 .map_err(|_| format!("events_format `{name}` is not a format `vigil replay --format` reads"))?,
         };
-        let input =
-            input::open(&path, format, &InputOptions::default()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let input = input::open(&path, format, &InputOptions { catalog: catalog.clone(), ..InputOptions::default() })
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         for r in input.records {
             events.push(r.event.map_err(|e| format!("{}:{}: {e}", path.display(), r.line))?);
         }

@@ -230,9 +230,9 @@ fn explain_physical_prints_what_the_engine_builds_from_a_rule_set() {
     assert!(stdout.starts_with("operators\n"), "{stdout}");
     assert!(stdout.contains("sequence: evicted_then_failed"), "{stdout}");
     assert!(stdout.contains("shared filters (each evaluated once per event)"), "{stdout}");
-    assert!(stdout.contains("    type FAIL -> #1 (evicted_then_failed); #2 (job_failure_burst)"), "{stdout}");
-    assert!(stdout.contains("#12 (metric_saturation) after f3"), "{stdout}");
-    assert!(stdout.contains("\"counter\" -> #9 (counter_rate_deviation)"), "{stdout}");
+    assert!(stdout.contains("    type FAIL -> #1 (evicted_then_failed); #3 (job_failure_burst)"), "{stdout}");
+    assert!(stdout.contains("#17 (metric_saturation) after f4"), "{stdout}");
+    assert!(stdout.contains("\"counter\" -> #14 (counter_rate_deviation)"), "{stdout}");
     assert!(stdout.contains("gate\n"), "{stdout}");
     // Rules that compute the same windowed state share one operator.
     let dir = std::env::temp_dir().join(format!("vigil-physical-{}", std::process::id()));

@@ -81,7 +81,12 @@ golden_cases! {
     case_44_scorer_parameter => "44_scorer_parameter",
     case_45_interval_outside_absence => "45_interval_outside_absence",
     case_46_rollup_not_a_key_field => "46_rollup_not_a_key_field",
-    case_47_rollup_without_state => "47_rollup_without_state"
+    case_47_rollup_without_state => "47_rollup_without_state",
+    case_48_stream_declared_twice => "48_stream_declared_twice",
+    case_49_field_declaration => "49_field_declaration",
+    case_50_binding_without_key => "50_binding_without_key",
+    case_51_operation_declaration => "51_operation_declaration",
+    case_52_unknown_kind_in_pattern => "52_unknown_kind_in_pattern",
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! ([`Stream::fields`]), so operators reach them by position.
 
 use serde_json::Value as Json;
-use vigil_lang::schema::Stream;
+use vigil_lang::schema::{Catalog, Stream};
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ pub use value::{format_number, Value};
 
 pub use vigil_lang::schema::{field_position, TS_INDEX};
 
-/// One event of a built-in stream.
+/// One event of a declared stream.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     pub stream: Stream,
@@ -90,7 +90,7 @@ impl Event {
 
     /// Deterministic order for events with equal timestamps.
     pub fn tie_order(&self, other: &Event) -> std::cmp::Ordering {
-        self.ts.cmp(&other.ts).then((self.stream as u8).cmp(&(other.stream as u8))).then_with(|| {
+        self.ts.cmp(&other.ts).then(self.stream.cmp(&other.stream)).then_with(|| {
             self.fields
                 .iter()
                 .zip(&other.fields)
@@ -164,13 +164,37 @@ impl EventPool {
 }
 
 /// A reader of JSON-line events that remembers the shapes of the lines it read, so that a line
-/// like the last ones is read value by value (see the fast path, [`scan`]).
-#[derive(Default)]
+/// like the last ones is read value by value (see the fast path, [`scan`]). The streams lines
+/// may name are those of its catalogue: Vigil's own unless it is given a rule set's.
 pub struct LineDecoder {
     memory: scan::ScanMemory,
+    catalog: Catalog,
+}
+
+impl Default for LineDecoder {
+    fn default() -> Self {
+        LineDecoder::new(Catalog::prelude().clone())
+    }
 }
 
 impl LineDecoder {
+    pub fn new(catalog: Catalog) -> LineDecoder {
+        LineDecoder { memory: scan::ScanMemory::default(), catalog }
+    }
+
+    /// Reads later lines with the streams of `catalog` (a reload's); the shapes of earlier lines
+    /// are forgotten, since a name may now mean another declaration.
+    pub fn set_catalog(&mut self, catalog: &Catalog) {
+        if *catalog != self.catalog {
+            self.catalog = catalog.clone();
+            self.memory = scan::ScanMemory::default();
+        }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
     /// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
     /// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers
     /// can send more than Vigil reads.
@@ -186,10 +210,10 @@ impl LineDecoder {
     /// [`LineDecoder::decode`] for a line not yet known to be UTF-8: the scanner checks only its
     /// strings (what else it accepts is ASCII), so a plain line is not validated twice.
     pub fn decode_bytes(&mut self, line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
-        if let Some(event) = scan::scan(line, default_stream, &mut self.memory) {
+        if let Some(event) = scan::scan(line, default_stream, &self.catalog, &mut self.memory) {
             return Ok(event);
         }
-        decode_unscanned(line, default_stream)
+        decode_unscanned(line, default_stream, &self.catalog)
     }
 
     /// [`LineDecoder::decode_bytes`], except that a line the gate shows no rule takes comes
@@ -203,10 +227,10 @@ impl LineDecoder {
         gate: &G,
         pool: &mut EventPool,
     ) -> Result<Decoded, DecodeError> {
-        if let Some(decoded) = scan::scan_gated(line, default_stream, gate, &mut self.memory, pool) {
+        if let Some(decoded) = scan::scan_gated(line, default_stream, &self.catalog, gate, &mut self.memory, pool) {
             return Ok(decoded);
         }
-        decode_unscanned(line, default_stream).map(|event| Decoded::Event(Arc::new(event)))
+        decode_unscanned(line, default_stream, &self.catalog).map(|event| Decoded::Event(Arc::new(event)))
     }
 }
 
@@ -217,9 +241,9 @@ pub fn decode(line: &str, default_stream: Option<Stream>) -> Result<Event, Decod
 }
 
 /// A line the scanner did not take, with serde_json.
-fn decode_unscanned(line: &[u8], default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+fn decode_unscanned(line: &[u8], default_stream: Option<Stream>, catalog: &Catalog) -> Result<Event, DecodeError> {
     match std::str::from_utf8(line) {
-        Ok(text) => json::decode_with_serde(text, default_stream),
+        Ok(text) => json::decode_with_serde(text, default_stream, catalog),
         Err(e) => Err(bad(None, format!("invalid UTF-8 at byte {}", e.valid_up_to()))),
     }
 }

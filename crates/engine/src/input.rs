@@ -67,6 +67,8 @@ pub struct InputOptions {
     pub otlp_host_attribute: String,
     /// The label of prometheus-kafka-adapter's samples that names the host.
     pub host_label: String,
+    /// The streams JSON lines may name: the rules' ([`vigil_lang::ruleset::RuleSet::catalog`]).
+    pub catalog: vigil_lang::schema::Catalog,
 }
 
 impl Default for InputOptions {
@@ -77,6 +79,7 @@ impl Default for InputOptions {
             influx: Default::default(),
             otlp_host_attribute: "host.name".into(),
             host_label: "instance".into(),
+            catalog: vigil_lang::schema::Catalog::prelude().clone(),
         }
     }
 }
@@ -114,7 +117,7 @@ impl<R: Read> Read for Counting<R> {
 
 /// Opens a file with the given (or detected) format.
 pub fn open(path: &Path, format: Format, options: &InputOptions) -> std::io::Result<Input> {
-    let mut decoder = LineDecoder::default();
+    let mut decoder = LineDecoder::new(options.catalog.clone());
     open_with(path, format, options, move |line| decoder.decode_bytes(line, None), |records| records)
 }
 
@@ -130,7 +133,7 @@ pub fn open_gated(
     gate: Gate,
     pool: Rc<RefCell<EventPool>>,
 ) -> std::io::Result<Input<Decoded>> {
-    let mut decoder = LineDecoder::default();
+    let mut decoder = LineDecoder::new(options.catalog.clone());
     open_with(
         path,
         format,

@@ -38,10 +38,72 @@ pub struct Duration {
     pub span: Span,
 }
 
-/// One source file: its rules in order.
-#[derive(Debug, Clone, PartialEq)]
+/// One source file: its rules and declarations, each in order.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct File {
     pub rules: Vec<RuleDecl>,
+    pub entities: Vec<EntityDecl>,
+    pub streams: Vec<StreamDecl>,
+}
+
+/// `entity NAME (key, ...)`: a kind of entity and the attributes that identify one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityDecl {
+    pub name: Ident,
+    pub keys: Vec<Ident>,
+    pub span: Span,
+}
+
+/// `stream NAME { ... }`: the events of one stream, what entities they name and which
+/// operations patterns can select from them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamDecl {
+    pub name: Ident,
+    pub span: Span,
+    /// The fields in the order events keep them.
+    pub fields: Vec<FieldDecl>,
+    pub bindings: Vec<BindingDecl>,
+    /// The field whose value selects an operation.
+    pub operation: Option<Ident>,
+    pub ops: Vec<OpDecl>,
+}
+
+/// `name: type`, or `name?: type` for a field events may leave out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldDecl {
+    pub name: Ident,
+    pub ty: Ident,
+    pub optional: bool,
+}
+
+/// Which place of a pattern a binding is for: `subject entity ...`, `object entity ...`, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlaceDecl {
+    Subject,
+    Object,
+    Both,
+}
+
+/// `entity KIND (attr, attr = field)` inside a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingDecl {
+    pub place: PlaceDecl,
+    pub kind: Ident,
+    /// An attribute and the field it is read from, the attribute's own name when not given.
+    pub attrs: Vec<(Ident, Ident)>,
+    pub span: Span,
+}
+
+/// `op SUBJECT NAME [OBJECT[?]] [= "VALUE"]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpDecl {
+    pub subject: Ident,
+    pub name: Ident,
+    /// The object kind, and whether a pattern may leave the object out.
+    pub object: Option<(Ident, bool)>,
+    /// The value of the operation field this operation selects; every event when `None`.
+    pub value: Option<(String, Span)>,
+    pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -46,6 +46,12 @@ pub mod codes {
     pub const COST: &str = "E0312";
     pub const SCORE: &str = "E0313";
     pub const ROLLUP: &str = "E0314";
+
+    pub const DECLARED_TWICE: &str = "E0401";
+    pub const FIELD_DECL: &str = "E0402";
+    pub const BINDING: &str = "E0403";
+    pub const OPERATION_DECL: &str = "E0404";
+    pub const STREAM_IN_USE: &str = "E0405";
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! - [`parser::parse`]: source text to a spanned [`ast::File`]; syntax errors as diagnostics.
-//! - [`check::check`]: names resolved against [`schema`], types and bounds checked, one
+//! - [`schema::Catalog::declare`]: the files' `stream` and `entity` declarations checked and
+//!   registered over Vigil's own ([`schema`]).
+//! - [`check::check`]: names resolved against the catalogue, types and bounds checked, one
 //!   [`plan::RulePlan`] per rule: the one type that crosses into the engine.
 //! - [`compile`] runs both over one file; [`compile_all`] over many, which also catches a rule
 //!   name defined in two files; [`ruleset`] loads files and folders and changes them.
@@ -25,6 +27,7 @@ pub mod schema;
 
 use diagnostic::{codes, Diagnostic, Source};
 use plan::RulePlan;
+use schema::Catalog;
 use std::collections::HashMap;
 
 /// One rule file after parsing and checking.
@@ -39,6 +42,10 @@ pub struct Compiled {
     pub rule_names: Vec<(String, ast::Span)>,
     /// Every rule the file declares with the span of its whole declaration.
     pub rule_spans: Vec<(String, ast::Span)>,
+    /// The streams the file declares, by name.
+    pub streams: Vec<String>,
+    /// The streams and kinds of the files compiled with this one.
+    pub catalog: Catalog,
 }
 
 impl Compiled {
@@ -56,28 +63,25 @@ impl Compiled {
 /// (a test harness's, an async runtime's) the caller happens to be on.
 const COMPILE_STACK: usize = 64 << 20;
 
-/// Parses and checks one file given as raw bytes.
+/// Parses and checks one file given as raw bytes, with its own declarations over the prelude's.
 pub fn compile(name: &str, bytes: &[u8]) -> Compiled {
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("vigil-compile".into())
-            .stack_size(COMPILE_STACK)
-            .spawn_scoped(scope, || compile_here(name, bytes))
-            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .unwrap_or_else(|_| compile_here(name, bytes))
-    })
+    let mut out = compile_all(&[(name.to_string(), bytes.to_vec())]);
+    out.pop().expect("one file in, one out")
 }
 
-fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
+/// A file parsed, or the diagnostic that it is not UTF-8.
+struct Parsed {
+    name: String,
+    text: String,
+    file: ast::File,
+    diagnostics: Vec<Diagnostic>,
+}
+
+fn parse_file(name: &str, bytes: &[u8]) -> Parsed {
     match std::str::from_utf8(bytes) {
         Ok(text) => {
-            let (file, mut diagnostics) = parser::parse(text);
-            let (plans, mut checked) = check::check(&file);
-            diagnostics.append(&mut checked);
-            diagnostics.sort_by_key(|d| d.primary_span().start);
-            let rule_names = file.rules.iter().map(|r| (r.name.name.clone(), r.name.span)).collect();
-            let rule_spans = file.rules.iter().map(|r| (r.name.name.clone(), r.span)).collect();
-            Compiled { name: name.to_string(), text: text.to_string(), plans, diagnostics, rule_names, rule_spans }
+            let (file, diagnostics) = parser::parse(text);
+            Parsed { name: name.to_string(), text: text.to_string(), file, diagnostics }
         }
         Err(e) => {
             let at = e.valid_up_to();
@@ -95,22 +99,46 @@ fn compile_here(name: &str, bytes: &[u8]) -> Compiled {
                 ),
             )
             .with_help("save the file as UTF-8");
-            Compiled {
-                name: name.to_string(),
-                text,
-                plans: Vec::new(),
-                diagnostics: vec![d],
-                rule_names: Vec::new(),
-                rule_spans: Vec::new(),
-            }
+            Parsed { name: name.to_string(), text, file: ast::File::default(), diagnostics: vec![d] }
         }
     }
+}
+
+/// Parses every file, declares their streams and kinds together, then checks each file's rules
+/// against that catalogue.
+fn compile_here(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
+    let mut parsed: Vec<Parsed> = files.iter().map(|(name, bytes)| parse_file(name, bytes)).collect();
+    let asts: Vec<&ast::File> = parsed.iter().map(|p| &p.file).collect();
+    let (catalog, problems) = Catalog::declare(&asts);
+    for (i, d) in problems {
+        parsed[i].diagnostics.push(d);
+    }
+    parsed
+        .into_iter()
+        .map(|p| {
+            let Parsed { name, text, file, mut diagnostics } = p;
+            let (plans, mut checked) = check::check(&file, &catalog);
+            diagnostics.append(&mut checked);
+            diagnostics.sort_by_key(|d| d.primary_span().start);
+            let rule_names = file.rules.iter().map(|r| (r.name.name.clone(), r.name.span)).collect();
+            let rule_spans = file.rules.iter().map(|r| (r.name.name.clone(), r.span)).collect();
+            let streams = file.streams.iter().map(|s| s.name.name.clone()).collect();
+            Compiled { name, text, plans, diagnostics, rule_names, rule_spans, streams, catalog: catalog.clone() }
+        })
+        .collect()
 }
 
 /// Compiles several files that are loaded together, and reports a rule name defined in more
 /// than one of them (rule names identify alerts, so they must be unique across a rule set).
 pub fn compile_all(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
-    let mut out: Vec<Compiled> = files.iter().map(|(name, bytes)| compile(name, bytes)).collect();
+    let mut out = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("vigil-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn_scoped(scope, || compile_here(files))
+            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .unwrap_or_else(|_| compile_here(files))
+    });
     let mut first: HashMap<String, String> = HashMap::new();
     for c in &mut out {
         let mut clashes = Vec::new();

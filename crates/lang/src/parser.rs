@@ -34,18 +34,22 @@ pub fn parse(src: &str) -> (File, Vec<Diagnostic>) {
 
     let mut diags = Vec::new();
     if let Some(d) = check_nesting(src) {
-        return (File { rules: Vec::new() }, vec![d]);
+        return (File::default(), vec![d]);
     }
-    let mut rules = Vec::new();
+    let mut file = File::default();
     let mut pos = skip_trivia(src, 0);
     while pos < src.len() {
         match SaqlParser::parse(Rule::rule_item, &src[pos..]) {
             Ok(mut pairs) => {
                 let item = pairs.next().expect("rule_item always yields itself");
-                let def = item.into_inner().next().expect("rule_item holds rule_def");
+                let def = item.into_inner().next().expect("rule_item holds an item");
                 let end = pos + def.as_span().end();
                 let mut b = Builder { offset: pos, diags: &mut diags };
-                rules.push(b.rule(def));
+                match def.as_rule() {
+                    Rule::entity_def => file.entities.push(b.entity(def)),
+                    Rule::stream_def => file.streams.push(b.stream(def)),
+                    _ => file.rules.push(b.rule(def)),
+                }
                 pos = skip_trivia(src, end);
             }
             Err(e) => {
@@ -58,7 +62,7 @@ pub fn parse(src: &str) -> (File, Vec<Diagnostic>) {
             }
         }
     }
-    (File { rules }, diags)
+    (file, diags)
 }
 
 /// Parses a duration written as in rules (`5 min`, `500ms`, `1.5 h`) into milliseconds.
@@ -115,7 +119,9 @@ fn next_rule_start(src: &str, from: usize) -> Option<usize> {
         let line = &src[at..];
         let trimmed = line.trim_start_matches([' ', '\t']);
         let indent = line.len() - trimmed.len();
-        if trimmed.starts_with("rule") && trimmed[4..].starts_with(|c: char| c.is_whitespace()) {
+        let starts =
+            |word: &str| trimmed.starts_with(word) && trimmed[word.len()..].starts_with(|c: char| c.is_whitespace());
+        if starts("rule") || starts("stream") || starts("entity") {
             return Some(at + indent);
         }
         at = src[at..].find('\n').map(|i| at + i + 1)?;
@@ -330,6 +336,76 @@ impl Builder<'_> {
             }
         }
         r
+    }
+
+    fn entity(&mut self, p: Pair<Rule>) -> EntityDecl {
+        let span = self.span(&p);
+        let mut inner = p.into_inner();
+        let name = self.ident(inner.next().expect("entity name"));
+        EntityDecl { name, keys: inner.map(|k| self.ident(k)).collect(), span }
+    }
+
+    fn stream(&mut self, p: Pair<Rule>) -> StreamDecl {
+        let span = self.span(&p);
+        let mut inner = p.into_inner();
+        let name = self.ident(inner.next().expect("stream name"));
+        let mut decl =
+            StreamDecl { name, span, fields: Vec::new(), bindings: Vec::new(), operation: None, ops: Vec::new() };
+        for item in inner {
+            let item_span = self.span(&item);
+            match item.as_rule() {
+                Rule::fields_decl => {
+                    for field in item.into_inner() {
+                        let mut parts = field.into_inner().peekable();
+                        let name = self.ident(parts.next().expect("field name"));
+                        let optional = parts.next_if(|p| p.as_rule() == Rule::optional_mark).is_some();
+                        let ty = self.ident(parts.next().expect("field type"));
+                        decl.fields.push(FieldDecl { name, ty, optional });
+                    }
+                }
+                Rule::binding_decl => {
+                    let mut parts = item.into_inner().peekable();
+                    let place =
+                        match parts.next_if(|p| p.as_rule() == Rule::binding_role).map(|p| p.as_str().to_string()) {
+                            Some(role) if role == "subject" => PlaceDecl::Subject,
+                            Some(_) => PlaceDecl::Object,
+                            None => PlaceDecl::Both,
+                        };
+                    let kind = self.ident(parts.next().expect("binding kind"));
+                    let attrs = parts
+                        .map(|attr| {
+                            let mut names = attr.into_inner();
+                            let attr = self.ident(names.next().expect("attribute"));
+                            let field = names.next().map_or_else(|| attr.clone(), |f| self.ident(f));
+                            (attr, field)
+                        })
+                        .collect();
+                    decl.bindings.push(BindingDecl { place, kind, attrs, span: item_span });
+                }
+                Rule::operation_decl => {
+                    let field = self.ident(item.into_inner().next().expect("operation field"));
+                    decl.operation = Some(field);
+                }
+                Rule::op_decl => decl.ops.push(self.op(item, item_span)),
+                other => unreachable!("{other:?} in a stream"),
+            }
+        }
+        decl
+    }
+
+    fn op(&mut self, p: Pair<Rule>, span: Span) -> OpDecl {
+        let mut parts = p.into_inner().peekable();
+        let subject = self.ident(parts.next().expect("op subject"));
+        let name = self.ident(parts.next().expect("op name"));
+        let object = parts.next_if(|p| p.as_rule() == Rule::ident).map(|kind| {
+            let optional = parts.next_if(|p| p.as_rule() == Rule::optional_mark).is_some();
+            (self.ident(kind), optional)
+        });
+        let value = parts.next().map(|s| {
+            let at = self.span(&s);
+            (self.string(s), at)
+        });
+        OpDecl { subject, name, object, value, span }
     }
 
     fn pattern(&mut self, p: Pair<Rule>) -> Pattern {

@@ -12,6 +12,7 @@ use std::fmt;
 
 mod alert;
 mod score;
+mod source;
 pub use alert::{AlertPlan, RollupPlan};
 pub use score::{ScorePlan, ScoreSlot, ScoreStep, ScorerSpec};
 

@@ -231,10 +231,7 @@ impl EngineLoop {
                     last_checkpoint: Instant::now(),
                     last_gauges: Instant::now(),
                 };
-                let events_in: Vec<prometheus::IntCounter> = vigil_lang::schema::Stream::ALL
-                    .iter()
-                    .map(|s| self.telemetry.events_in.with_label_values(&[s.name()]))
-                    .collect();
+                let mut events_in = StreamCounters { family: self.telemetry.events_in.clone(), by_stream: Vec::new() };
                 while let Some(first) = rx.blocking_recv() {
                     let mut batch = vec![first];
                     while batch.len() < BATCH {
@@ -244,7 +241,7 @@ impl EngineLoop {
                         }
                     }
                     let n = batch.len() as u64;
-                    self.take(batch, &mut r, &events_in);
+                    self.take(batch, &mut r, &mut events_in);
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
                     let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_every;
                     if rx.is_empty() || checkpoint_due {
@@ -283,7 +280,7 @@ impl EngineLoop {
     }
 
     /// Inputs in order: runs of events go to the engines together.
-    fn take(&mut self, batch: Vec<Input>, r: &mut Running, events_in: &[prometheus::IntCounter]) {
+    fn take(&mut self, batch: Vec<Input>, r: &mut Running, events_in: &mut StreamCounters) {
         let mut events = Vec::with_capacity(batch.len());
         // Which of them came from HTTP ingest, whose late ones the next `Ack` counts.
         let mut ingested = Vec::new();
@@ -364,13 +361,7 @@ impl EngineLoop {
 
     /// Events into the engines; late ones are counted by rule (HTTP ingest's by the engines,
     /// for the next `Ack`).
-    fn push(
-        &mut self,
-        events: Vec<Event>,
-        ingested: Vec<usize>,
-        r: &mut Running,
-        events_in: &[prometheus::IntCounter],
-    ) {
+    fn push(&mut self, events: Vec<Event>, ingested: Vec<usize>, r: &mut Running, events_in: &mut StreamCounters) {
         if events.is_empty() {
             return;
         }
@@ -381,7 +372,7 @@ impl EngineLoop {
         r.last_event = Instant::now();
         r.newest = events.iter().map(|e| e.ts).max().max(r.newest);
         for e in &events {
-            events_in[e.stream as usize].inc();
+            events_in.inc(e.stream);
         }
         let n = events.len();
         let started = Instant::now();
@@ -464,6 +455,23 @@ pub async fn tick(tx: mpsc::Sender<Input>) {
         if tx.send(Input::Tick).await.is_err() {
             return;
         }
+    }
+}
+
+/// `vigil_events_in_total` by stream, each stream's counter taken from the family once.
+struct StreamCounters {
+    family: prometheus::IntCounterVec,
+    /// By [`Stream::index`](vigil_lang::schema::Stream::index).
+    by_stream: Vec<Option<prometheus::IntCounter>>,
+}
+
+impl StreamCounters {
+    fn inc(&mut self, stream: vigil_lang::schema::Stream) {
+        if self.by_stream.len() <= stream.index() {
+            self.by_stream.resize(stream.index() + 1, None);
+        }
+        let family = &self.family;
+        self.by_stream[stream.index()].get_or_insert_with(|| family.with_label_values(&[stream.name()])).inc();
     }
 }
 

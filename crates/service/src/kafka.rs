@@ -158,7 +158,7 @@ pub async fn produce(
     if let Some(partitions) = create_topics {
         let topics: Vec<String> = match topic {
             Some(t) => vec![t.to_string()],
-            None => Stream::ALL.iter().map(|s| s.name().to_string()).collect(),
+            None => Stream::BUILT_IN.iter().map(|s| s.name().to_string()).collect(),
         };
         ensure_topics(brokers, &topics, partitions, options).await?;
     }

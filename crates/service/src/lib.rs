@@ -55,6 +55,8 @@ pub enum ServiceError {
     Rules { dir: PathBuf, source: vigil_lang::ruleset::RuleSetError },
     #[error("cannot listen on {addr}")]
     Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Topics(String),
     #[error("cannot create the Kafka topics")]
     KafkaTopics(#[source] kafka::KafkaError),
     #[error("cannot create the Kafka consumer")]
@@ -89,7 +91,7 @@ impl ServiceError {
 }
 
 /// What every source checks of an event before it is taken.
-fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>) -> Intake {
+fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>, catalog: &vigil_lang::schema::Catalog) -> Intake {
     Intake {
         bounds: config.engine.bounds(),
         health: health.clone(),
@@ -98,6 +100,7 @@ fn intake_of(config: &ServeConfig, health: &Arc<EngineHealth>) -> Intake {
             name_bytes: config.max_label_name_length,
             value_bytes: config.max_label_value_length,
         },
+        catalog: Arc::new(sources::SharedCatalog::new(catalog.clone())),
     }
 }
 
@@ -125,7 +128,17 @@ struct Wiring {
 }
 
 /// Runs the service until SIGINT or SIGTERM.
-pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
+/// The rules of the folder, checked; the streams they declare get their topics.
+fn load_rules(config: &mut ServeConfig) -> Result<vigil_lang::ruleset::RuleSet, ServiceError> {
+    let loaded = rules::load(&config.rules)
+        .and_then(|set| set.checked())
+        .map_err(|source| ServiceError::Rules { dir: config.rules.clone(), source })?;
+    tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
+    config.add_declared_topics(loaded.catalog()).map_err(ServiceError::Topics)?;
+    Ok(loaded)
+}
+
+pub async fn serve(mut config: ServeConfig) -> Result<(), ServiceError> {
     let telemetry = Arc::new(telemetry::Telemetry::new());
     let store = store::Store::connect(&config.database_url)
         .await
@@ -136,10 +149,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
     // Taken before the rules are read: a change after this point is seen by the watcher even if
     // it lands before the watcher starts.
     let fingerprint = rules::fingerprint(&config.rules);
-    let loaded = rules::load(&config.rules)
-        .and_then(|set| set.checked())
-        .map_err(|source| ServiceError::Rules { dir: config.rules.clone(), source })?;
-    tracing::info!(rules = loaded.plans().len(), folder = %config.rules.display(), "rules loaded");
+    let loaded = load_rules(&mut config)?;
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .map_err(|source| ServiceError::Listen { addr: config.http_addr, source })?;
@@ -159,7 +169,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         dead: dead_tx,
         published: broadcast::channel(4096).0,
         health: Arc::new(writer::Health::default()),
-        intake: intake_of(&config, &engine_health),
+        intake: intake_of(&config, &engine_health, loaded.catalog()),
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
         silences: Default::default(),
@@ -193,8 +203,13 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServiceError> {
         (engine_thread, writer, Some(ticker), ingest_tx)
     };
 
-    let live_rules =
-        Arc::new(rules::LiveRules::new(config.rules.clone(), &loaded, wiring.engine.clone(), telemetry.clone()));
+    let live_rules = Arc::new(rules::LiveRules::new(
+        config.rules.clone(),
+        &loaded,
+        wiring.engine.clone(),
+        telemetry.clone(),
+        wiring.intake.catalog.clone(),
+    ));
     tokio::spawn(live_rules.clone().watch(fingerprint, wiring.stop.clone()));
     if let Some(sync) = rule_sync {
         tokio::spawn(sync.run(live_rules.clone(), wiring.stop.clone()));
@@ -493,6 +508,7 @@ fn spawn_sources(
         overload: config.overload,
         shed: w.telemetry.shed.with_label_values(&["http"]),
         telemetry: w.telemetry.clone(),
+        catalog: w.intake.catalog.get(),
     }
     .spawn(ingest_rx)
     .map_err(|source| ServiceError::IngestLog { dir: config.ingest_log_dir.clone(), source })?;

@@ -8,12 +8,13 @@
 //! folder. The engine keeps the state of every rule whose state is the same computation.
 
 use super::engine_loop::Input;
+use super::sources::SharedCatalog;
 use super::telemetry::{RulesChanged, Telemetry};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch, Mutex};
-use vigil_lang::ruleset::{self, RuleInfo, RuleSet, RuleSetError};
+use vigil_lang::ruleset::{self, RuleInfo, RuleSet, RuleSetError, RunningRule};
 
 /// Why a change to the rules did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -33,15 +34,37 @@ pub struct LiveRules {
     lock: Mutex<()>,
     engine: mpsc::Sender<Input>,
     telemetry: Arc<Telemetry>,
+    /// The catalogue the sources decode with, which a reload changes.
+    catalog: Arc<SharedCatalog>,
+    /// The running rules and the streams they read, which a change may not take from them.
+    running: RwLock<Vec<RunningRule>>,
 }
 
 impl LiveRules {
-    pub fn new(dir: PathBuf, loaded: &RuleSet, engine: mpsc::Sender<Input>, telemetry: Arc<Telemetry>) -> Self {
-        LiveRules { dir, infos: RwLock::new(loaded.infos()), lock: Mutex::new(()), engine, telemetry }
+    pub fn new(
+        dir: PathBuf,
+        loaded: &RuleSet,
+        engine: mpsc::Sender<Input>,
+        telemetry: Arc<Telemetry>,
+        catalog: Arc<SharedCatalog>,
+    ) -> Self {
+        LiveRules {
+            dir,
+            infos: RwLock::new(loaded.infos()),
+            lock: Mutex::new(()),
+            engine,
+            telemetry,
+            catalog,
+            running: RwLock::new(loaded.running()),
+        }
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    fn running(&self) -> Vec<RunningRule> {
+        self.running.read().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// The loaded rules.
@@ -55,8 +78,10 @@ impl LiveRules {
         let _guard = self.lock.lock().await;
         let dir = self.dir.clone();
         let name = name.to_string();
+        let running = self.running();
         let (after, path) = blocking(move || {
             let (after, path, content) = load(&dir)?.with_rule(&dir, &name, &text)?;
+            after.keeps_streams_of(&running)?;
             let after = after.checked()?;
             ruleset::write_atomically(&path, Some(&content))?;
             Ok((after, path))
@@ -72,11 +97,13 @@ impl LiveRules {
         let _guard = self.lock.lock().await;
         let dir = self.dir.clone();
         let name = name.to_string();
+        let running = self.running();
         let after = blocking(move || {
             if !ruleset::valid_name(&name) {
                 return Err(RuleSetError::BadName(name));
             }
             let (after, path, content) = load(&dir)?.without_rule(&name)?;
+            after.keeps_streams_of(&running)?;
             let after = after.checked()?;
             ruleset::write_atomically(&path, content.as_deref())?;
             Ok(after)
@@ -89,7 +116,13 @@ impl LiveRules {
     pub async fn reload(&self) -> Result<Vec<String>, RuleChangeError> {
         let _guard = self.lock.lock().await;
         let dir = self.dir.clone();
-        let loaded = blocking(move || load(&dir)?.checked()).await;
+        let running = self.running();
+        let loaded = blocking(move || {
+            let set = load(&dir)?;
+            set.keeps_streams_of(&running)?;
+            set.checked()
+        })
+        .await;
         match loaded {
             Ok(set) => self.apply(set).await,
             Err(e) => {
@@ -107,6 +140,10 @@ impl LiveRules {
         if let Ok(mut infos) = self.infos.write() {
             *infos = set.infos();
         }
+        if let Ok(mut running) = self.running.write() {
+            *running = set.running();
+        }
+        self.catalog.set(set.catalog());
         self.telemetry.emit(RulesChanged::Applied);
         Ok(kept)
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the event files the metric rules' behaviour cases read (rules/tests/*.toml).
+"""Writes the event files the rules' behaviour cases read (rules/tests/*.toml).
 
 Deterministic (seeded), so the files in the repository are what this script writes:
 `python3 rules/tests/data/generate.py` from the repository root, then `vigil test rules`.
@@ -72,6 +72,69 @@ def at(rows, when):
     return next(r for r in rows if r[0] >= when)
 
 
+def write_events(name, events):
+    """Events of declared streams (rules/k8s, rules/hosts), in time order."""
+    events.sort(key=lambda e: e["ts"])
+    with open(HERE / name, "w") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+
+
+def k8s_evictions():
+    """Three hours of evictions on eight nodes, one to three each an hour; node-7 evicts
+    fifteen in the second hour. Pods move among the nodes."""
+    rng = random.Random(10)
+    events = []
+    for hour in range(3):
+        for node in range(8):
+            n = 15 if (hour, node) == (1, 7) else rng.randint(1, 3)
+            for i in range(n):
+                t = START + timedelta(hours=hour, minutes=rng.randint(0, 59), seconds=i)
+                pod = f"web-{rng.randint(0, 999):03d}"
+                events.append({"stream": "k8s_event", "ts": ts(t), "namespace": "shop", "pod": pod,
+                               "node": f"node-{node}", "reason": "Evicted",
+                               "message": "The node was low on resource: memory."})
+    return events
+
+
+def host_activity(days, new_child_at=None, new_peer_at=None):
+    """Hourly activity of two hosts' programs over `days`: nginx starts workers, which connect
+    to the database and the cache; sshd starts shells, which read their own files. At
+    `new_child_at`, nginx starts /bin/sh, which connects out to an address never seen; at
+    `new_peer_at`, an nginx worker connects to a new address."""
+    rng = random.Random(11)
+    events = []
+    pid = 1000
+    hours = int(days * 24)
+    for hour in range(hours):
+        for host in ("web-1", "web-2"):
+            base = START + timedelta(hours=hour, minutes=rng.randint(0, 40))
+            pid += 2
+            events.append({"stream": "process_event", "ts": ts(base), "host": host, "pid": 1, "exe": "/usr/sbin/nginx",
+                           "op": "start", "user": "www", "child_pid": pid, "child_exe": "/usr/sbin/nginx-worker"})
+            for k, peer in enumerate(("10.0.0.5", "10.0.0.6")):
+                events.append({"stream": "net_event", "ts": ts(base + timedelta(seconds=5 + k)), "host": host, "pid": pid,
+                               "exe": "/usr/sbin/nginx-worker", "op": "connect", "dst_ip": peer, "dst_port": 5432})
+            events.append({"stream": "process_event", "ts": ts(base + timedelta(minutes=3)), "host": host, "pid": 22,
+                           "exe": "/usr/sbin/sshd", "op": "start", "child_pid": pid + 1, "child_exe": "/bin/bash"})
+            events.append({"stream": "file_event", "ts": ts(base + timedelta(minutes=4)), "host": host, "pid": pid + 1,
+                           "exe": "/bin/bash", "op": "read", "path": "/home/ops/.bashrc"})
+            events.append({"stream": "net_event", "ts": ts(base + timedelta(minutes=6)), "host": host, "pid": pid + 1,
+                           "exe": "/bin/bash", "op": "connect", "dst_ip": "10.0.0.9", "dst_port": 22})
+    if new_child_at is not None:
+        t = START + new_child_at
+        events.append({"stream": "process_event", "ts": ts(t), "host": "web-1", "pid": 1, "exe": "/usr/sbin/nginx",
+                       "op": "start", "child_pid": 66666, "child_exe": "/bin/sh"})
+        events.append({"stream": "file_event", "ts": ts(t + timedelta(seconds=20)), "host": "web-1", "pid": 66666,
+                       "exe": "/bin/sh", "op": "read", "path": "/etc/shadow"})
+        events.append({"stream": "net_event", "ts": ts(t + timedelta(minutes=2)), "host": "web-1", "pid": 66666,
+                       "exe": "/bin/sh", "op": "connect", "dst_ip": "203.0.113.9", "dst_port": 443})
+    if new_peer_at is not None:
+        events.append({"stream": "net_event", "ts": ts(START + new_peer_at), "host": "web-2", "pid": 4242,
+                       "exe": "/usr/sbin/nginx-worker", "op": "connect", "dst_ip": "10.0.0.77", "dst_port": 6379})
+    return events
+
+
 def main():
     # metric_deviation: three days of a noisy daily cycle.
     quiet = daily(1, "h1", "latency_ms", 3)
@@ -124,6 +187,13 @@ def main():
     spiky = counter(8, "h1", "http_requests_total", 3, resets, burst)
     unmarked = [r[:4] for r in counter(9, "h2", "bytes_sent", 3, burst=burst)]
     write("counter_burst.jsonl", spiky + unmarked)
+
+    # Declared streams: Kubernetes evictions, and a host's processes, files and connections.
+    write_events("k8s_evictions.jsonl", k8s_evictions())
+    write_events("hosts_quiet.jsonl", host_activity(2))
+    intrusion = timedelta(days=1, hours=6, minutes=50)
+    write_events("hosts_intrusion.jsonl", host_activity(2, new_child_at=intrusion,
+                                                       new_peer_at=timedelta(days=1, hours=12, minutes=45)))
 
 
 if __name__ == "__main__":

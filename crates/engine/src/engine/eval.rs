@@ -220,7 +220,7 @@ pub fn eval(e: &TExpr, env: &Env) -> Value {
                 None => Value::Null,
             }
         }
-        TExprKind::Entity { var, kind } => entity_identity(var, *kind, env),
+        TExprKind::Entity { var, .. } => entity_identity(var, env),
         TExprKind::StateField { ago, index, .. } => state_value(env, *ago, *index),
         TExprKind::StateRange { from, to, index, .. } => {
             let mut out = Vec::with_capacity(to - from + 1);
@@ -278,11 +278,11 @@ fn state_value(env: &Env, ago: usize, index: usize) -> Value {
 }
 
 /// An entity compared as a whole is its key fields, read from an event that binds it.
-fn entity_identity(var: &str, kind: vigil_lang::schema::EntityKind, env: &Env) -> Value {
+fn entity_identity(var: &str, env: &Env) -> Value {
     for (i, src) in env.sources.iter().enumerate() {
         let binds = src.subject.1 == var || src.object.as_ref().is_some_and(|(_, v)| v == var);
         if let (true, Some(Some(ev))) = (binds, env.events.get(i)) {
-            let parts: Vec<String> = kind.key_fields().iter().map(|f| ev.get(f).to_text()).collect();
+            let parts: Vec<String> = src.key_positions(var).into_iter().map(|p| ev.value(p).to_text()).collect();
             return Value::str(&parts.join("\u{1f}"));
         }
     }

@@ -547,7 +547,8 @@ impl Engine {
     /// nowhere when there are none); the result is sorted, without repeats.
     pub fn key_groups(&self, event: &Event, into: &mut Vec<u32>) {
         into.clear();
-        for target in self.layout.routes[event.stream as usize].targets(event) {
+        let Some(routes) = self.layout.routes.get(event.stream.index()) else { return };
+        for target in routes.targets(event) {
             if let Some(f) = target.filter {
                 if !self.layout.filters[f].holds(event, &self.regexes) {
                     continue;
@@ -637,7 +638,11 @@ impl Engine {
         self.filter_memo.iter_mut().for_each(|m| *m = 0);
         let Layout { routes, filters, .. } = &self.layout;
         let shard = self.config.shard;
-        for target in routes[event.stream as usize].targets(event) {
+        let Some(routes) = routes.get(event.stream.index()) else {
+            self.finish(before, event.ts, out);
+            return;
+        };
+        for target in routes.targets(event) {
             if !self.owned[target.op].takes(shard, target.source, event) {
                 continue;
             }

@@ -97,7 +97,7 @@ pub(crate) fn entity_key_positions(src: &vigil_lang::plan::SourcePlan) -> Vec<(S
     std::iter::once(&src.subject)
         .chain(src.object.as_ref())
         .flat_map(|(kind, var)| {
-            kind.key_fields().iter().map(move |f| (format!("{var}.{f}"), crate::event::field_position(src.stream, f)))
+            kind.key_fields().iter().zip(src.key_positions(var)).map(move |(f, p)| (format!("{var}.{f}"), p))
         })
         .collect()
 }

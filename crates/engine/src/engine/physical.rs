@@ -36,8 +36,8 @@ pub enum OperatorKind {
 pub struct Layout {
     /// By operator.
     pub served: Vec<Served>,
-    /// By `Stream as usize`.
-    pub routes: [StreamRoutes; Stream::COUNT],
+    /// By [`Stream::index`], up to the last stream a rule reads.
+    pub routes: Vec<StreamRoutes>,
     pub filters: Vec<SharedFilter>,
     pub gate: Gate,
 }
@@ -81,7 +81,7 @@ pub fn build(
 ) -> (Vec<Box<dyn Operator>>, Layout) {
     let mut operators: Vec<Box<dyn Operator>> = Vec::new();
     let mut served: Vec<Served> = Vec::new();
-    let mut routes: [StreamRoutes; Stream::COUNT] = Default::default();
+    let mut routes: Vec<StreamRoutes> = Vec::new();
     let mut filters: Vec<SharedFilter> = Vec::new();
     let mut filter_ids: HashMap<String, usize> = HashMap::new();
     let mut filter_of = |plan: &Arc<RulePlan>, source: usize| -> Option<usize> {
@@ -110,20 +110,39 @@ pub fn build(
         served.push(Served { plans: vec![plan.clone()], id: plan.state_id(), kind });
         for (i, src) in plan.sources.iter().enumerate() {
             let target = Target { op: index, source: i, filter: filter_of(plan, i) };
-            routes[src.stream as usize].add(src, required_for(plan, i), target);
+            routes_of(&mut routes, src.stream).add(src, required_for(plan, i), target);
         }
     }
     for builder in window_builders(plans, two_stage, regexes) {
         let index = operators.len();
         let first = builder.plans()[0].clone();
         let target = Target { op: index, source: 0, filter: filter_of(&first, 0) };
-        routes[first.sources[0].stream as usize].add(&first.sources[0], required_for(&first, 0), target);
+        routes_of(&mut routes, first.sources[0].stream).add(&first.sources[0], required_for(&first, 0), target);
         served.push(Served { plans: builder.plans().to_vec(), id: builder.id(), kind: OperatorKind::Window });
         let stage = if two_stage && builder.splittable() { window::Stage::Summarise } else { window::Stage::Whole };
         operators.push(Box::new(builder.build_stage(limits, stage)));
     }
     let gate = Gate::new(&routes, &filters);
     (operators, Layout { served, routes, filters, gate })
+}
+
+/// The routes of `stream`, the table grown to hold them.
+fn routes_of(routes: &mut Vec<StreamRoutes>, stream: Stream) -> &mut StreamRoutes {
+    if routes.len() <= stream.index() {
+        routes.resize_with(stream.index() + 1, StreamRoutes::default);
+    }
+    &mut routes[stream.index()]
+}
+
+impl Layout {
+    /// The streams some rule reads, in the order of their ids.
+    fn streams(&self) -> impl Iterator<Item = Stream> + '_ {
+        self.served
+            .iter()
+            .flat_map(|s| s.plans.iter().flat_map(|p| p.sources.iter().map(|src| src.stream)))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+    }
 }
 
 impl fmt::Display for Layout {
@@ -147,16 +166,13 @@ impl fmt::Display for Layout {
             }
         }
         writeln!(f, "routing")?;
-        for stream in Stream::ALL {
-            let r = &self.routes[stream as usize];
-            if r.is_empty() {
-                continue;
-            }
+        for stream in self.streams() {
+            let Some(r) = self.routes.get(stream.index()).filter(|r| !r.is_empty()) else { continue };
             writeln!(f, "  {}", stream.name())?;
             describe(r, f, &self.served)?;
         }
         writeln!(f, "gate")?;
-        for stream in Stream::ALL {
+        for stream in self.streams() {
             match self.gate.tests(stream) {
                 Some(0) => writeln!(f, "  {}: no rule reads it; every event only moves time", stream.name())?,
                 Some(n) => writeln!(

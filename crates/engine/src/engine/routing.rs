@@ -79,15 +79,15 @@ impl StreamRoutes {
 /// reload needs a new gate.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
-    /// By `Stream as usize`: the filters when every route of the stream has one of numbers
+    /// By [`Stream::index`]: the filters when every route of the stream has one of numbers
     /// (none at all for a stream no rule reads).
-    streams: [Option<Arc<[eval::NumberTest]>>; Stream::COUNT],
+    streams: Vec<Option<Arc<[eval::NumberTest]>>>,
     /// By stream: the field positions those filters read, as bits.
-    reads: [u64; Stream::COUNT],
+    reads: Vec<u64>,
 }
 
 impl Gate {
-    pub fn new(routes: &[StreamRoutes; Stream::COUNT], filters: &[SharedFilter]) -> Gate {
+    pub fn new(routes: &[StreamRoutes], filters: &[SharedFilter]) -> Gate {
         let gate = |r: &StreamRoutes| -> Option<Arc<[eval::NumberTest]>> {
             if !r.by_type.is_empty() || !r.by_value.is_empty() {
                 return None;
@@ -97,32 +97,34 @@ impl Gate {
             used.dedup();
             used.into_iter().map(|f| filters[f].numbers.clone()).collect::<Option<Vec<_>>>().map(Arc::from)
         };
-        let streams: [_; Stream::COUNT] = std::array::from_fn(|i| gate(&routes[i]));
-        let reads = std::array::from_fn(|i| {
-            streams[i]
-                .as_ref()
-                .map_or(0, |tests: &Arc<[eval::NumberTest]>| tests.iter().fold(0, |bits, t| bits | t.reads()))
-        });
+        let streams: Vec<_> = routes.iter().map(gate).collect();
+        let reads = streams
+            .iter()
+            .map(|tests| tests.as_ref().map_or(0, |tests| tests.iter().fold(0, |bits, t| bits | t.reads())))
+            .collect();
         Gate { streams, reads }
     }
 
     /// How many number filters judge `stream`, when it is judged at all.
     pub fn tests(&self, stream: Stream) -> Option<usize> {
-        self.streams[stream as usize].as_ref().map(|t| t.len())
+        self.streams.get(stream.index())?.as_ref().map(|t| t.len())
     }
 }
 
 impl crate::event::EventGate for Gate {
     fn judges(&self, stream: Stream) -> bool {
-        self.streams[stream as usize].is_some()
+        self.streams.get(stream.index()).is_some_and(Option::is_some)
     }
 
     fn reads(&self, stream: Stream) -> u64 {
-        self.reads[stream as usize]
+        self.reads.get(stream.index()).copied().unwrap_or(0)
     }
 
     fn refuses(&self, stream: Stream, number: impl Fn(usize) -> Option<f64>) -> bool {
-        self.streams[stream as usize].as_ref().is_some_and(|tests| !tests.iter().any(|t| t.holds_on(&number)))
+        self.streams
+            .get(stream.index())
+            .and_then(Option::as_ref)
+            .is_some_and(|tests| !tests.iter().any(|t| t.holds_on(&number)))
     }
 }
 
@@ -173,16 +175,17 @@ pub fn required_for(plan: &RulePlan, source: usize) -> Option<(usize, String)> {
             continue;
         }
         let Some((index, value)) = other.filter.as_ref().and_then(required_value) else { continue };
-        let Some((field, _)) = other.stream.fields().get(index) else { continue };
         let entities = std::iter::once(&other.subject).chain(other.object.as_ref());
         for (kind, var) in entities {
-            if kind.key_fields() != [*field] {
+            if other.key_positions(var) != [index] {
                 continue;
             }
             let shared = std::iter::once(&own.subject).chain(own.object.as_ref()).any(|(k, v)| k == kind && v == var);
             if shared {
-                if let Some(pos) = own.stream.field_index(field) {
-                    return Some((pos, value.to_string()));
+                if let [pos] = own.key_positions(var)[..] {
+                    if pos < own.stream.fields().len() {
+                        return Some((pos, value.to_string()));
+                    }
                 }
             }
         }

@@ -225,9 +225,7 @@ impl SequenceOperator {
                 std::iter::once(&src.subject)
                     .chain(src.object.as_ref())
                     .zip(&binds[source])
-                    .map(|((kind, _), &id)| {
-                        (id, kind.key_fields().iter().map(|f| crate::event::field_position(src.stream, f)).collect())
-                    })
+                    .map(|((_, var), &id)| (id, src.key_positions(var)))
                     .collect()
             })
             .collect();

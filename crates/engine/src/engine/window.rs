@@ -98,7 +98,7 @@ impl WindowOperatorBuilder {
 
     /// The operator for one stage of a rule split in two ([`Stage`]).
     pub fn build_stage(self, limits: super::config::Limits, stage: Stage) -> WindowOperator {
-        let peers_by_key = stages::peers_by_key(&self.plans, &self.windowed.state, self.plans[0].sources[0].stream);
+        let peers_by_key = stages::peers_by_key(&self.plans, &self.windowed.state, &self.plans[0].sources[0]);
         let first = self.plans[0].clone();
         let WindowedPlan { window, state } = self.windowed;
         let history = self.plans.iter().filter_map(|p| p.model.windowed()).map(|w| w.state.history).max().unwrap_or(1);
@@ -161,10 +161,18 @@ impl WindowOperatorBuilder {
             rolled_up_by: rolled_up_by(&dependents, &key_names),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
             has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
-            rebuild: rebuild_positions(&state, first.sources[0].stream),
+            rebuild: rebuild_positions(&state, &first.sources[0]),
             key_positions: super::operator::entity_key_positions(&first.sources[0])
                 .into_iter()
                 .map(|(_, i)| i)
+                .collect(),
+            group_entities: state
+                .group_by
+                .iter()
+                .map(|k| match k {
+                    GroupKey::Entity { var, .. } => first.sources[0].key_positions(var),
+                    GroupKey::Value(_) => Vec::new(),
+                })
                 .collect(),
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
@@ -276,6 +284,8 @@ pub struct WindowOperator {
     source: Vec<SourcePlan>,
     /// Positions of the pattern's entity key fields.
     key_positions: Vec<usize>,
+    /// By group key: where an entity key's attributes are in the events (empty for a value).
+    group_entities: Vec<Vec<usize>>,
     state: StatePlan,
     field_names: Vec<String>,
     size: Millis,
@@ -398,11 +408,9 @@ impl WindowOperator {
         let env = Env::events(&self.source, &events, &self.regexes);
         // Exactly as long as it needs to be: a key is kept for as long as its group lives.
         let mut key = Vec::with_capacity(self.key_len);
-        for k in &self.state.group_by {
+        for (k, positions) in self.state.group_by.iter().zip(&self.group_entities) {
             match k {
-                GroupKey::Entity { kind, .. } => key.extend(
-                    kind.key_fields().iter().map(|f| event.value(crate::event::field_position(event.stream, f))),
-                ),
+                GroupKey::Entity { .. } => key.extend(positions.iter().map(|&p| event.value(p))),
                 GroupKey::Value(e) => key.push(eval(e, &env)),
             }
         }

@@ -9,15 +9,20 @@ use super::{Event, MAX_STRING};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use vigil_lang::schema::{Stream, Type, FIELD_COUNT, FIELD_NAMES};
+use vigil_lang::schema::{field_id, Catalog, Stream, Type};
 
 /// Every line the fast path gives up on: any JSON, and the wording of every error.
-pub(super) fn decode_with_serde(line: &str, default_stream: Option<Stream>) -> Result<Event, DecodeError> {
+pub(super) fn decode_with_serde(
+    line: &str,
+    default_stream: Option<Stream>,
+    catalog: &Catalog,
+) -> Result<Event, DecodeError> {
     use serde::de::DeserializeSeed;
     let problem = std::cell::RefCell::new(None);
     let mut de = serde_json::Deserializer::from_str(line);
-    let result =
-        EventSeed { default_stream, problem: &problem }.deserialize(&mut de).and_then(|e| de.end().map(|()| e));
+    let result = EventSeed { default_stream, catalog, problem: &problem }
+        .deserialize(&mut de)
+        .and_then(|e| de.end().map(|()| e));
     match result {
         Ok(e) => Ok(e),
         Err(e) => Err(problem.into_inner().unwrap_or_else(|| match e.classify() {
@@ -26,9 +31,6 @@ pub(super) fn decode_with_serde(line: &str, default_stream: Option<Stream>) -> R
         })),
     }
 }
-
-/// Keys are told apart by bits of a `u32` while an event is read.
-const _: () = assert!(FIELD_COUNT <= 32);
 
 #[derive(Clone, Copy)]
 pub(super) enum Key {
@@ -57,13 +59,13 @@ impl<'de> serde::de::Visitor<'de> for KeySeed {
     }
 }
 
-/// What a field name stands for: `stream`, `ts`, a field of some stream (by its number in
-/// [`FIELD_NAMES`]), or a key Vigil does not read.
+/// What a field name stands for: `stream`, `ts`, a field some stream declares (by its
+/// number, [`field_id`]), or a key no stream has.
 pub(super) fn key_of(name: &str) -> Key {
     match name {
         "stream" => Key::Stream,
         "ts" => Key::Ts,
-        _ => FIELD_NAMES.iter().position(|n| *n == name).map_or(Key::Other, Key::Field),
+        _ => field_id(name).map_or(Key::Other, Key::Field),
     }
 }
 
@@ -166,6 +168,7 @@ impl Raw<'_> {
 
 struct EventSeed<'p> {
     default_stream: Option<Stream>,
+    catalog: &'p Catalog,
     /// Why the line is not an event, when the reason is ours rather than the JSON parser's.
     problem: &'p std::cell::RefCell<Option<DecodeError>>,
 }
@@ -188,12 +191,13 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
         let first = map.next_key_seed(KeySeed)?;
         // The usual case, `stream` first: every field goes straight to its place in the event.
         if let Some(Key::Stream) = first {
-            let stream = stream_of(Some(map.next_value::<Raw<'de>>()?), self.default_stream).map_err(fail)?;
+            let stream =
+                stream_of(Some(map.next_value::<Raw<'de>>()?), self.default_stream, self.catalog).map_err(fail)?;
             return self.typed(stream, map);
         }
         // Otherwise the stream is known only at the end: hold every field until then.
         let (mut stream, mut ts) = (None, None);
-        let mut fields: [Option<Raw<'de>>; FIELD_NAMES.len()] = Default::default();
+        let mut fields: Vec<(usize, Raw<'de>)> = Vec::new();
         let mut key = first;
         while let Some(k) = key {
             match k {
@@ -201,15 +205,14 @@ impl<'de> serde::de::Visitor<'de> for EventSeed<'_> {
                 Key::Stream => stream = Some(map.next_value::<Raw<'de>>()?),
                 Key::Ts if ts.is_some() => return Err(fail(twice("ts"))),
                 Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
-                Key::Field(i) if fields[i].is_some() => return Err(fail(twice(FIELD_NAMES[i]))),
-                Key::Field(i) => fields[i] = Some(map.next_value::<Raw<'de>>()?),
+                Key::Field(g) => fields.push((g, map.next_value::<Raw<'de>>()?)),
                 Key::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
             key = map.next_key_seed(KeySeed)?;
         }
-        build(stream, ts, &mut fields, self.default_stream).map_err(fail)
+        build(stream, ts, fields, self.default_stream, self.catalog).map_err(fail)
     }
 }
 
@@ -225,23 +228,23 @@ impl EventSeed<'_> {
         let fail = |e: DecodeError| self.fail::<A::Error>(e);
         let mut event = Event::new(stream, 0);
         let mut ts = None;
-        // Global field numbers seen, so that a key given twice is refused rather than the last
-        // value taken: a reader that takes the first would see another event.
-        let mut seen = 0u32;
+        // Positions seen, so that a key given twice is refused rather than the last value
+        // taken: a reader that takes the first would see another event.
+        let mut seen = 0u64;
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match key {
                 Key::Stream => return Err(fail(twice("stream"))),
                 Key::Ts if ts.is_some() => return Err(fail(twice("ts"))),
                 Key::Ts => ts = Some(map.next_value::<Raw<'de>>()?),
-                Key::Field(g) if seen & (1 << g) != 0 => return Err(fail(twice(FIELD_NAMES[g]))),
                 Key::Field(g) => match stream_position(stream, g) {
+                    Some(p) if seen & (1 << p) != 0 => return Err(fail(twice(stream.fields()[p].0))),
                     Some(p) => {
-                        seen |= 1 << g;
+                        seen |= 1 << p;
                         let (name, ty) = stream.fields()[p];
                         event.fields[p] = map.next_value_seed(TypedSeed { name, ty })?.map_err(fail)?;
                     }
+                    // Another stream's field: not read.
                     None => {
-                        seen |= 1 << g;
                         map.next_value::<serde::de::IgnoredAny>()?;
                     }
                 },
@@ -251,6 +254,7 @@ impl EventSeed<'_> {
             }
         }
         event.ts = ts_of(ts).map_err(fail)?;
+        has_required(&event).map_err(fail)?;
         Ok(event)
     }
 }
@@ -320,12 +324,18 @@ impl<'de> serde::de::Visitor<'de> for TypedSeed {
     }
 }
 
-/// The stream a `stream` field names, or the default one.
-pub(super) fn stream_of(stream: Option<Raw>, default_stream: Option<Stream>) -> Result<Stream, DecodeError> {
+/// The stream a `stream` field names in `catalog`, or the default one.
+pub(super) fn stream_of(
+    stream: Option<Raw>,
+    default_stream: Option<Stream>,
+    catalog: &Catalog,
+) -> Result<Stream, DecodeError> {
     match stream {
-        Some(Raw::Str(s)) => Stream::from_name(&s).ok_or_else(|| {
-            let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
-            bad(Some("stream".into()), format!("unknown stream `{}`; expected one of {}", clip(&s), names.join(", ")))
+        Some(Raw::Str(s)) => catalog.stream(&s).ok_or_else(|| {
+            bad(
+                Some("stream".into()),
+                format!("unknown stream `{}`; expected one of {}", clip(&s), catalog.stream_names().join(", ")),
+            )
         }),
         Some(_) => Err(bad(Some("stream".into()), "must be a string")),
         None => default_stream.ok_or_else(|| bad(Some("stream".into()), "missing")),
@@ -347,22 +357,49 @@ pub(super) fn ts_of(ts: Option<Raw>) -> Result<Millis, DecodeError> {
     }
 }
 
-pub(super) fn build(
+fn build(
     stream: Option<Raw>,
     ts: Option<Raw>,
-    fields: &mut [Option<Raw>],
+    fields: Vec<(usize, Raw)>,
     default_stream: Option<Stream>,
+    catalog: &Catalog,
 ) -> Result<Event, DecodeError> {
-    let stream = stream_of(stream, default_stream)?;
+    let stream = stream_of(stream, default_stream, catalog)?;
     let ts = ts_of(ts)?;
     let mut event = Event::new(stream, ts);
-    // By global field number, which is in each stream's own order.
-    for (g, slot) in fields.iter_mut().enumerate() {
-        let (Some(p), Some(raw)) = (stream.position_of_global(g), slot.take()) else { continue };
+    let mut placed: Vec<(usize, Raw)> =
+        fields.into_iter().filter_map(|(g, raw)| Some((stream.position_of_global(g)?, raw))).collect();
+    // In the stream's order, so that the first bad value reported is the one a line in that
+    // order would have. The stable sort keeps a field given twice in the order given.
+    placed.sort_by_key(|(p, _)| *p);
+    if let Some(w) = placed.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(twice(stream.fields()[w[0].0].0));
+    }
+    for (p, raw) in placed {
         let (name, ty) = stream.fields()[p];
         event.fields[p] = convert(name, ty, raw)?;
     }
+    has_required(&event)?;
     Ok(event)
+}
+
+/// Refuses an event without a field its stream requires (declared without `?`).
+pub(super) fn has_required(event: &Event) -> Result<(), DecodeError> {
+    let required = event.stream.required();
+    if required == 0 {
+        return Ok(());
+    }
+    match (0..event.fields.len()).find(|&p| required & (1 << p) != 0 && event.fields[p].is_null()) {
+        Some(p) => Err(bad(
+            Some(event.stream.fields()[p].0.to_string()),
+            format!(
+                "missing; stream `{}` declares it required (write it `{}?` to let events leave it out)",
+                event.stream.name(),
+                event.stream.fields()[p].0
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 pub(super) fn convert(name: &str, ty: Type, raw: Raw) -> Result<Value, DecodeError> {

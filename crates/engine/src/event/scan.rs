@@ -24,11 +24,11 @@
 //! What the scanner remembers of earlier lines ([`ScanMemory`]) and the events it reads into
 //! ([`EventPool`]) belong to whoever decodes: nothing is kept behind the caller's back.
 
-use super::json::{convert, key_of, stream_of, stream_position, ts_of, Key, Raw};
+use super::json::{convert, has_required, key_of, stream_of, stream_position, ts_of, Key, Raw};
 use super::{Decoded, Event, EventGate, EventPool, Millis, Stream, Value, MAX_STRING};
 use std::borrow::Cow;
 use std::sync::Arc;
-use vigil_lang::schema::Type;
+use vigil_lang::schema::{Catalog, Type};
 
 /// What a decoder remembers of the lines it read: the keys of the last line scanned in full,
 /// and the shapes of the last lines, newest first.
@@ -39,10 +39,16 @@ pub struct ScanMemory {
 }
 
 /// The event on `line`, or `None` when the line needs the full decoder.
-pub(super) fn scan(line: &[u8], default_stream: Option<Stream>, memory: &mut ScanMemory) -> Option<Event> {
+pub(super) fn scan(
+    line: &[u8],
+    default_stream: Option<Stream>,
+    catalog: &Catalog,
+    memory: &mut ScanMemory,
+) -> Option<Event> {
     scan_as(
         line,
         default_stream,
+        catalog,
         memory,
         |shape| {
             let mut event = Event::new(shape.stream, 0);
@@ -59,6 +65,7 @@ pub(super) fn scan(line: &[u8], default_stream: Option<Stream>, memory: &mut Sca
 pub(super) fn scan_gated<G: EventGate>(
     line: &[u8],
     default_stream: Option<Stream>,
+    catalog: &Catalog,
     gate: &G,
     memory: &mut ScanMemory,
     pool: &mut EventPool,
@@ -67,7 +74,7 @@ pub(super) fn scan_gated<G: EventGate>(
         Some(ts) => Some(Decoded::Time(ts)),
         None => shape.fill_spare(line, default_stream, &mut pool.spares).map(Decoded::Event),
     };
-    scan_as(line, default_stream, memory, known, |event| Decoded::Event(Arc::new(event)))
+    scan_as(line, default_stream, catalog, memory, known, |event| Decoded::Event(Arc::new(event)))
 }
 
 /// A line read with the first remembered shape it has (`known`), or else scanned in full
@@ -75,6 +82,7 @@ pub(super) fn scan_gated<G: EventGate>(
 fn scan_as<T>(
     line: &[u8],
     default_stream: Option<Stream>,
+    catalog: &Catalog,
     memory: &mut ScanMemory,
     known: impl FnMut(&Shape) -> Option<T>,
     new: impl FnOnce(Event) -> T,
@@ -83,7 +91,7 @@ fn scan_as<T>(
     if let Some(found) = shapes.iter().find_map(known) {
         return Some(found);
     }
-    let (event, shape) = scan_with(line, default_stream, last_keys)?;
+    let (event, shape) = scan_with(line, default_stream, catalog, last_keys)?;
     shapes.insert(0, shape);
     shapes.truncate(SHAPES);
     Some(new(event))
@@ -93,10 +101,13 @@ impl Shape {
     /// The time of the event on `line` when it has this shape and `gate` shows that no rule
     /// takes it; `None` when it needs decoding.
     fn time_only<G: EventGate>(&self, line: &[u8], default_stream: Option<Stream>, gate: &G) -> Option<Millis> {
-        if !gate.judges(self.stream) {
+        // A stream with required fields has its events built, which checks them.
+        if !gate.judges(self.stream) || self.stream.required() != 0 {
             return None;
         }
-        // The numbers the gate reads, by field position; streams have fewer than 16 fields.
+        // The numbers the gate reads, by field position. A line with one past the 16th is
+        // built instead (`get_mut` below fails): Vigil's own streams have fewer, and a wider
+        // array would be cleared for every line.
         let read = gate.reads(self.stream);
         // NaN for a missing field: comparisons with both are false.
         let mut numbers = [f64::NAN; 16];
@@ -161,6 +172,10 @@ impl Shape {
             std::mem::replace(&mut event.fields[position], value).discard();
             Some(())
         })?;
+        // A required field left null is refused, in serde_json's words.
+        if self.stream.required() != 0 {
+            has_required(event).ok()?;
+        }
         Some(())
     }
 
@@ -268,6 +283,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 fn scan_with(
     line: &[u8],
     default_stream: Option<Stream>,
+    catalog: &Catalog,
     last_keys: &mut Vec<(Box<[u8]>, Key)>,
 ) -> Option<(Event, Shape)> {
     let mut s = Scanner::new(line, last_keys);
@@ -277,7 +293,7 @@ fn scan_with(
     let mut key = Some(s.key()?);
     let stream = match key {
         Some(Key::Stream) => {
-            let stream = stream_of(Some(s.value()?), None).ok()?;
+            let stream = stream_of(Some(s.value()?), None, catalog).ok()?;
             key = s.after_value()?;
             stream
         }
@@ -286,8 +302,7 @@ fn scan_with(
     let mut event = Event::new(stream, 0);
     let mut ts = None;
     // Keys seen so far: `ts`, then the fields of the stream by position.
-    let mut seen = 0u64;
-    let mut other_fields = 0u64;
+    let mut seen = 0u128;
     // Where each value starts and ends, and what it is, for the line's shape.
     let mut values: Vec<(usize, usize, Slot)> = Vec::with_capacity(stream.fields().len() + 1);
     while let Some(k) = key {
@@ -307,9 +322,8 @@ fn scan_with(
                     event.fields[p] = s.typed(name, ty)?;
                     Slot::Field { position: p, name, ty }
                 }
+                // Another stream's field: not read.
                 None => {
-                    // Another stream's field: not read, but not given twice either.
-                    once(&mut other_fields, 1 << g)?;
                     s.value()?;
                     Slot::Ignored
                 }
@@ -323,6 +337,7 @@ fn scan_with(
         key = s.after_value()?;
     }
     event.ts = ts_of(ts).ok()?;
+    has_required(&event).ok()?;
     let mut gaps = Vec::with_capacity(values.len() + 1);
     let mut from = 0;
     for &(start, end, _) in &values {
@@ -338,7 +353,7 @@ fn scan_with(
 }
 
 /// Marks a key as seen; a key given twice is left to serde_json's path.
-fn once(seen: &mut u64, bit: u64) -> Option<()> {
+fn once(seen: &mut u128, bit: u128) -> Option<()> {
     if *seen & bit != 0 {
         return None;
     }

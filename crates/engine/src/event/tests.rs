@@ -1,6 +1,6 @@
 use super::json::{Key, KeySeed};
 use super::*;
-use vigil_lang::schema::FIELD_NAMES;
+use vigil_lang::schema::{field_id, Catalog, Stream};
 
 #[test]
 fn a_value_holds_short_text_in_its_24_bytes() {
@@ -12,10 +12,14 @@ fn a_value_holds_short_text_in_its_24_bytes() {
 }
 
 #[test]
-fn every_field_name_is_matched_to_its_number() {
-    for (i, name) in FIELD_NAMES.iter().enumerate() {
-        let key: Result<Key, serde::de::value::Error> = serde::de::Visitor::visit_str(KeySeed, name);
-        assert!(matches!(key, Ok(Key::Field(n)) if n == i), "{name}");
+fn every_field_name_is_matched_to_its_number_and_its_place_in_each_stream() {
+    for stream in Stream::BUILT_IN {
+        for (p, (name, _)) in stream.fields().iter().enumerate() {
+            let key: Result<Key, serde::de::value::Error> = serde::de::Visitor::visit_str(KeySeed, name);
+            let g = field_id(name).expect("interned");
+            assert!(matches!(key, Ok(Key::Field(n)) if n == g), "{name}");
+            assert_eq!(stream.position_of_global(g), Some(p), "{name}");
+        }
     }
 }
 
@@ -56,13 +60,14 @@ fn a_key_given_twice_is_refused_whichever_comes_first() {
         r#"{"stream":"metric","ts":0,"host":"h","host":"g"}"#,
         r#"{"host":"h","ts":0,"host":"g","stream":"metric"}"#,
         r#"{"stream":"metric","ts":0,"stream":"metric"}"#,
-        r#"{"stream":"task_usage","ts":0,"host":1,"host":2}"#,
     ] {
         let e = decode(line, None).expect_err(line);
         assert!(e.reason.contains("given twice"), "{line}: {e}");
     }
-    // Unknown keys may repeat: Vigil does not read them.
+    // Keys the event's stream does not declare may repeat: Vigil does not read them, whether
+    // or not another stream declares them.
     assert!(decode(r#"{"stream":"metric","ts":0,"x":1,"x":2}"#, None).is_ok());
+    assert!(decode(r#"{"stream":"task_usage","ts":0,"host":1,"host":2}"#, None).is_ok());
 }
 
 #[test]
@@ -119,4 +124,60 @@ fn errors_name_the_field() {
         assert_eq!(decode(line, None).expect_err(line).to_string(), want);
     }
     assert!(decode("{", None).expect_err("truncated").to_string().starts_with("invalid JSON"));
+}
+
+fn k8s_catalog() -> Catalog {
+    let text = "entity pod (namespace, pod)\nstream k8s_event { fields { namespace: string, pod: string, \
+        reason: string, count?: number, labels?: map } entity pod (namespace, pod) operation reason \
+        op pod evict = \"Evicted\" op pod event }";
+    let (file, syntax) = vigil_lang::parser::parse(text);
+    assert!(syntax.is_empty(), "{syntax:?}");
+    let (catalog, problems) = Catalog::declare(&[&file]);
+    assert!(problems.is_empty(), "{problems:?}");
+    catalog
+}
+
+#[test]
+fn a_declared_stream_is_read_by_its_declared_fields_on_both_paths() {
+    let catalog = k8s_catalog();
+    let stream = catalog.stream("k8s_event").expect("declared");
+    let mut decoder = LineDecoder::new(catalog.clone());
+    let first = r#"{"stream":"k8s_event","ts":60000,"namespace":"shop","pod":"cart-1","reason":"Evicted","count":2}"#;
+    // The same line twice: scanned in full, then read by its remembered shape.
+    for _ in 0..2 {
+        let e = decoder.decode(first, None).expect(first);
+        assert_eq!(e.stream, stream);
+        assert_eq!(
+            (e.get("pod"), e.get("count"), e.event_type()),
+            (Value::str("cart-1"), Value::Num(2.0), Some("Evicted"))
+        );
+    }
+    // Keys in any order, and an escaped string: serde_json's path.
+    let shuffled =
+        r#"{"reason":"Evi\u0063ted","pod":"cart-1","ts":60000,"namespace":"shop","stream":"k8s_event","count":2}"#;
+    assert_eq!(decoder.decode(shuffled, None), decoder.decode(first, None));
+    // Vigil's decoder of its own streams does not know it, and says which it knows.
+    let err = decode(first, None).expect_err("not a stream of the prelude");
+    assert!(err.reason.starts_with("unknown stream `k8s_event`; expected one of task_event, task_usage"), "{err}");
+    let err = decoder.decode(r#"{"stream":"k8s_evnt","ts":1}"#, None).expect_err("unknown");
+    assert!(err.reason.ends_with("metric, k8s_event"), "{err}");
+}
+
+#[test]
+fn an_event_without_a_required_field_is_refused_naming_it() {
+    let mut decoder = LineDecoder::new(k8s_catalog());
+    for line in [
+        r#"{"stream":"k8s_event","ts":1,"namespace":"shop","reason":"Evicted"}"#,
+        r#"{"ts":1,"namespace":"shop","reason":"Evicted","stream":"k8s_event"}"#,
+        r#"{"stream":"k8s_event","ts":1,"namespace":"shop","pod":null,"reason":"Evicted"}"#,
+    ] {
+        // Twice: the second time the line's shape is known.
+        for _ in 0..2 {
+            let err = decoder.decode(line, None).expect_err(line);
+            assert_eq!(err.field.as_deref(), Some("pod"), "{line}");
+            assert!(err.reason.contains("stream `k8s_event` declares it required"), "{err}");
+        }
+    }
+    let fine = r#"{"stream":"k8s_event","ts":1,"namespace":"shop","pod":"p","reason":"Evicted"}"#;
+    assert!(decoder.decode(fine, None).is_ok(), "optional fields may be left out");
 }

@@ -6,10 +6,23 @@ impl RuleChecker<'_> {
     /// Resolves a pattern's operation and registers its variables.
     pub(super) fn bind_pattern(&mut self, p: &Pattern) {
         let index = self.sources.len();
-        let Some(subject_kind) = EntityKind::from_name(&p.subject_kind.name) else {
-            unreachable!("the grammar admits only known entity kinds")
+        let Some(subject_kind) = self.catalog.kind(&p.subject_kind.name) else {
+            self.error(
+                Diagnostic::new(
+                    codes::UNKNOWN_ENTITY,
+                    format!("unknown entity kind `{}`", p.subject_kind.name),
+                    p.subject_kind.span,
+                    "not declared",
+                )
+                .with_help(suggestion(&p.subject_kind.name, &self.catalog.kind_names()))
+                .with_note("kinds are declared with `entity NAME (key, ...)`; docs/language.md#declaring-streams"),
+            );
+            // The event variable still names an event, so that its uses are not reported too.
+            self.register_event(&p.event, Stream::TaskEvent, index);
+            self.sources.push(placeholder_source(&p.event.name, Stream::TaskEvent, EntityKind::Task, &p.subject.name));
+            return;
         };
-        let ops: Vec<&schema::Operation> = operations_of(subject_kind).collect();
+        let ops: Vec<schema::Operation> = self.catalog.operations_of(subject_kind);
         let op = ops.iter().find(|o| o.name == p.operation.name).copied();
         let Some(op) = op else {
             let names: Vec<&str> = ops.iter().map(|o| o.name).collect();
@@ -26,7 +39,7 @@ impl RuleChecker<'_> {
             self.register_event(&p.event, Stream::TaskEvent, index);
             self.register_entity(&p.subject, subject_kind, index, Role::Subject);
             if let Some((kind, var)) = &p.object {
-                if let Some(k) = EntityKind::from_name(&kind.name) {
+                if let Some(k) = self.catalog.kind(&kind.name) {
                     self.register_entity(var, k, index, Role::Object);
                 }
             }
@@ -77,7 +90,7 @@ impl RuleChecker<'_> {
         self.register_event(&p.event, op.stream, index);
         self.register_entity(&p.subject, subject_kind, index, Role::Subject);
         if let (Some((kind, var)), Some((_, _))) = (&p.object, &object) {
-            if let Some(k) = EntityKind::from_name(&kind.name) {
+            if let Some(k) = self.catalog.kind(&kind.name) {
                 self.register_entity(var, k, index, Role::Object);
             }
         }

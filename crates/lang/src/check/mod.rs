@@ -4,7 +4,7 @@
 use crate::ast::{self, *};
 use crate::diagnostic::{codes, suggestion, Diagnostic};
 use crate::plan::{self, *};
-use crate::schema::{self, entity_fields, operations_of, EntityKind, Role, Stream, Type};
+use crate::schema::{self, Catalog, EntityKind, Role, Stream, Type};
 use std::collections::{HashMap, HashSet};
 
 mod bind;
@@ -25,8 +25,9 @@ const MAX_GROUP_VALUES: u64 = 100_000;
 const MAX_COUNT: u64 = 100_000;
 
 /// Checks every rule of a file. Rules with problems are left out of the plans; their problems
-/// are in the diagnostics, together with duplicate rule names.
-pub fn check(file: &ast::File) -> (Vec<RulePlan>, Vec<Diagnostic>) {
+/// are in the diagnostics, together with duplicate rule names. Patterns are resolved against
+/// `catalog`: the rule set's streams and kinds.
+pub fn check(file: &ast::File, catalog: &Catalog) -> (Vec<RulePlan>, Vec<Diagnostic>) {
     let mut plans = Vec::new();
     let mut diags = Vec::new();
     let mut seen: HashMap<&str, Span> = HashMap::new();
@@ -44,7 +45,7 @@ pub fn check(file: &ast::File) -> (Vec<RulePlan>, Vec<Diagnostic>) {
         } else {
             seen.insert(&rule.name.name, rule.name.span);
         }
-        let mut checker = RuleChecker::new(rule);
+        let mut checker = RuleChecker::new(rule, catalog);
         let plan = checker.run();
         if checker.diags.is_empty() {
             plans.extend(plan);
@@ -117,6 +118,7 @@ enum Special {
 
 struct RuleChecker<'a> {
     rule: &'a RuleDecl,
+    catalog: &'a Catalog,
     diags: Vec<Diagnostic>,
     sources: Vec<SourcePlan>,
     events: HashMap<String, EventInfo>,
@@ -132,9 +134,10 @@ struct RuleChecker<'a> {
 }
 
 impl<'a> RuleChecker<'a> {
-    fn new(rule: &'a RuleDecl) -> Self {
+    fn new(rule: &'a RuleDecl, catalog: &'a Catalog) -> Self {
         RuleChecker {
             rule,
+            catalog,
             diags: Vec::new(),
             sources: Vec::new(),
             events: HashMap::new(),

@@ -347,17 +347,16 @@ impl RuleChecker<'_> {
         };
         for (source, role) in &visible {
             let stream = self.sources[*source].stream;
-            if let Some(f) = entity_fields(kind, stream, *role).iter().find(|f| **f == field.name) {
-                let ty = stream.field(f).unwrap_or(Type::Str);
-                let index = crate::schema::field_position(stream, f);
-                return typed(ty, TExprKind::EntityField { var: var.to_string(), source: *source, field: f, index });
+            if let Some(&(attr, index)) = stream.attributes(kind, *role).iter().find(|(a, _)| *a == field.name) {
+                let ty = stream.fields()[index].1;
+                return typed(ty, TExprKind::EntityField { var: var.to_string(), source: *source, field: attr, index });
             }
         }
         let mut names: Vec<&str> = Vec::new();
         for (source, role) in &visible {
-            for f in entity_fields(kind, self.sources[*source].stream, *role) {
-                if !names.contains(f) {
-                    names.push(f);
+            for (attr, _) in self.sources[*source].stream.attributes(kind, *role) {
+                if !names.contains(attr) {
+                    names.push(attr);
                 }
             }
         }

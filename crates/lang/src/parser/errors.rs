@@ -52,6 +52,11 @@ pub(super) fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>)
             format!("expected {} or {}", list.join(", "), last)
         }
     };
+    if list.iter().any(|s| s.starts_with("an operation")) {
+        if let Some(d) = misspelt_clause(src, at) {
+            return (d, at);
+        }
+    }
     let end = (at + found.1).min(src.len());
     let mut d = Diagnostic::new(codes::SYNTAX, format!("unexpected {}", found.0), Span::new(at, end), label);
     if found.1 == 0 {
@@ -62,6 +67,28 @@ pub(super) fn syntax_error(src: &str, base: usize, e: &pest::error::Error<Rule>)
         d = d.with_help(format!("did you mean `{kw}`?"));
     }
     (d, at)
+}
+
+/// A clause keyword misspelt at the start of the line of `at` (`alret e.priority > 5`): entity
+/// kinds are declared, so the grammar reads it as a pattern's kind and fails later, where the
+/// operation should be. The word is what to point at.
+fn misspelt_clause(src: &str, at: usize) -> Option<Diagnostic> {
+    let line_start = src[..at].rfind('\n').map_or(0, |i| i + 1);
+    let start = line_start + (src[line_start..at].len() - src[line_start..at].trim_start().len());
+    let word: &str = src[start..at].split(|c: char| !(c.is_alphanumeric() || c == '_')).next()?;
+    if word.is_empty() {
+        return None;
+    }
+    let kw = crate::diagnostic::nearest(word, CLAUSE_KEYWORDS.iter().copied()).filter(|kw| *kw != word)?;
+    Some(
+        Diagnostic::new(
+            codes::SYNTAX,
+            format!("unexpected `{word}`"),
+            Span::new(start, start + word.len()),
+            "expected a clause, or a pattern over a declared entity kind",
+        )
+        .with_help(format!("did you mean `{kw}`?")),
+    )
 }
 
 const ALERT_OPTIONS: &str = "an alert option (severity, for, keep_firing_for, refractory)";

@@ -28,7 +28,7 @@ pub(super) async fn ingest(State(state): State<Arc<AppState>>, body: Body) -> Ap
     let mut events = Vec::new();
     let mut rejects = Rejects::new("http");
     let mut start = 0;
-    let mut decoder = vigil_engine::event::LineDecoder::default();
+    let mut decoder = state.intake.catalog.decoder();
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let range = start..start + line.len();
         start += line.len() + 1;

@@ -90,7 +90,7 @@ impl From<RuleChangeError> for ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 json!({ "error": "the rules do not check with this change", "diagnostics": json }),
             ),
-            RuleChangeError::Rules(e @ RuleSetError::NotOneRule(_)) => {
+            RuleChangeError::Rules(e @ (RuleSetError::NotOneRule(_) | RuleSetError::StreamsInUse(_))) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
             }
             RuleChangeError::Rules(e @ RuleSetError::BadName(_)) => {

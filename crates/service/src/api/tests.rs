@@ -68,13 +68,15 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         overload: crate::config::Overload::Backpressure,
         shed: telemetry.shed.with_label_values(&["http"]),
         telemetry: telemetry.clone(),
+        catalog: rules.catalog().clone(),
     }
     .spawn(ingest_rx)
     .expect("ingest log");
     tokio::spawn(crate::engine_loop::tick(tx.clone()));
     let (dead, mut dead_rx) = mpsc::channel(64);
     tokio::spawn(async move { while dead_rx.recv().await.is_some() {} });
-    let live = LiveRules::new(dir.join("rules"), &rules, tx, telemetry.clone());
+    let catalog = Arc::new(crate::sources::SharedCatalog::new(rules.catalog().clone()));
+    let live = LiveRules::new(dir.join("rules"), &rules, tx, telemetry.clone(), catalog.clone());
     let state = Arc::new(AppState {
         store,
         ingest,
@@ -82,6 +84,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             bounds: vigil_engine::event::TimeBounds { max_future_ms: Some(300_000), max_jump_ms: None },
             health: engine_health.clone(),
             labels: Default::default(),
+            catalog,
         },
         dead,
         published,

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use vigil_engine::settings::{parse_duration, parse_positive, EngineArgs, EngineSettings};
-use vigil_lang::schema::Stream;
+use vigil_lang::schema::{Catalog, Stream};
 
 mod file;
 
@@ -112,7 +112,7 @@ macro_rules! settings {
             pub kafka_join_group: bool,
             /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
             #[arg(long = "topic", value_parser = parse_topic)]
-            pub topics: Vec<(Stream, String)>,
+            pub topics: Vec<(String, String)>,
             /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
             /// default), `influx` or `telegraf-json` (as Telegraf's Kafka output writes them),
             /// `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's Kafka exporter writes
@@ -193,6 +193,9 @@ macro_rules! settings {
             /// librdkafka properties set on every Kafka client, over Vigil's defaults.
             pub kafka_options: BTreeMap<String, String>,
             pub topics: BTreeMap<Stream, String>,
+            /// Topics set for streams the rules declare, by stream name: resolved with the
+            /// rules' catalogue when the service starts ([`ServeConfig::add_declared_topics`]).
+            pub declared_topics: BTreeMap<String, String>,
             /// Topics whose messages are not Vigil's JSON lines.
             pub topic_formats: BTreeMap<String, TopicFormat>,
             pub replay: Vec<PathBuf>,
@@ -222,6 +225,7 @@ macro_rules! settings {
                     kafka_join_group: args.kafka_join_group || file.kafka_join_group,
                     kafka_options: BTreeMap::new(),
                     topics: BTreeMap::new(),
+                    declared_topics: BTreeMap::new(),
                     topic_formats: BTreeMap::new(),
                     replay: Vec::new(),
                     alertmanager_url: Vec::new(),
@@ -486,16 +490,36 @@ pub fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
     Ok((key.to_string(), value.to_string()))
 }
 
-fn parse_topic(s: &str) -> Result<(Stream, String), String> {
+/// A stream's topic. The stream may be one the rules declare, which only they can tell: it is
+/// checked when the rules are loaded ([`ServeConfig::add_declared_topics`]).
+fn parse_topic(s: &str) -> Result<(String, String), String> {
     let (stream, topic) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected STREAM=TOPIC"))?;
-    let stream = Stream::from_name(stream).ok_or_else(|| {
-        let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
-        format!("unknown stream `{stream}`; expected one of {}", names.join(", "))
-    })?;
+    if stream.is_empty() || !stream.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("`{stream}` is not a stream name (letters, digits and _)"));
+    }
     if topic.is_empty() {
         return Err(format!("`{s}`: the topic name is empty"));
     }
-    Ok((stream, topic.to_string()))
+    Ok((stream.to_string(), topic.to_string()))
+}
+
+impl ServeConfig {
+    /// Adds the topics of the streams `catalog` declares beyond Vigil's own, read as Vigil's
+    /// are: the one set for each, or else its name. An error for a topic set for a stream the
+    /// catalogue does not have.
+    pub fn add_declared_topics(&mut self, catalog: &Catalog) -> Result<(), String> {
+        if let Some(name) = self.declared_topics.keys().find(|n| catalog.stream(n).is_none()) {
+            return Err(format!(
+                "a topic is set for stream `{name}`, which the rules do not declare; the streams are {}",
+                catalog.stream_names().join(", ")
+            ));
+        }
+        for stream in catalog.declared() {
+            let topic = self.declared_topics.get(stream.name()).cloned().unwrap_or_else(|| stream.name().to_string());
+            self.topics.insert(stream, topic);
+        }
+        Ok(())
+    }
 }
 
 /// Every problem of a configuration, found together.
@@ -538,9 +562,14 @@ impl ServeConfig {
             }
         }
         config.engine = args.engine.clone().or(from_file).over(EngineSettings::serve());
-        config.topics = Stream::ALL.iter().map(|s| (*s, s.name().to_string())).collect();
-        config.topics.extend(table_pairs("topics", &file.topics, parse_topic, &mut problems));
-        config.topics.extend(args.topics);
+        config.topics = Stream::BUILT_IN.iter().map(|s| (*s, s.name().to_string())).collect();
+        let set = table_pairs("topics", &file.topics, parse_topic, &mut problems).into_iter().chain(args.topics);
+        for (name, topic) in set {
+            match Catalog::prelude().stream(&name) {
+                Some(stream) => config.topics.insert(stream, topic),
+                None => config.declared_topics.insert(name, topic),
+            };
+        }
         config.kafka_options.extend(table_pairs(
             "kafka_options",
             &file.kafka_options,

@@ -126,7 +126,7 @@ fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let args = |formats: &[(&str, TopicFormat)]| ServeArgs {
         rules: Some(dir.clone()),
-        topics: vec![(Stream::Metric, "telegraf".into())],
+        topics: vec![("metric".into(), "telegraf".into())],
         kafka_topic_formats: formats.iter().map(|(t, f)| (t.to_string(), *f)).collect(),
         ..ServeArgs::default()
     };

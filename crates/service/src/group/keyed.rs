@@ -180,6 +180,11 @@ pub struct KeyedPartition {
 const HELD: Millis = Millis::MAX / 4;
 
 impl KeyedPartition {
+    /// Reads forwarded events of the streams `catalog` declares.
+    pub fn set_catalog(&mut self, catalog: &vigil_lang::schema::Catalog) {
+        self.decoder.set_catalog(catalog);
+    }
+
     /// A partition's engine over `plans`, restored from `checkpoint` when there is one (a
     /// checkpoint that cannot be used is logged and the partition starts empty).
     pub fn new(

@@ -132,6 +132,8 @@ struct Shared {
     gate: StoreGate,
     runtime: tokio::runtime::Handle,
     telemetry: Arc<Telemetry>,
+    /// The streams of the group's rules, which forwarded events are of.
+    catalog: vigil_lang::schema::Catalog,
 }
 
 impl ClientContext for Ctx {
@@ -250,7 +252,8 @@ impl Shared {
         let (fence, checkpoint) = self.retry("claim_partition", || self.store.claim_partition(&self.group, partition));
         let shard = Shard { index: partition as usize, count: self.keyed_partitions as usize };
         let config = EngineConfig { shard, ..self.engine.clone() };
-        let p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
+        let mut p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
+        p.set_catalog(&self.catalog);
         let bytes = checkpoint.as_ref().map_or(0, |c| c.snapshot.len() + c.state.len());
         self.telemetry.group.restore_seconds.observe(started.elapsed().as_secs_f64());
         self.telemetry.group.restore_bytes.inc_by(bytes as u64);
@@ -339,6 +342,7 @@ impl Member {
             gate: StoreGate::default(),
             runtime: self.runtime.clone(),
             telemetry: self.telemetry.clone(),
+            catalog: self.intake.catalog.get(),
         }));
         // Two consumers, in two groups: the input topics' partitions, and the keyed topic's,
         // are each spread over the instances. In one group the assignor balances the total
@@ -375,6 +379,7 @@ struct Looping {
 
 impl Looping {
     fn new(m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
+        let decoder = m.intake.catalog.decoder();
         let by_topic = m.topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
         Looping {
             m,
@@ -382,7 +387,7 @@ impl Looping {
             keyed,
             by_topic,
             inputs: Vec::new(),
-            decoder: Default::default(),
+            decoder,
             last_report: Instant::now(),
             last_commit: Instant::now(),
             last_checkpoint: Instant::now(),

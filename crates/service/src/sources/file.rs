@@ -30,7 +30,7 @@ pub fn replay(
         let input = match vigil_engine::input::open(
             &path,
             vigil_engine::input::Format::Auto,
-            &vigil_engine::input::InputOptions::default(),
+            &vigil_engine::input::InputOptions { catalog: intake.catalog.get(), ..Default::default() },
         ) {
             Ok(i) => i,
             Err(e) => {

@@ -52,6 +52,8 @@ pub struct HttpSource {
     pub overload: Overload,
     pub shed: prometheus::IntCounter,
     pub telemetry: std::sync::Arc<crate::telemetry::Telemetry>,
+    /// The streams the log's lines may be of: those of the rules at the start.
+    pub catalog: vigil_lang::schema::Catalog,
 }
 
 impl HttpSource {
@@ -135,7 +137,7 @@ impl HttpSource {
             }
         };
         let mut n = 0u64;
-        let mut decoder = vigil_engine::event::LineDecoder::default();
+        let mut decoder = vigil_engine::event::LineDecoder::new(self.catalog.clone());
         for (offset, line) in records {
             let event = decoder.decode_bytes(&line, None).map_err(|e| e.to_string());
             match event {

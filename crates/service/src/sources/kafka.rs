@@ -130,7 +130,8 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
     let names: Vec<String> = by_topic.keys().cloned().collect();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
     let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
-    let mut decoder = vigil_engine::event::LineDecoder::default();
+    let mut decoder = intake.catalog.decoder();
+    let mut catalog_seen = 0;
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -182,10 +183,12 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             received_at_ms: now_ms(),
         };
         let sent = match formats.get(&topic).copied().unwrap_or(TopicFormat::Vigil) {
-            TopicFormat::Vigil => match intake.decode(&mut decoder, payload, by_topic.get(&topic).copied()) {
-                Ok(e) => offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed,
-                Err(reason) => dead.send(letter(None, reason.to_string(), payload)).await.is_ok(),
-            },
+            TopicFormat::Vigil => {
+                match intake.decode_synced(&mut decoder, &mut catalog_seen, payload, by_topic.get(&topic).copied()) {
+                    Ok(e) => offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed,
+                    Err(reason) => dead.send(letter(None, reason.to_string(), payload)).await.is_ok(),
+                }
+            }
             format => {
                 let (events, refused) = collectors.samples(&intake, format, payload, &telemetry);
                 let mut sent = true;

@@ -13,6 +13,7 @@ use super::store::DeadLetter;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use vigil_engine::event::{DecodeError, Event, LineDecoder, TimeBounds};
+use vigil_lang::schema::Catalog;
 
 pub use super::position::{resume_offset, Position};
 
@@ -62,6 +63,55 @@ pub struct Intake {
     pub bounds: TimeBounds,
     pub health: Arc<EngineHealth>,
     pub labels: LabelLimits,
+    /// The streams the running rules declare, which events may be of.
+    pub catalog: Arc<SharedCatalog>,
+}
+
+/// The running rules' catalogue, shared by every source's decoder: a reload replaces it, and
+/// decoders take the new one before their next event.
+#[derive(Debug)]
+pub struct SharedCatalog {
+    generation: std::sync::atomic::AtomicU64,
+    catalog: std::sync::RwLock<Catalog>,
+}
+
+impl Default for SharedCatalog {
+    fn default() -> Self {
+        SharedCatalog::new(Catalog::prelude().clone())
+    }
+}
+
+impl SharedCatalog {
+    pub fn new(catalog: Catalog) -> SharedCatalog {
+        SharedCatalog { generation: Default::default(), catalog: std::sync::RwLock::new(catalog) }
+    }
+
+    pub fn get(&self) -> Catalog {
+        self.catalog.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    pub fn set(&self, catalog: &Catalog) {
+        let mut current = self.catalog.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *current != *catalog {
+            *current = catalog.clone();
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// A decoder of the current catalogue's streams.
+    pub fn decoder(&self) -> LineDecoder {
+        LineDecoder::new(self.get())
+    }
+
+    /// Brings `decoder` to the current catalogue if it changed since generation `seen`: one
+    /// atomic load when it did not.
+    pub fn sync(&self, decoder: &mut LineDecoder, seen: &mut u64) {
+        let now = self.generation.load(std::sync::atomic::Ordering::Acquire);
+        if now != *seen {
+            decoder.set_catalog(&self.get());
+            *seen = now;
+        }
+    }
 }
 
 /// How many labels a sample may carry, and how long their names and values may be (as
@@ -122,6 +172,19 @@ impl Intake {
         let event = decoder.decode(text.trim(), stream)?;
         self.check(&event)?;
         Ok(event)
+    }
+
+    /// [`Intake::decode`] with a decoder kept from event to event, brought to a reload's
+    /// catalogue first (`seen`: the catalogue's generation it has).
+    pub fn decode_synced(
+        &self,
+        decoder: &mut LineDecoder,
+        seen: &mut u64,
+        payload: &[u8],
+        stream: Option<vigil_lang::schema::Stream>,
+    ) -> Result<Event, DecodeError> {
+        self.catalog.sync(decoder, seen);
+        self.decode(decoder, payload, stream)
     }
 
     /// Each line of line protocol in `text` with its number, and its samples, each within the
@@ -216,6 +279,7 @@ mod tests {
             bounds: TimeBounds { max_future_ms: Some(60_000), max_jump_ms: None },
             health: Arc::new(EngineHealth::default()),
             labels: LabelLimits { per_series: 2, name_bytes: 8, value_bytes: 8 },
+            catalog: Default::default(),
         };
         let big = vec![b' '; MAX_EVENT_BYTES + 1];
         let d = &mut LineDecoder::default();

@@ -12,14 +12,12 @@ use vigil_lang::plan::{GroupKey, StatePlan};
 
 /// Field positions that the key values of a group fill in a stand-in event, if every group key
 /// is an entity or a plain field of the pattern's event.
-pub(super) fn rebuild_positions(state: &StatePlan, stream: vigil_lang::schema::Stream) -> Option<Vec<usize>> {
+pub(super) fn rebuild_positions(state: &StatePlan, src: &vigil_lang::plan::SourcePlan) -> Option<Vec<usize>> {
     use vigil_lang::plan::TExprKind;
     let mut out = Vec::new();
     for k in &state.group_by {
         match k {
-            GroupKey::Entity { kind, .. } => {
-                out.extend(kind.key_fields().iter().map(|f| crate::event::field_position(stream, f)))
-            }
+            GroupKey::Entity { var, .. } => out.extend(src.key_positions(var)),
             GroupKey::Value(e) => match &e.kind {
                 TExprKind::EventField { index, .. } | TExprKind::EntityField { index, .. }
                     if *index != crate::event::TS_INDEX =>

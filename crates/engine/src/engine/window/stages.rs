@@ -88,8 +88,8 @@ impl Pending {
 /// group: every rule compares groups within the same `per` groups, and those are read from the
 /// group's key alone (so a group never changes peer group). Otherwise one stage two judges
 /// every group of the rule.
-pub(super) fn peers_by_key(plans: &[Arc<RulePlan>], state: &StatePlan, stream: vigil_lang::schema::Stream) -> bool {
-    let Some(positions) = rebuild_positions(state, stream) else { return false };
+pub(super) fn peers_by_key(plans: &[Arc<RulePlan>], state: &StatePlan, src: &vigil_lang::plan::SourcePlan) -> bool {
+    let Some(positions) = rebuild_positions(state, src) else { return false };
     let mut pers = plans.iter().map(|p| p.model.cluster().map(|c| &c.per));
     let Some(Some(first)) = pers.next() else { return false };
     pers.all(|p| p == Some(first)) && first.iter().all(|e| reads_only(e, &positions))
@@ -116,9 +116,8 @@ impl WindowOperator {
     /// has a cluster step, and a group's key makes the stand-in event that stage two reads (it
     /// is sent no events).
     pub fn splittable(plans: &[Arc<RulePlan>], state: &StatePlan) -> bool {
-        let stream = plans[0].sources[0].stream;
         plans.iter().all(|p| p.model.cluster().is_some())
-            && rebuild_positions(state, stream).is_some_and(|p| !p.is_empty())
+            && rebuild_positions(state, &plans[0].sources[0]).is_some_and(|p| !p.is_empty())
             && !state.group_by.is_empty()
     }
 

@@ -23,7 +23,13 @@ pub enum RuleSetError {
     NotOneRule(String),
     #[error("`{0}` is not a rule name (letters, digits and _)")]
     BadName(String),
+    /// E0405: the change takes a stream from rules it leaves as they were.
+    #[error("the change is refused:\n{0}")]
+    StreamsInUse(String),
 }
+
+mod in_use;
+pub use in_use::RunningRule;
 
 /// What the API shows of a loaded rule.
 #[derive(Debug, Clone, serde::Serialize, PartialEq)]
@@ -64,6 +70,14 @@ impl RuleSet {
 
     pub fn files(&self) -> &[Compiled] {
         &self.files
+    }
+
+    /// The streams and kinds the set's files declare, over Vigil's own.
+    pub fn catalog(&self) -> &crate::schema::Catalog {
+        match self.files.first() {
+            Some(c) => &c.catalog,
+            None => crate::schema::Catalog::prelude(),
+        }
     }
 
     pub fn is_ok(&self) -> bool {
