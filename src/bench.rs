@@ -13,6 +13,7 @@ use vigil_engine::event::{EventPool, LineDecoder};
 use vigil_engine::settings::EngineSettings;
 use vigil_engine::workers::{Driven, Workers};
 use vigil_lang::ruleset::RuleSet;
+use vigil_lang::schema::Catalog;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
@@ -46,6 +47,8 @@ pub struct BenchOptions {
     pub input: Option<PathBuf>,
     /// Use these rules instead of the workload's.
     pub rules_path: Option<PathBuf>,
+    /// Over [`DECLARED_USAGE`] instead of task_usage.
+    pub declared_stream: bool,
     /// Latency is timed on one line in this many: the clock costs several percent of an
     /// event's time. The lines timed are a fixed sample, independent of what the events do.
     pub latency_every: u64,
@@ -103,6 +106,27 @@ impl BenchReport {
 
 /// The rules of a workload.
 pub fn rules_for(options: &BenchOptions) -> String {
+    let rules = workload_rules(options);
+    if options.declared_stream {
+        format!("{DECLARED_USAGE}\n{}", rules.replace(" use ", " consume "))
+    } else {
+        rules
+    }
+}
+
+/// A stream of a user's with task_usage's fields, declared as the prelude declares task_usage
+/// but for its operation: the workloads over it measure a declared stream beside Vigil's own.
+pub const DECLARED_USAGE: &str = "stream usage {
+    fields {
+        job_id?: string, task_index?: number, machine_id?: string, cpu?: number, mem?: number,
+        max_cpu?: number, max_mem?: number, disk_io?: number, cpi?: number, cluster?: string,
+    }
+    entity task (job_id, task_index)
+    entity machine (machine_id)
+    op task consume machine?
+}";
+
+fn workload_rules(options: &BenchOptions) -> String {
     match options.workload {
         Workload::Filter => "rule q1 { task t use machine m as e where e.cpu > 0.95 }".into(),
         Workload::Tumbling => "rule q2 {\n  task t use machine m as e #time(10 s)\n  state ss { avg_cpu := avg(e.cpu), max_mem := max(e.mem), n := count() } group by m\n  alert ss.avg_cpu > 0.9\n}".into(),
@@ -138,11 +162,12 @@ pub fn mixed_rules(n: usize, machines: u64) -> String {
 }
 
 /// Writes `events` task_usage lines (`ts` advancing `step_us` each, keys round-robin, uniform
-/// cpu and mem).
+/// cpu and mem), or lines of [`DECLARED_USAGE`].
 pub fn generate(path: &Path, options: &BenchOptions) -> std::io::Result<()> {
     let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut rng = fastrand::Rng::with_seed(42);
     let keys = options.keys.max(1);
+    let stream = if options.declared_stream { "usage" } else { "task_usage" };
     for i in 0..options.events {
         let k = i % keys;
         let (job, task, machine) = match options.workload {
@@ -154,7 +179,7 @@ pub fn generate(path: &Path, options: &BenchOptions) -> std::io::Result<()> {
         let mem = (rng.f64() * 1000.0).round() / 1000.0;
         writeln!(
             w,
-            "{{\"stream\":\"task_usage\",\"ts\":{},\"job_id\":\"j{job}\",\"task_index\":{task},\"machine_id\":\"m{machine}\",\"cpu\":{cpu},\"mem\":{mem}}}",
+            "{{\"stream\":\"{stream}\",\"ts\":{},\"job_id\":\"j{job}\",\"task_index\":{task},\"machine_id\":\"m{machine}\",\"cpu\":{cpu},\"mem\":{mem}}}",
             1_767_225_600_000u64 + i * options.step_us / 1000
         )?;
     }
@@ -236,8 +261,8 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
     let rss_before = current_rss();
     let file = std::fs::File::open(input)?;
     let measured = match settings.workers {
-        0 | 1 => measure(engine, &gate, file, options)?,
-        n => measure(Workers::start(&plans, &settings.config(), n), &gate, file, options)?,
+        0 | 1 => measure(engine, &gate, set.catalog(), file, options)?,
+        n => measure(Workers::start(&plans, &settings.config(), n), &gate, set.catalog(), file, options)?,
     };
     let grown = match (rss_before, current_rss()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
@@ -284,10 +309,11 @@ struct Measured {
 fn measure<D: Driven>(
     mut engine: D,
     gate: &Gate,
+    catalog: &Catalog,
     file: std::fs::File,
     options: &BenchOptions,
 ) -> std::io::Result<Measured> {
-    let (mut decoder, mut pool) = (LineDecoder::default(), EventPool::default());
+    let (mut decoder, mut pool) = (LineDecoder::new(catalog.clone()), EventPool::default());
     let mut lines = vigil_engine::input::LineReader::new(file);
     let bounds = options.engine.bounds();
     let now = vigil_engine::event::now_ms();
@@ -346,6 +372,7 @@ mod tests {
                 step_us: 1000,
                 input: None,
                 rules_path: None,
+                declared_stream: false,
                 latency_every: 16,
                 engine: EngineSettings::batch(),
             };

@@ -148,6 +148,10 @@ enum Command {
         /// about 35 ns here, several percent of an event's time.
         #[arg(long, default_value_t = 16)]
         latency_every: u64,
+        /// Run the workload over `usage`, a stream declared with task_usage's fields, instead
+        /// of task_usage itself: what a stream of a user's costs beside Vigil's own.
+        #[arg(long)]
+        declared_stream: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -263,6 +267,7 @@ fn main() -> ExitCode {
             rules,
             write_events,
             latency_every,
+            declared_stream,
             json,
             engine,
         } => {
@@ -275,6 +280,7 @@ fn main() -> ExitCode {
                 input,
                 rules_path: rules,
                 latency_every,
+                declared_stream,
                 engine: engine.over(EngineSettings::batch()),
             };
             match write_events {

@@ -532,3 +532,45 @@ fn scorers_whose_state_changed_give_their_rule_a_new_state_identity_once() {
     let vigil_lang::plan::ModelPlan::Scored(_, score) = &plain[0].model else { panic!("a scored rule") };
     assert!(score.state_versions().is_empty(), "a scorer of version 0 leaves the identity as it was");
 }
+
+/// Two files compiled together: a declaration of `pods` with `count` of type `ty`, and a
+/// sequence over it.
+fn declared(ty: &str) -> (Vec<RulePlan>, vigil_lang::schema::Catalog) {
+    let streams = format!(
+        "entity pod (namespace, pod)\nstream pods {{ fields {{ namespace: string, pod: string, reason: string, \
+         count?: {ty} }} entity pod (namespace, pod) operation reason op pod evict = \"Evicted\" \
+         op pod fail = \"Failed\" }}"
+    );
+    let rule = "rule moved { pod p evict as e1 pod p fail as e2 with e1 -> e2 within 1 h }";
+    let files = vigil_lang::compile_all(&[("s.saql".into(), streams.into_bytes()), ("r.saql".into(), rule.into())]);
+    assert!(files.iter().all(|c| c.is_ok()), "{:?}", files.iter().map(|c| &c.diagnostics).collect::<Vec<_>>());
+    (files.iter().flat_map(|c| c.plans.clone()).collect(), files[0].catalog.clone())
+}
+
+#[test]
+fn a_checkpoint_restores_state_under_the_declarations_it_was_built_under_only() {
+    let (plans_before, catalog) = declared("number");
+    let mut engine = Engine::new(plans_before.clone(), EngineConfig::default());
+    let mut decoder = crate::event::LineDecoder::new(catalog);
+    let evicted = r#"{"stream":"pods","ts":60000,"namespace":"shop","pod":"cart","reason":"Evicted"}"#;
+    let mut out = Vec::new();
+    engine.push(decoder.decode(evicted, None).expect("an event of pods"), &mut out);
+    let bytes = postcard::to_stdvec(&engine.snapshot().expect("snapshot")).expect("serializes");
+    // The same declarations, as a restarted process reads them: the partial match is back.
+    let mut again = Engine::new(declared("number").0, EngineConfig::default());
+    let snapshot: super::snapshot::Snapshot = postcard::from_bytes(&bytes).expect("the declaration is registered");
+    assert_eq!(again.restore(snapshot).expect("restores"), vec!["moved".to_string()]);
+    let (_, catalog) = declared("number");
+    let failed = r#"{"stream":"pods","ts":120000,"namespace":"shop","pod":"cart","reason":"Failed"}"#;
+    again.push(crate::event::LineDecoder::new(catalog).decode(failed, None).expect("event"), &mut out);
+    again.flush(&mut out);
+    let firing = out.iter().filter(|a| a.status == crate::alert::Status::Firing);
+    assert_eq!(firing.map(|a| a.evidence.len()).collect::<Vec<_>>(), vec![2], "the restored eviction and the failure");
+    // `count` retyped: another declaration, so the rule's state is another computation and the
+    // checkpoint's is not read under it.
+    let (plans_after, _) = declared("string");
+    assert_ne!(plans_after[0].state_id(), plans_before[0].state_id());
+    let mut changed = Engine::new(plans_after, EngineConfig::default());
+    let snapshot: super::snapshot::Snapshot = postcard::from_bytes(&bytes).expect("both are registered");
+    assert!(changed.restore(snapshot).expect("restores").is_empty(), "the changed stream's rule starts empty");
+}

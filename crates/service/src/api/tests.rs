@@ -490,3 +490,41 @@ async fn the_console_is_served_with_its_assets_and_a_strict_policy_even_when_tok
     let (status, _, _) = get("/api/v1/alerts").await;
     assert_eq!(status, 401);
 }
+
+#[tokio::test]
+async fn a_declared_stream_is_taken_once_declared_and_kept_while_a_rule_reads_it() {
+    let app = app(None, None).await;
+    let event = |minute: u32, node: &str, reason: &str| {
+        format!(
+            r#"{{"stream":"k8s_event","ts":"2026-01-01T00:0{minute}:00Z","namespace":"shop","pod":"cart","node":"{node}","reason":"{reason}"}}"#
+        )
+    };
+    let (status, body) = call(&app, Method::POST, "/api/v1/events", &event(0, "n1", "Evicted"), None).await;
+    assert_eq!((status, body["rejected_total"].as_u64()), (200, Some(1)), "{body}");
+    assert!(body["rejected"][0]["reason"].as_str().is_some_and(|r| r.contains("unknown stream `k8s_event`")), "{body}");
+    // A rule's file may declare the stream it reads.
+    let streams = std::fs::read_to_string(crate::repo_file("rules/k8s/streams.saql")).expect("streams");
+    let rule = std::fs::read_to_string(crate::repo_file("rules/k8s/pod_evicted_then_failed.saql")).expect("rule");
+    let text = format!("{streams}\n{rule}");
+    let (status, body) = call(&app, Method::PUT, "/api/v1/rules/pod_evicted_then_failed", &text, None).await;
+    assert_eq!(status, 200, "{body}");
+    let lines = format!("{}\n{}\n", event(0, "n1", "Evicted"), event(4, "n2", "Failed"));
+    let (status, body) = call(&app, Method::POST, "/api/v1/events", &lines, None).await;
+    assert_eq!((status, body["accepted"].as_u64()), (200, Some(2)), "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, page) = call(&app, Method::GET, "/api/v1/alerts?rule=pod_evicted_then_failed", "", None).await;
+        if page["alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+            assert_eq!(page["alerts"][0]["values"]["evicted_from"], "n1");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the alert was not stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same rule without the declaration it reads: refused, naming the rule.
+    let (status, body) = call(&app, Method::PUT, "/api/v1/rules/pod_evicted_then_failed", &rule, None).await;
+    assert_eq!(status, 422, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("E0405") && error.contains("removes stream `k8s_event`"), "{body}");
+    assert!(error.contains("rule pod_evicted_then_failed reads"), "{body}");
+}
