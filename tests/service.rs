@@ -310,6 +310,33 @@ async fn kafka_events_are_detected_stored_in_postgres_streamed_and_pushed() {
 
 #[tokio::test]
 #[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn a_declared_stream_is_read_from_a_topic_of_its_own() {
+    // rules/k8s declares `k8s_event`; its topic is set as Vigil's own streams' are.
+    let topic = unique("k8s_events");
+    vigil::service::kafka::ensure_topics(&kafka_brokers(), std::slice::from_ref(&topic), 1, &Default::default())
+        .await
+        .expect("topic");
+    let KafkaSetup { service, db_name, .. } = start_with_kafka(&["--topic", &format!("k8s_event={topic}")]).await;
+    produce(
+        &topic,
+        &[
+            r#"{"ts":"2026-01-01T00:00:00Z","namespace":"shop","pod":"cart","node":"n1","reason":"Evicted"}"#,
+            r#"{"ts":"2026-01-01T00:04:00Z","namespace":"shop","pod":"cart","node":"n2","reason":"Failed"}"#,
+        ],
+    )
+    .await;
+    let alerts = eventually("the alert of the declared stream", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=pod_evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    assert_eq!(alerts[0]["values"]["failed_on"], "n2");
+    drop(service);
+    drop_database(&db_name).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
 async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
     let KafkaSetup { service, topic, db_name, db_url, .. } = start_with_kafka(&[]).await;
     produce(

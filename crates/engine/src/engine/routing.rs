@@ -38,7 +38,8 @@ impl StreamRoutes {
     /// The targets of an event of this stream: by type, by a required value, and those that take
     /// every event.
     pub fn targets<'a>(&'a self, event: &'a Event) -> impl Iterator<Item = &'a Target> + 'a {
-        let typed = event.event_type().and_then(|t| self.by_type.get(t));
+        // The event's type is looked up only when some route is by type.
+        let typed = (!self.by_type.is_empty()).then(|| event.event_type().and_then(|t| self.by_type.get(t))).flatten();
         let by_value = self.by_value.iter().flat_map(move |(field, index)| match event.fields.get(*field) {
             Some(crate::event::Value::Str(v)) => index.get(&**v).map_or(&[][..], |t| t.as_slice()),
             _ => &[][..],

@@ -102,7 +102,7 @@ impl Shape {
     /// takes it; `None` when it needs decoding.
     fn time_only<G: EventGate>(&self, line: &[u8], default_stream: Option<Stream>, gate: &G) -> Option<Millis> {
         // A stream with required fields has its events built, which checks them.
-        if !gate.judges(self.stream) || self.stream.required() != 0 {
+        if self.required != 0 || !gate.judges(self.stream) {
             return None;
         }
         // The numbers the gate reads, by field position. A line with one past the 16th is
@@ -150,6 +150,9 @@ struct Shape {
     slots: Vec<Slot>,
     /// Positions of the stream's fields that lines of this shape do not have.
     unread: Vec<usize>,
+    /// The stream's required fields, as bits ([`Stream::required`]), kept here so that a line
+    /// of a known shape does not look its stream up.
+    required: u64,
 }
 
 /// What a value of a shape is.
@@ -173,7 +176,7 @@ impl Shape {
             Some(())
         })?;
         // A required field left null is refused, in serde_json's words.
-        if self.stream.required() != 0 {
+        if self.required != 0 {
             has_required(event).ok()?;
         }
         Some(())
@@ -348,7 +351,7 @@ fn scan_with(
     let slots: Vec<Slot> = values.into_iter().map(|(_, _, slot)| slot).collect();
     let read = |p: usize| slots.iter().any(|slot| matches!(slot, Slot::Field { position, .. } if *position == p));
     let unread = (0..stream.fields().len()).filter(|&p| !read(p)).collect();
-    let shape = Shape { default_stream, stream, gaps, slots, unread };
+    let shape = Shape { default_stream, stream, gaps, slots, unread, required: stream.required() };
     Some((event, shape))
 }
 

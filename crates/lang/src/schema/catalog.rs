@@ -1,7 +1,7 @@
 //! A rule set's catalogue: which declaration each stream and kind name means, built from the
 //! `entity` and `stream` declarations of its files on top of Vigil's own.
 
-use super::registry::{self, BindingSpec, OpSpec, Place, Registrar, StreamSpec, MAX_FIELDS};
+use super::registry::{self, BindingSpec, OpSpec, Place, Registry, StreamSpec, MAX_FIELDS};
 use super::{EntityKind, Operation, Stream, Type};
 use crate::ast::{self, BindingDecl, Ident, OpDecl, PlaceDecl, StreamDecl};
 use crate::diagnostic::suggestion;
@@ -110,7 +110,7 @@ impl Catalog {
 pub(super) fn declare(
     files: &[&ast::File],
     base: Option<&Catalog>,
-    registrar: &mut dyn Registrar,
+    registrar: &mut Registry,
 ) -> (Catalog, Vec<(usize, Diagnostic)>) {
     let mut catalog = base.cloned().unwrap_or(Catalog { streams: Vec::new(), kinds: Vec::new() });
     let mut problems = Vec::new();

@@ -102,7 +102,8 @@ pub(super) type BindingSpec = (Place, EntityKind, Vec<(String, usize)>);
 /// An operation's subject, name, object (and whether it may be left out) and value.
 pub(super) type OpSpec = (EntityKind, String, Option<(EntityKind, bool)>, Option<String>);
 
-struct Registry {
+/// Every declaration registered, by what it says, and by its fingerprint.
+pub(super) struct Registry {
     streams: HashMap<StreamSpec, Stream>,
     streams_by_fingerprint: HashMap<u64, Stream>,
     kinds: HashMap<(String, Vec<String>), EntityKind>,
@@ -123,19 +124,14 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
 });
 
 /// Registers declarations with the registry locked; `declare` is handed the registry.
-pub(super) fn with_registry<T>(f: impl FnOnce(&mut dyn Registrar) -> T) -> T {
+pub(super) fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
     let mut registry = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(&mut *registry)
+    f(&mut registry)
 }
 
-/// What [`super::catalog::declare`] registers through.
-pub(super) trait Registrar {
-    fn kind(&mut self, name: &str, keys: &[String]) -> Option<EntityKind>;
-    fn stream(&mut self, spec: StreamSpec) -> Option<Stream>;
-}
-
-impl Registrar for Registry {
-    fn kind(&mut self, name: &str, keys: &[String]) -> Option<EntityKind> {
+impl Registry {
+    /// The kind `name` with `keys`, registered if it is new; `None` when the table is full.
+    pub(super) fn kind(&mut self, name: &str, keys: &[String]) -> Option<EntityKind> {
         let key = (name.to_string(), keys.to_vec());
         if let Some(kind) = self.kinds.get(&key) {
             return Some(*kind);
@@ -154,7 +150,8 @@ impl Registrar for Registry {
         Some(kind)
     }
 
-    fn stream(&mut self, spec: StreamSpec) -> Option<Stream> {
+    /// The stream `spec` declares, registered if it is new; `None` when the table is full.
+    pub(super) fn stream(&mut self, spec: StreamSpec) -> Option<Stream> {
         if let Some(stream) = self.streams.get(&spec) {
             return Some(*stream);
         }
