@@ -105,6 +105,96 @@ impl Catalog {
     }
 }
 
+/// What `GET /api/v1/streams` and `vigil explain` show of a stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StreamInfo {
+    pub name: &'static str,
+    /// Whether it is one of Vigil's own, from the prelude.
+    pub built_in: bool,
+    pub fields: Vec<FieldInfo>,
+    /// The field whose value names the operation.
+    pub operation: Option<&'static str>,
+    pub entities: Vec<EntityInfo>,
+    pub operations: Vec<OperationInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FieldInfo {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EntityInfo {
+    pub kind: &'static str,
+    /// `subject`, `object`, or `both`.
+    pub place: &'static str,
+    pub key: Vec<&'static str>,
+    /// Each attribute with the field it is read from.
+    pub attributes: Vec<(&'static str, &'static str)>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OperationInfo {
+    /// As a pattern writes it: `pod evict [node]`.
+    pub pattern: String,
+    /// The operation field's value it selects; every event when `None`.
+    pub value: Option<&'static str>,
+}
+
+impl Catalog {
+    /// Every stream, described.
+    pub fn describe(&self) -> Vec<StreamInfo> {
+        self.streams.iter().map(|&s| describe(s)).collect()
+    }
+}
+
+fn describe(stream: Stream) -> StreamInfo {
+    let def = stream.def();
+    let fields = def
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(p, (name, ty))| FieldInfo { name, ty: ty.to_string(), required: def.required & (1 << p) != 0 })
+        .collect();
+    let entities = def
+        .bindings
+        .iter()
+        .map(|b| EntityInfo {
+            kind: b.kind.name(),
+            place: match b.place {
+                Place::Subject => "subject",
+                Place::Object => "object",
+                Place::Both => "both",
+            },
+            key: b.kind.key_fields().to_vec(),
+            attributes: b.attrs.iter().map(|(a, p)| (*a, def.fields[*p].0)).collect(),
+        })
+        .collect();
+    let operations = def
+        .ops
+        .iter()
+        .map(|op| {
+            let object = match op.object {
+                Some(k) if op.object_optional => format!(" [{}]", k.name()),
+                Some(k) => format!(" {}", k.name()),
+                None => String::new(),
+            };
+            OperationInfo { pattern: format!("{} {}{object}", op.subject.name(), op.name), value: op.value }
+        })
+        .collect();
+    StreamInfo {
+        name: def.name,
+        built_in: Stream::BUILT_IN.contains(&stream),
+        fields,
+        operation: def.operation.map(|p| def.fields[p].0),
+        entities,
+        operations,
+    }
+}
+
 /// Checks and registers declarations: kinds first, from every file, so that a stream may bind a
 /// kind declared in another file.
 pub(super) fn declare(

@@ -13,7 +13,7 @@ use std::fmt;
 mod catalog;
 mod registry;
 
-pub use catalog::{Catalog, CatalogError, PRELUDE};
+pub use catalog::{Catalog, CatalogError, EntityInfo, FieldInfo, OperationInfo, StreamInfo, PRELUDE};
 pub use registry::{Binding, KindDef, OpDef, Place, StreamDef, MAX_FIELDS};
 
 /// The type of a value in the rule language.

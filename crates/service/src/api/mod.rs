@@ -211,6 +211,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/alerts/stream", get(alerts::stream_alerts))
         .route("/api/v1/alerts/{id}", get(alerts::get_alert))
         .route("/api/v1/rules", get(rules::list_rules))
+        .route("/api/v1/streams", get(rules::list_streams))
         .route("/api/v1/rules/{name}", get(rules::get_rule))
         .route("/api/v1/rules/validate", post(rules::validate_rule))
         .route("/api/v1/dead-letters", get(ops::dead_letters))

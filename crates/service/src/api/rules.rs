@@ -23,6 +23,11 @@ pub(super) async fn list_rules(State(state): State<Arc<AppState>>) -> Json<serde
     Json(json!({ "rules": summary }))
 }
 
+/// The streams the rules may read: Vigil's own and those the rule files declare.
+pub(super) async fn list_streams(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(json!({ "streams": state.intake.catalog.get().describe() }))
+}
+
 pub(super) async fn get_rule(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,

@@ -508,6 +508,12 @@ async fn a_declared_stream_is_taken_once_declared_and_kept_while_a_rule_reads_it
     let text = format!("{streams}\n{rule}");
     let (status, body) = call(&app, Method::PUT, "/api/v1/rules/pod_evicted_then_failed", &text, None).await;
     assert_eq!(status, 200, "{body}");
+    let (_, listed) = call(&app, Method::GET, "/api/v1/streams", "", None).await;
+    let k8s = listed["streams"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "k8s_event")).expect("listed");
+    assert_eq!((k8s["built_in"].as_bool(), k8s["operation"].as_str()), (Some(false), Some("reason")));
+    let evict = serde_json::json!({ "pattern": "pod evict [node]", "value": "Evicted" });
+    assert!(k8s["operations"].as_array().is_some_and(|o| o.contains(&evict)), "{k8s}");
+    assert_eq!(k8s["fields"][0], serde_json::json!({ "name": "namespace", "type": "string", "required": true }));
     let lines = format!("{}\n{}\n", event(0, "n1", "Evicted"), event(4, "n2", "Failed"));
     let (status, body) = call(&app, Method::POST, "/api/v1/events", &lines, None).await;
     assert_eq!((status, body["accepted"].as_u64()), (200, Some(2)), "{body}");
