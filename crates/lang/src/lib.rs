@@ -106,10 +106,10 @@ fn parse_file(name: &str, bytes: &[u8]) -> Parsed {
 
 /// Parses every file, declares their streams and kinds together, then checks each file's rules
 /// against that catalogue.
-fn compile_here(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
+fn compile_here(files: &[(String, Vec<u8>)], base: &Catalog) -> Vec<Compiled> {
     let mut parsed: Vec<Parsed> = files.iter().map(|(name, bytes)| parse_file(name, bytes)).collect();
     let asts: Vec<&ast::File> = parsed.iter().map(|p| &p.file).collect();
-    let (catalog, problems) = Catalog::declare(&asts);
+    let (catalog, problems) = base.declare_over(&asts);
     for (i, d) in problems {
         parsed[i].diagnostics.push(d);
     }
@@ -128,17 +128,29 @@ fn compile_here(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
         .collect()
 }
 
-/// Compiles several files that are loaded together, and reports a rule name defined in more
-/// than one of them (rule names identify alerts, so they must be unique across a rule set).
-pub fn compile_all(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
-    let mut out = std::thread::scope(|scope| {
+/// Compiles one file as if it were among the files `base` was declared by (a running rule set's
+/// catalogue): its rules may read their streams, and what it declares replaces theirs.
+pub fn compile_over(name: &str, bytes: &[u8], base: &Catalog) -> Compiled {
+    let mut out = compile_on_stack(&[(name.to_string(), bytes.to_vec())], base);
+    out.pop().expect("one file in, one out")
+}
+
+/// [`compile_here`] on a thread with a stack of [`COMPILE_STACK`].
+fn compile_on_stack(files: &[(String, Vec<u8>)], base: &Catalog) -> Vec<Compiled> {
+    std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("vigil-compile".into())
             .stack_size(COMPILE_STACK)
-            .spawn_scoped(scope, || compile_here(files))
+            .spawn_scoped(scope, || compile_here(files, base))
             .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .unwrap_or_else(|_| compile_here(files))
-    });
+            .unwrap_or_else(|_| compile_here(files, base))
+    })
+}
+
+/// Compiles several files that are loaded together, and reports a rule name defined in more
+/// than one of them (rule names identify alerts, so they must be unique across a rule set).
+pub fn compile_all(files: &[(String, Vec<u8>)]) -> Vec<Compiled> {
+    let mut out = compile_on_stack(files, Catalog::prelude());
     let mut first: HashMap<String, String> = HashMap::new();
     for c in &mut out {
         let mut clashes = Vec::new();

@@ -47,8 +47,20 @@ impl Catalog {
     /// problems, each with the index of its file. A declaration with a problem is left out, and
     /// the rules over it then report what they cannot find.
     pub fn declare(files: &[&ast::File]) -> (Catalog, Vec<(usize, Diagnostic)>) {
-        let base = Catalog::prelude();
-        registry::with_registry(|registrar| declare(files, Some(base), registrar))
+        Catalog::prelude().declare_over(files)
+    }
+
+    /// [`Catalog::declare`] on top of this catalogue (a running rule set's) instead of the
+    /// prelude: a stream or kind of this one that the files declare again is replaced by theirs,
+    /// as when the file that declared it is changed. Vigil's own cannot be (E0401).
+    pub fn declare_over(&self, files: &[&ast::File]) -> (Catalog, Vec<(usize, Diagnostic)>) {
+        let declared = |name: &str| files.iter().any(|f| f.streams.iter().any(|s| s.name.name == name));
+        let kind_declared = |name: &str| files.iter().any(|f| f.entities.iter().any(|k| k.name.name == name));
+        let prelude = Catalog::prelude();
+        let mut base = self.clone();
+        base.streams.retain(|s| prelude.streams.contains(s) || !declared(s.name()));
+        base.kinds.retain(|k| prelude.kinds.contains(k) || !kind_declared(k.name()));
+        registry::with_registry(|registrar| declare(files, Some(&base), registrar))
     }
 
     pub fn stream(&self, name: &str) -> Option<Stream> {

@@ -35,14 +35,8 @@ pub(super) async fn get_rule(
     let info = state.rules.infos().into_iter().find(|i| i.name == name);
     let Some(info) = info else { return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no rule `{name}`"))) };
     let file = std::fs::read_to_string(&info.file).unwrap_or_default();
-    // The rule's plan, as `vigil explain` prints it, from the file it lives in.
-    let (name, text) = (info.name.clone(), file.clone());
-    let explain = tokio::task::spawn_blocking(move || {
-        let c = vigil_lang::compile("rule.saql", text.as_bytes());
-        c.plans.iter().find(|p| p.name == name).map(|p| p.to_string())
-    })
-    .await
-    .map_err(ApiError::internal)?;
+    // The rule's plan, as `vigil explain` prints it, as the rule set compiled it.
+    let explain = info.plan.clone();
     Ok(Json(json!({ "rule": info, "source": file, "explain": explain })))
 }
 
@@ -59,7 +53,11 @@ pub(super) async fn validate_rule(
 ) -> ApiResult<Json<serde_json::Value>> {
     let body = read_body(&state, body, MAX_RULE).await?;
     let name = p.name.unwrap_or_else(|| "rule.saql".into());
-    let c = tokio::task::spawn_blocking(move || vigil_lang::compile(&name, &body)).await.map_err(ApiError::internal)?;
+    // Checked as one more file of the running set: it may read the streams the set declares.
+    let catalog = state.intake.catalog.get();
+    let c = tokio::task::spawn_blocking(move || vigil_lang::compile_over(&name, &body, &catalog))
+        .await
+        .map_err(ApiError::internal)?;
     let rules: Vec<&str> = c.plans.iter().map(|p| p.name.as_str()).collect();
     Ok(Json(json!({ "valid": c.is_ok(), "rules": rules, "diagnostics": c.source().to_json(&c.diagnostics) })))
 }

@@ -508,6 +508,14 @@ async fn a_declared_stream_is_taken_once_declared_and_kept_while_a_rule_reads_it
     let text = format!("{streams}\n{rule}");
     let (status, body) = call(&app, Method::PUT, "/api/v1/rules/pod_evicted_then_failed", &text, None).await;
     assert_eq!(status, 200, "{body}");
+    // A rule over it checks as one more file of the set, and so does the file declaring it.
+    let (_, body) =
+        call(&app, Method::POST, "/api/v1/rules/validate", "rule evictions { pod p evict as e }", None).await;
+    assert_eq!(body["valid"], true, "{body}");
+    let (_, body) = call(&app, Method::POST, "/api/v1/rules/validate", &text, None).await;
+    assert_eq!(body["valid"], true, "{body}");
+    let (_, body) = call(&app, Method::GET, "/api/v1/rules/pod_evicted_then_failed", "", None).await;
+    assert!(body["explain"].as_str().is_some_and(|e| e.contains("k8s_event")), "{body}");
     let (_, listed) = call(&app, Method::GET, "/api/v1/streams", "", None).await;
     let k8s = listed["streams"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "k8s_event")).expect("listed");
     assert_eq!((k8s["built_in"].as_bool(), k8s["operation"].as_str()), (Some(false), Some("reason")));
