@@ -337,6 +337,58 @@ async fn a_declared_stream_is_read_from_a_topic_of_its_own() {
 
 #[tokio::test]
 #[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
+async fn a_stream_a_reload_declares_is_read_from_its_topic_without_a_restart() {
+    // A stream of a name of its own, so that its topic (named as it) is this test's alone.
+    let stream = unique("pods");
+    vigil::service::kafka::ensure_topics(&kafka_brokers(), std::slice::from_ref(&stream), 1, &Default::default())
+        .await
+        .expect("topic");
+    let rules = temp_dir("declared_rules");
+    std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("rule");
+    let (db_name, db_url) = create_database().await;
+    let group = unique("group");
+    let rules_arg = rules.display().to_string();
+    let service = Service::start(&[
+        "--rules",
+        &rules_arg,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &kafka_brokers(),
+        "--kafka-group",
+        &group,
+        "--lateness",
+        "0s",
+    ]);
+    eventually("the service", || async { reqwest::get(format!("{}/healthz", service.url)).await.ok() }).await;
+    let declared = std::fs::read_to_string("rules/k8s/streams.saql").expect("streams").replace("k8s_event", &stream);
+    let rule = std::fs::read_to_string("rules/k8s/pod_evicted_then_failed.saql").expect("rule");
+    std::fs::write(rules.join("pods.saql"), format!("{declared}\n{rule}")).expect("written");
+    eventually("the reload", || async {
+        let page = get_json(&format!("{}/api/v1/streams", service.url)).await;
+        page["streams"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == stream.as_str())).then_some(())
+    })
+    .await;
+    produce(
+        &stream,
+        &[
+            r#"{"ts":"2026-01-01T00:00:00Z","namespace":"shop","pod":"cart","node":"n1","reason":"Evicted"}"#,
+            r#"{"ts":"2026-01-01T00:04:00Z","namespace":"shop","pod":"cart","node":"n2","reason":"Failed"}"#,
+        ],
+    )
+    .await;
+    eventually("the alert of the stream the reload declared", || async {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=pod_evicted_then_failed", service.url)).await;
+        page["alerts"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    drop(service);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&rules).ok();
+}
+
+#[tokio::test]
+#[ignore = "needs a Kafka broker and PostgreSQL: run scripts/test.sh"]
 async fn malformed_kafka_messages_are_dead_letters_and_the_consumer_goes_on() {
     let KafkaSetup { service, topic, db_name, db_url, .. } = start_with_kafka(&[]).await;
     produce(

@@ -474,6 +474,7 @@ fn spawn_sources(
     if let Some(consumer) = consumer {
         let source = sources::kafka::KafkaSource {
             topics: config.topics.clone(),
+            declared_topics: config.declared_topics.clone(),
             formats: config.topic_formats.clone(),
             collectors: sources::kafka::Collectors {
                 influx: vigil_engine::influx::Mapping {

@@ -104,9 +104,25 @@ fn add(list: &mut rdkafka::TopicPartitionList, topic: &str, partition: i32, offs
     }
 }
 
+/// The stream of each topic: Vigil's own streams' as at the start, and those `catalog` declares,
+/// on the topic set for each or else on one named as it.
+fn topics_of(
+    start: &BTreeMap<Stream, String>,
+    declared_topics: &BTreeMap<String, String>,
+    catalog: &vigil_lang::schema::Catalog,
+) -> BTreeMap<String, Stream> {
+    let own = start.iter().filter(|(s, _)| Stream::BUILT_IN.contains(s)).map(|(s, t)| (t.clone(), *s));
+    let declared =
+        catalog.declared().map(|s| (declared_topics.get(s.name()).cloned().unwrap_or_else(|| s.name().into()), s));
+    own.chain(declared).collect()
+}
+
 /// What the consumer needs besides the Kafka client.
 pub struct KafkaSource {
+    /// The topic of each stream at the start.
     pub topics: BTreeMap<Stream, String>,
+    /// Topics set for streams the rules declare, by name: for streams a reload adds.
+    pub declared_topics: BTreeMap<String, String>,
     /// Topics whose messages are not Vigil's JSON lines.
     pub formats: BTreeMap<String, TopicFormat>,
     /// How the collectors' formats become samples.
@@ -124,10 +140,22 @@ pub struct KafkaSource {
 /// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
 /// busy).
 pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut stop: watch::Receiver<bool>) {
-    let KafkaSource { topics, formats, collectors, start, engine: tx, dead, intake, overload, shed, telemetry } =
-        source;
-    let by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
-    let names: Vec<String> = by_topic.keys().cloned().collect();
+    let KafkaSource {
+        topics,
+        declared_topics,
+        formats,
+        collectors,
+        start,
+        engine: tx,
+        dead,
+        intake,
+        overload,
+        shed,
+        telemetry,
+    } = source;
+    let mut by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
+    let mut names: Vec<String> = by_topic.keys().cloned().collect();
+    let mut topics_seen = intake.catalog.generation();
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
     let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
     let mut decoder = intake.catalog.decoder();
@@ -138,6 +166,13 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         let message = tokio::select! {
             m = consumer.recv(), if !assigned.is_empty() => m,
             _ = rescan.tick() => {
+                // A reload that declares a stream adds its topic; one that removes a stream
+                // stops naming its messages' stream by their topic.
+                if intake.catalog.generation() != topics_seen {
+                    topics_seen = intake.catalog.generation();
+                    by_topic = topics_of(&topics, &declared_topics, &intake.catalog.get());
+                    names = by_topic.keys().cloned().collect();
+                }
                 let (c, n, a, s) = (consumer.clone(), names.clone(), assigned.clone(), start.clone());
                 let Ok((list, left)) = tokio::task::spawn_blocking(move || new_partitions(&c, &n, &a, &s)).await else {
                     return;

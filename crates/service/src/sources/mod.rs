@@ -86,6 +86,11 @@ impl SharedCatalog {
         SharedCatalog { generation: Default::default(), catalog: std::sync::RwLock::new(catalog) }
     }
 
+    /// How many times the catalogue changed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub fn get(&self) -> Catalog {
         self.catalog.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
