@@ -26,9 +26,10 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -q "$@"
 }
 
-# A test build needs several GB for the target directory; a linker that runs out of disk dies
-# of a bus error that names nothing, so the shortfall is said here, before the build.
-need_gb=8
+# A clean test build's target directory takes about 2.3 GB, and the tests' brokers, databases
+# and logs more; a linker that runs out of disk dies of a bus error that names nothing, so the
+# shortfall is said here, before the build.
+need_gb=4
 free_gb="$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')"
 if [ "${free_gb:-0}" -lt "$need_gb" ]; then
   echo "only ${free_gb} GB free on $(df -P . | awk 'NR == 2 {print $6}'); the test build needs about ${need_gb} GB" >&2

@@ -151,8 +151,8 @@ impl Stream {
         kind.key_fields().iter().map(|k| attrs.iter().find(|(a, _)| a == k).map_or(TS_INDEX - 1, |(_, p)| *p)).collect()
     }
 
-    /// What identifies this declaration across processes: a hash of its text as checked for
-    /// Vigil's own streams' ids, their number itself.
+    /// What identifies this declaration across processes: for Vigil's own streams their id, for
+    /// a declared one a hash of what it declares.
     pub fn fingerprint(self) -> u64 {
         self.def().fingerprint
     }
