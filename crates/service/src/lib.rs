@@ -473,8 +473,10 @@ fn spawn_sources(
 ) -> Result<(tokio::task::JoinHandle<()>, mpsc::Sender<sources::http::Batch>), ServiceError> {
     if let Some(consumer) = consumer {
         let source = sources::kafka::KafkaSource {
-            topics: config.topics.clone(),
-            declared_topics: config.declared_topics.clone(),
+            topics: sources::kafka::StreamTopics {
+                start: config.topics.clone(),
+                declared: config.declared_topics.clone(),
+            },
             formats: config.topic_formats.clone(),
             collectors: sources::kafka::Collectors {
                 influx: vigil_engine::influx::Mapping {

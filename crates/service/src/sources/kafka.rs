@@ -12,7 +12,7 @@
 //! instead: [`crate::group`]. Offsets are still committed under the group, after each checkpoint,
 //! so the usual tools show the consumer's progress and lag.
 
-use super::{now_ms, offer, Intake, Offered, Position};
+use super::{now_ms, offer, Intake, Offered, Position, SharedCatalog};
 use crate::config::Overload;
 use crate::config::TopicFormat;
 use crate::engine_loop::Input;
@@ -104,25 +104,50 @@ fn add(list: &mut rdkafka::TopicPartitionList, topic: &str, partition: i32, offs
     }
 }
 
-/// The stream of each topic: Vigil's own streams' as at the start, and those `catalog` declares,
-/// on the topic set for each or else on one named as it.
-fn topics_of(
-    start: &BTreeMap<Stream, String>,
-    declared_topics: &BTreeMap<String, String>,
-    catalog: &vigil_lang::schema::Catalog,
-) -> BTreeMap<String, Stream> {
-    let own = start.iter().filter(|(s, _)| Stream::BUILT_IN.contains(s)).map(|(s, t)| (t.clone(), *s));
-    let declared =
-        catalog.declared().map(|s| (declared_topics.get(s.name()).cloned().unwrap_or_else(|| s.name().into()), s));
-    own.chain(declared).collect()
+/// The topics of the streams, as configured.
+pub struct StreamTopics {
+    /// The topic of each stream at the start.
+    pub start: BTreeMap<Stream, String>,
+    /// Topics set for streams the rules declare, by name: for streams a reload adds.
+    pub declared: BTreeMap<String, String>,
+}
+
+/// The stream of each topic the consumer reads, rebuilt when a reload changes the catalogue:
+/// one that declares a stream adds its topic, one that removes a stream stops naming its
+/// messages' stream by their topic.
+struct TopicMap {
+    topics: StreamTopics,
+    by_topic: BTreeMap<String, Stream>,
+    names: Vec<String>,
+    /// The catalogue's generation the map was built for.
+    seen: u64,
+}
+
+impl TopicMap {
+    fn new(topics: StreamTopics, catalog: &SharedCatalog) -> TopicMap {
+        let by_topic: BTreeMap<String, Stream> = topics.start.iter().map(|(s, t)| (t.clone(), *s)).collect();
+        let names = by_topic.keys().cloned().collect();
+        TopicMap { topics, by_topic, names, seen: catalog.generation() }
+    }
+
+    /// Vigil's own streams' topics as at the start, and those of the streams the catalogue
+    /// declares now: the topic set for each, or else one named as it.
+    fn refresh(&mut self, catalog: &SharedCatalog) {
+        if catalog.generation() == self.seen {
+            return;
+        }
+        self.seen = catalog.generation();
+        let declared = catalog.get();
+        let own = self.topics.start.iter().filter(|(s, _)| Stream::BUILT_IN.contains(s)).map(|(s, t)| (t.clone(), *s));
+        let named = |s: Stream| self.topics.declared.get(s.name()).cloned().unwrap_or_else(|| s.name().into());
+        self.by_topic = own.chain(declared.declared().map(|s| (named(s), s))).collect();
+        self.names = self.by_topic.keys().cloned().collect();
+    }
 }
 
 /// What the consumer needs besides the Kafka client.
 pub struct KafkaSource {
-    /// The topic of each stream at the start.
-    pub topics: BTreeMap<Stream, String>,
-    /// Topics set for streams the rules declare, by name: for streams a reload adds.
-    pub declared_topics: BTreeMap<String, String>,
+    pub topics: StreamTopics,
     /// Topics whose messages are not Vigil's JSON lines.
     pub formats: BTreeMap<String, TopicFormat>,
     /// How the collectors' formats become samples.
@@ -140,22 +165,9 @@ pub struct KafkaSource {
 /// Reads the stream topics until `stop`, sending events to the engine (waiting when it is
 /// busy).
 pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut stop: watch::Receiver<bool>) {
-    let KafkaSource {
-        topics,
-        declared_topics,
-        formats,
-        collectors,
-        start,
-        engine: tx,
-        dead,
-        intake,
-        overload,
-        shed,
-        telemetry,
-    } = source;
-    let mut by_topic: BTreeMap<String, Stream> = topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
-    let mut names: Vec<String> = by_topic.keys().cloned().collect();
-    let mut topics_seen = intake.catalog.generation();
+    let KafkaSource { topics, formats, collectors, start, engine: tx, dead, intake, overload, shed, telemetry } =
+        source;
+    let mut topics = TopicMap::new(topics, &intake.catalog);
     let start: BTreeMap<(String, i32), i64> = start.into_iter().map(|p| ((p.topic, p.partition), p.offset)).collect();
     let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
     let mut decoder = intake.catalog.decoder();
@@ -166,14 +178,8 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         let message = tokio::select! {
             m = consumer.recv(), if !assigned.is_empty() => m,
             _ = rescan.tick() => {
-                // A reload that declares a stream adds its topic; one that removes a stream
-                // stops naming its messages' stream by their topic.
-                if intake.catalog.generation() != topics_seen {
-                    topics_seen = intake.catalog.generation();
-                    by_topic = topics_of(&topics, &declared_topics, &intake.catalog.get());
-                    names = by_topic.keys().cloned().collect();
-                }
-                let (c, n, a, s) = (consumer.clone(), names.clone(), assigned.clone(), start.clone());
+                topics.refresh(&intake.catalog);
+                let (c, n, a, s) = (consumer.clone(), topics.names.clone(), assigned.clone(), start.clone());
                 let Ok((list, left)) = tokio::task::spawn_blocking(move || new_partitions(&c, &n, &a, &s)).await else {
                     return;
                 };
@@ -219,7 +225,12 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         };
         let sent = match formats.get(&topic).copied().unwrap_or(TopicFormat::Vigil) {
             TopicFormat::Vigil => {
-                match intake.decode_synced(&mut decoder, &mut catalog_seen, payload, by_topic.get(&topic).copied()) {
+                match intake.decode_synced(
+                    &mut decoder,
+                    &mut catalog_seen,
+                    payload,
+                    topics.by_topic.get(&topic).copied(),
+                ) {
                     Ok(e) => offer(&tx, Input::Event(e, Some(position)), overload, &shed).await != Offered::Closed,
                     Err(reason) => dead.send(letter(None, reason.to_string(), payload)).await.is_ok(),
                 }
