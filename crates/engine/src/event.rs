@@ -191,10 +191,6 @@ impl LineDecoder {
         }
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
-    }
-
     /// Decodes one JSON line. `default_stream` names the stream when the object has no `stream`
     /// field (a Kafka topic per stream, for example). Unknown fields are ignored, so producers
     /// can send more than Vigil reads.

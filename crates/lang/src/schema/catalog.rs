@@ -4,12 +4,11 @@
 use super::registry::{self, BindingSpec, OpSpec, Place, Registry, StreamSpec, MAX_FIELDS};
 use super::{EntityKind, Operation, Stream, Type};
 use crate::ast::{self, BindingDecl, Ident, OpDecl, PlaceDecl, StreamDecl};
-use crate::diagnostic::suggestion;
-use crate::diagnostic::{codes, Diagnostic};
+use crate::diagnostic::{codes, suggestion, Diagnostic};
 use std::sync::LazyLock;
 
 /// Vigil's own streams and kinds, as text.
-pub const PRELUDE: &str = include_str!("../../prelude.saql");
+const PRELUDE: &str = include_str!("../../prelude.saql");
 
 /// Vigil's own streams and kinds, registered before anything else is, so that their ids are
 /// the constants of [`Stream`] and [`EntityKind`].
@@ -27,14 +26,6 @@ static PRELUDE_CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
 pub struct Catalog {
     streams: Vec<Stream>,
     kinds: Vec<EntityKind>,
-}
-
-/// Why a stream name means nothing in a catalogue.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown stream `{name}`; expected one of {known}")]
-pub struct CatalogError {
-    pub name: String,
-    pub known: String,
 }
 
 impl Catalog {
@@ -67,11 +58,6 @@ impl Catalog {
         self.streams.iter().copied().find(|s| s.name() == name)
     }
 
-    /// [`Catalog::stream`], with an error that lists the streams there are.
-    pub fn resolve(&self, name: &str) -> Result<Stream, CatalogError> {
-        self.stream(name).ok_or_else(|| CatalogError { name: name.to_string(), known: self.stream_names().join(", ") })
-    }
-
     pub fn kind(&self, name: &str) -> Option<EntityKind> {
         self.kinds.iter().copied().find(|k| k.name() == name)
     }
@@ -79,10 +65,6 @@ impl Catalog {
     /// Every stream, Vigil's own first, then in order of declaration.
     pub fn streams(&self) -> &[Stream] {
         &self.streams
-    }
-
-    pub fn kinds(&self) -> &[EntityKind] {
-        &self.kinds
     }
 
     pub fn stream_names(&self) -> Vec<&'static str> {

@@ -13,7 +13,7 @@ use std::fmt;
 mod catalog;
 mod registry;
 
-pub use catalog::{Catalog, CatalogError, EntityInfo, FieldInfo, OperationInfo, StreamInfo, PRELUDE};
+pub use catalog::{Catalog, EntityInfo, FieldInfo, OperationInfo, StreamInfo};
 pub use registry::{Binding, KindDef, OpDef, Place, StreamDef, MAX_FIELDS};
 
 /// The type of a value in the rule language.
@@ -223,63 +223,42 @@ pub fn field_id(name: &str) -> Option<usize> {
     registry::field_id(name)
 }
 
-/// The field name numbered `g` by [`field_id`].
-pub fn field_name(g: usize) -> Option<&'static str> {
-    registry::field_name(g)
+/// Serde for an id of the registry. Ids are this process's; what is written down (checkpoints,
+/// plans' identities) names a declaration by its fingerprint, which for Vigil's own streams and
+/// kinds is their id, as before they were declared. Text formats name it, among Vigil's own.
+macro_rules! serde_by_fingerprint {
+    ($id:ty, $what:literal, $by_name:ident, $by_fingerprint:path) => {
+        impl serde::Serialize for $id {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    s.serialize_str(self.name())
+                } else {
+                    s.serialize_u64(self.fingerprint())
+                }
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $id {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                use serde::de::Error;
+                // Vigil's own are registered first, whatever is read before any rule is.
+                let prelude = Catalog::prelude();
+                if d.is_human_readable() {
+                    let name = String::deserialize(d)?;
+                    prelude.$by_name(&name).ok_or_else(|| D::Error::custom(format!("unknown {} `{name}`", $what)))
+                } else {
+                    let fingerprint = u64::deserialize(d)?;
+                    $by_fingerprint(fingerprint).ok_or_else(|| {
+                        D::Error::custom(format!("a {} ({fingerprint:016x}) that no loaded rule file declares", $what))
+                    })
+                }
+            }
+        }
+    };
 }
 
-// Ids are this process's; what is written down (checkpoints, plans' identities) names a
-// declaration by its fingerprint, which for Vigil's own streams is their id, as before streams
-// were declared. Text formats name it.
-impl serde::Serialize for Stream {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if s.is_human_readable() {
-            s.serialize_str(self.name())
-        } else {
-            s.serialize_u64(self.fingerprint())
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Stream {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        if d.is_human_readable() {
-            let name = String::deserialize(d)?;
-            Catalog::prelude().stream(&name).ok_or_else(|| D::Error::custom(format!("unknown stream `{name}`")))
-        } else {
-            let fingerprint = u64::deserialize(d)?;
-            registry::stream_by_fingerprint(fingerprint).ok_or_else(|| {
-                D::Error::custom(format!("a stream declaration ({fingerprint:016x}) that no loaded rule file declares"))
-            })
-        }
-    }
-}
-
-impl serde::Serialize for EntityKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if s.is_human_readable() {
-            s.serialize_str(self.name())
-        } else {
-            s.serialize_u64(self.fingerprint())
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for EntityKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        if d.is_human_readable() {
-            let name = String::deserialize(d)?;
-            Catalog::prelude().kind(&name).ok_or_else(|| D::Error::custom(format!("unknown entity kind `{name}`")))
-        } else {
-            let fingerprint = u64::deserialize(d)?;
-            registry::kind_by_fingerprint(fingerprint).ok_or_else(|| {
-                D::Error::custom(format!("an entity kind ({fingerprint:016x}) that no loaded rule file declares"))
-            })
-        }
-    }
-}
+serde_by_fingerprint!(Stream, "stream", stream, registry::stream_by_fingerprint);
+serde_by_fingerprint!(EntityKind, "entity kind", kind, registry::kind_by_fingerprint);
 
 /// Whether an entity takes the subject or the object place of a pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

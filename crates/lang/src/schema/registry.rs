@@ -241,12 +241,6 @@ pub(super) fn field_id(name: &str) -> Option<usize> {
     FIELD_IDS.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(name).copied()
 }
 
-/// The field name numbered `g` by [`field_id`].
-pub(super) fn field_name(g: usize) -> Option<&'static str> {
-    let ids = FIELD_IDS.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    ids.iter().find(|(_, id)| **id == g).map(|(name, _)| *name)
-}
-
 /// The stream a checkpoint or plan names by fingerprint, if its declaration is registered.
 pub(super) fn stream_by_fingerprint(fingerprint: u64) -> Option<Stream> {
     REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).streams_by_fingerprint.get(&fingerprint).copied()
