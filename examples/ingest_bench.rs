@@ -131,6 +131,7 @@ fn body(format: &str, batch: usize, c: usize, ts: i64) -> Vec<u8> {
                     scope_metrics: vec![ScopeMetrics {
                         metrics: vec![Metric {
                             name: "system.cpu.utilization".into(),
+                            unit: "1".into(),
                             data: Some(Data::Gauge(Gauge {
                                 data_points: (0..batch / 50)
                                     .map(|i| NumberDataPoint {

@@ -238,7 +238,7 @@ fn main() -> ExitCode {
                 metric_name,
                 influx: vigil::influx::Mapping { host_tag, precision },
                 otlp_host_attribute: host_attribute,
-                host_label,
+                host_labels: vigil::remote_write::HostLabels::new(&host_label),
                 ..InputOptions::default()
             };
             replay(&rules, &inputs, format, &input_options, &options, out.as_deref())

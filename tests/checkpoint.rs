@@ -62,9 +62,9 @@ fn a_checkpoint_of_an_earlier_build_restores_and_continues_like_the_uninterrupte
     let mut rules = restored.restore(Snapshot::from_bytes(&bytes).expect("readable")).expect("restores");
     rules.sort();
     // The snapshot was written when a metric series was its host and name; it is now its labels
-    // too (key version 1 of `metric`), so the rules that key by a series start empty and every
-    // other rule gets its state back.
-    let series_rules = ["host_silent", "metric_deviation", "metric_saturation", "metric_stuck"];
+    // too (key version 1 of `metric`), so the rules that key by a series start empty, as does
+    // `host_down`, written after it, and every other rule gets its state back.
+    let series_rules = ["host_silent", "metric_deviation", "metric_saturation", "metric_stuck", "host_down"];
     let mut kept: Vec<String> = engine().plans().iter().map(|p| p.name.clone()).collect();
     kept.retain(|r| !series_rules.contains(&r.as_str()));
     kept.sort();

@@ -110,6 +110,7 @@ fn benches(c: &mut Criterion) {
         };
         let metric = |m: usize| Metric {
             name: format!("system.cpu.time.{m}"),
+            unit: "s".into(),
             data: Some(Data::Gauge(Gauge { data_points: (0..10).map(point).collect() })),
         };
         let request = ExportMetricsServiceRequest {

@@ -175,6 +175,15 @@ fn metric_samples<'a>(
         if let Some(labels) = &labels {
             event.set("labels", labels.clone());
         }
+        // Telegraf's `cpu` plugin documents its `usage_*` fields as percentages; other names
+        // say their unit by Prometheus' suffixes (`mem_used_percent`) or not at all.
+        let unit = match (measurement, field.starts_with("usage_")) {
+            ("cpu", true) => Some("percent"),
+            _ => crate::metric_kind::unit_by_name(&name),
+        };
+        if let Some(unit) = unit {
+            event.set("unit", Value::str(unit));
+        }
         out.events.push(event);
     }
     Ok(out)

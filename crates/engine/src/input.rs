@@ -65,8 +65,8 @@ pub struct InputOptions {
     pub influx: crate::influx::Mapping,
     /// The OTLP attribute that names the host.
     pub otlp_host_attribute: String,
-    /// The label of prometheus-kafka-adapter's samples that names the host.
-    pub host_label: String,
+    /// The labels of prometheus-kafka-adapter's samples that place them under a host.
+    pub host_labels: crate::remote_write::HostLabels,
     /// The streams JSON lines may name: the rules' ([`vigil_lang::ruleset::RuleSet::catalog`]).
     pub catalog: vigil_lang::schema::Catalog,
 }
@@ -78,7 +78,7 @@ impl Default for InputOptions {
             metric_name: None,
             influx: Default::default(),
             otlp_host_attribute: "host.name".into(),
-            host_label: "instance".into(),
+            host_labels: Default::default(),
             catalog: vigil_lang::schema::Catalog::prelude().clone(),
         }
     }
@@ -423,6 +423,10 @@ fn nab_row(row: &csv::StringRecord, host: &str, name: &str) -> Result<Event, Dec
     })?;
     let mut e = Event::new(Stream::Metric, ts);
     e.set("host", Value::str(host)).set("name", Value::str(name)).set("value", num(row, 1, "value")?);
+    // NAB's CPU series are CloudWatch's `CPUUtilization`, a percentage.
+    if name.ends_with("cpu_utilization") {
+        e.set("unit", Value::str("percent"));
+    }
     Ok(e)
 }
 
@@ -442,6 +446,7 @@ fn azure_cpu(row: &csv::StringRecord) -> Result<Vec<Event>, DecodeError> {
     for (i, name) in [(3, "avg_cpu"), (4, "max_cpu")] {
         let mut e = Event::new(Stream::Metric, ts);
         e.set("host", vm.clone()).set("name", Value::str(name)).set("value", num(row, i, name)?);
+        e.set("unit", Value::str("percent"));
         out.push(e);
     }
     Ok(out)
@@ -475,6 +480,7 @@ fn planetlab(reader: Box<dyn BufRead>, start: Millis, host: String) -> impl Iter
                         let mut e = Event::new(Stream::Metric, start + i as Millis * 300_000);
                         e.set("host", host.clone())
                             .set("name", Value::str("cpu_utilization"))
+                            .set("unit", Value::str("percent"))
                             .set("value", Value::Num(v));
                         Ok(e)
                     }

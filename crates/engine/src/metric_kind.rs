@@ -11,6 +11,14 @@
 //! Otherwise `kind` is left out: unknown. Line protocol says nothing of it, and Telegraf's
 //! names follow no convention that would (`net_bytes_recv` counts, `mem_used` does not), so
 //! its samples' kind is unknown; so is that of JSON lines without `kind`.
+//!
+//! The `unit` of a `metric` event is what the sender says the series measures, in the words
+//! of Prometheus' naming conventions (`ratio`, `percent`, `bytes`, `seconds`, `celsius`...):
+//! OTLP's unit (UCUM: `1` is `ratio`, `%` is `percent`, `By` is `bytes`), remote-write's
+//! metadata unit, or a collector's documented unit (Telegraf's `cpu_usage_*` are percentages).
+//! Left out, rules read the unit from the name's suffix ([`unit_by_name`]), and a series whose
+//! unit is not known is judged by no rule that needs one: a name that merely contains `cpu` is
+//! no percentage (`node_memory_Percpu_bytes`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,6 +29,47 @@ pub const GAUGE: &str = "gauge";
 /// The suffixes OpenMetrics gives only to the series of counters, histograms and summaries
 /// that count.
 const COUNTING_SUFFIXES: [&str; 4] = ["_total", "_count", "_sum", "_bucket"];
+
+/// What a series is, as far as its sender or its name says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct About {
+    pub kind: Option<&'static str>,
+    pub unit: Option<String>,
+}
+
+/// A unit as a sender gives it, in Prometheus' words; `None` when empty. UCUM's codes (OTLP's
+/// units) that have a Prometheus name take it; any other is kept lowercased.
+pub fn unit(given: &str) -> Option<String> {
+    let given = given.trim();
+    let known = match given {
+        "" => return None,
+        "1" => "ratio",
+        "%" => "percent",
+        "By" => "bytes",
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        "Cel" => "celsius",
+        "Hz" => "hertz",
+        "V" => "volts",
+        "W" => "watts",
+        "J" => "joules",
+        other => return Some(other.to_ascii_lowercase()),
+    };
+    Some(known.to_string())
+}
+
+/// The unit a series' name says by Prometheus' conventions: its base unit as the last word,
+/// before `_total` for a counter (`node_network_receive_bytes_total`). `None` when the name
+/// says none.
+pub fn unit_by_name(name: &str) -> Option<&'static str> {
+    const UNITS: [&str; 10] =
+        ["ratio", "percent", "bytes", "seconds", "celsius", "hertz", "volts", "watts", "joules", "meters"];
+    let base = name.strip_suffix("_total").unwrap_or(name);
+    UNITS
+        .iter()
+        .copied()
+        .find(|u| base.len() > u.len() && base.ends_with(u) && base[..base.len() - u.len()].ends_with('_'))
+}
 
 /// The kind a series' name alone says; `None` when it says nothing.
 pub fn by_name(name: &str) -> Option<&'static str> {
@@ -64,28 +113,36 @@ impl Family {
 /// remembered, and their series fall back to [`by_name`].
 const MAX_FAMILIES: usize = 100_000;
 
-/// The types of the metric families senders described, for the samples that come after.
+/// The types and units of the metric families senders described, for the samples that come
+/// after.
 #[derive(Debug, Default)]
-pub struct Families(Mutex<HashMap<String, Family>>);
+pub struct Families(Mutex<HashMap<String, (Family, Option<String>)>>);
 
 impl Families {
-    pub fn learn(&self, family: &str, t: Family) {
+    /// Family `family` is of type `t`, in `unit` (empty when the sender gave none).
+    pub fn learn(&self, family: &str, t: Family, unit: &str) {
         let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if known.len() < MAX_FAMILIES || known.contains_key(family) {
-            known.insert(family.to_string(), t);
+            known.insert(family.to_string(), (t, self::unit(unit)));
         }
     }
 
     /// The kind of series `name`: by its family's type if known (the family is the name, or
     /// the name without a counting suffix), else by its name.
     pub fn kind_of(&self, name: &str) -> Option<&'static str> {
+        self.about(name).kind
+    }
+
+    /// The kind and unit of series `name`, as its family was described; its kind by its name
+    /// when the family was not.
+    pub fn about(&self, name: &str) -> About {
         let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let family = std::iter::once(name)
             .chain(COUNTING_SUFFIXES.iter().filter_map(|s| name.strip_suffix(s)))
-            .find_map(|f| known.get(f).copied());
+            .find_map(|f| known.get(f));
         match family {
-            Some(f) => f.kind_of(name),
-            None => by_name(name),
+            Some((f, unit)) => About { kind: f.kind_of(name), unit: unit.clone() },
+            None => About { kind: by_name(name), unit: None },
         }
     }
 }
@@ -99,12 +156,31 @@ mod tests {
         let families = Families::default();
         assert_eq!(families.kind_of("http_requests_total"), Some(COUNTER));
         assert_eq!(families.kind_of("node_load1"), None);
-        families.learn("node_load1", Family::from_remote_write(2));
-        families.learn("rpc_duration_seconds", Family::from_remote_write(5));
-        families.learn("queue_total", Family::from_remote_write(2));
+        families.learn("node_load1", Family::from_remote_write(2), "");
+        families.learn("rpc_duration_seconds", Family::from_remote_write(5), "seconds");
+        families.learn("queue_total", Family::from_remote_write(2), "");
         assert_eq!(families.kind_of("node_load1"), Some(GAUGE));
         assert_eq!(families.kind_of("rpc_duration_seconds_count"), Some(COUNTER));
         assert_eq!(families.kind_of("rpc_duration_seconds"), Some(GAUGE), "a quantile");
         assert_eq!(families.kind_of("queue_total"), Some(GAUGE), "a gauge whatever its name");
+        assert_eq!(families.about("rpc_duration_seconds_sum").unit.as_deref(), Some("seconds"));
+        assert_eq!(families.about("node_load1").unit, None);
+    }
+
+    #[test]
+    fn a_unit_is_a_suffix_of_the_name_not_a_word_inside_it() {
+        assert_eq!(unit_by_name("node_memory_Percpu_bytes"), Some("bytes"));
+        assert_eq!(unit_by_name("node_cpu_seconds_total"), Some("seconds"));
+        assert_eq!(unit_by_name("node_filesystem_avail_bytes"), Some("bytes"));
+        assert_eq!(unit_by_name("disk_used_percent"), Some("percent"));
+        assert_eq!(unit_by_name("cache_hit_ratio"), Some("ratio"));
+        assert_eq!(unit_by_name("node_load1"), None);
+        assert_eq!(unit_by_name("avg_cpu"), None);
+        assert_eq!(unit_by_name("bytes"), None, "a bare unit names nothing measured");
+        assert_eq!(unit_by_name("node_hwmon_temp_celsius"), Some("celsius"));
+        assert_eq!(unit("%").as_deref(), Some("percent"));
+        assert_eq!(unit("1").as_deref(), Some("ratio"));
+        assert_eq!(unit("By").as_deref(), Some("bytes"));
+        assert_eq!(unit(" "), None);
     }
 }

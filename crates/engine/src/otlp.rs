@@ -66,6 +66,10 @@ pub struct ScopeMetrics {
 pub struct Metric {
     #[prost(string, tag = "1")]
     pub name: String,
+    /// UCUM: `1` a ratio, `%` a percentage, `By` bytes, `s` seconds.
+    #[prost(string, tag = "3")]
+    #[serde(default)]
+    pub unit: String,
     #[prost(oneof = "Data", tags = "5, 7, 9, 10, 11")]
     #[serde(flatten)]
     pub data: Option<Data>,
@@ -390,8 +394,9 @@ pub fn samples(request: &ExportMetricsServiceRequest, host_attribute: &str, now:
         let resource_host = attribute(resource, host_attribute).map(|h| Value::str(&h));
         for metric in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
             let name = Value::str(&metric.name);
+            let unit = crate::metric_kind::unit(&metric.unit).map(|u| Value::str(&u));
             let mut sink =
-                Sink { metric, name, host_attribute, resource_host: resource_host.as_ref(), now, out: &mut out };
+                Sink { metric, name, host_attribute, resource_host: resource_host.as_ref(), now, out: &mut out, unit };
             sink.metric();
         }
     }
@@ -405,6 +410,8 @@ struct Sink<'a> {
     resource_host: Option<&'a Value>,
     /// The metric's name, as its gauges' and sums' samples carry it.
     name: Value,
+    /// The metric's unit, which the samples named as it carry (a histogram's count has none).
+    unit: Option<Value>,
     now: Millis,
     out: &'a mut Samples,
 }
@@ -534,11 +541,15 @@ impl Sink<'_> {
             at.labels.insert(k.to_string(), v);
         }
         let mut event = Event::new(Stream::Metric, at.ts);
+        let unit = self.unit.as_ref().filter(|_| name == self.name).cloned();
         event.set("host", at.host).set("name", name).set("value", Value::Num(value));
         if !at.labels.is_empty() {
             event.set("labels", Value::Map(Arc::new(at.labels)));
         }
         event.set("kind", Value::str(kind));
+        if let Some(unit) = unit {
+            event.set("unit", unit);
+        }
         self.out.events.push(event);
     }
 }
@@ -612,12 +623,14 @@ mod tests {
     fn gauges_and_cumulative_sums_are_samples_of_their_host_with_their_attributes_as_labels() {
         let gauge = Metric {
             name: "system.cpu.utilization".into(),
+            unit: String::new(),
             data: Some(Data::Gauge(Gauge {
                 data_points: vec![point(vec![kv("cpu", "0")], 1_000, NumberValue::AsDouble(0.25))],
             })),
         };
         let counter = Metric {
             name: "requests".into(),
+            unit: String::new(),
             data: Some(Data::Sum(Sum {
                 data_points: vec![point(vec![], 2_000, NumberValue::AsInt(7))],
                 aggregation_temporality: CUMULATIVE,
@@ -643,6 +656,7 @@ mod tests {
     fn a_histogram_is_its_count_sum_and_cumulative_buckets() {
         let histogram = Metric {
             name: "latency".into(),
+            unit: String::new(),
             data: Some(Data::Histogram(Histogram {
                 data_points: vec![HistogramDataPoint {
                     attributes: vec![kv("host.name", "db-2")],
@@ -681,6 +695,7 @@ mod tests {
     fn delta_sums_points_without_a_host_and_gaps_are_refused_or_skipped_with_the_reason() {
         let delta = Metric {
             name: "bytes".into(),
+            unit: String::new(),
             data: Some(Data::Sum(Sum {
                 data_points: vec![point(vec![], 1, NumberValue::AsInt(1)), point(vec![], 2, NumberValue::AsInt(2))],
                 aggregation_temporality: DELTA,
@@ -691,6 +706,7 @@ mod tests {
         gap.flags = NO_RECORDED_VALUE;
         let gauge = Metric {
             name: "temp".into(),
+            unit: String::new(),
             data: Some(Data::Gauge(Gauge { data_points: vec![point(vec![], 4, NumberValue::AsDouble(1.0)), gap] })),
         };
         let s = samples(&request(vec![], vec![delta, gauge]), "host.name", 0);
@@ -723,7 +739,7 @@ mod tests {
         assert_eq!(
             shown(&s),
             [
-                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"load","value":1.5,"labels":{"core":"3"},"kind":"gauge"}"#,
+                r#"{"stream":"metric","ts":"1970-01-01T00:00:01.000Z","host":"web-1","name":"load","value":1.5,"labels":{"core":"3"},"kind":"gauge","unit":"ratio"}"#,
                 r#"{"stream":"metric","ts":"1970-01-01T00:00:02.000Z","host":"web-1","name":"hits","value":9,"kind":"counter"}"#,
                 r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_count","value":4,"kind":"counter"}"#,
                 r#"{"stream":"metric","ts":"1970-01-01T00:00:03.000Z","host":"web-1","name":"rtt_sum","value":8,"kind":"counter"}"#,

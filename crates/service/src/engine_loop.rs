@@ -57,6 +57,9 @@ pub enum Input {
     Tick,
     /// Replace the rules; the reply names the rules whose state was kept.
     Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
+    /// The service is stopping: what came before is taken, a last checkpoint follows, and the
+    /// thread ends (other senders, the API's, may still be alive).
+    Stop,
 }
 
 /// What the engine hands the writer: alerts, and now and then a checkpoint.
@@ -127,14 +130,14 @@ impl EngineHealth {
         (ms >= limit.as_millis() as u64).then(|| Duration::from_millis(ms))
     }
 
-    /// Watches the engine's progress until the runtime stops: the time since its input count
+    /// Watches the engine's progress until the service stops: the time since its input count
     /// last moved. Ticks keep a healthy idle engine moving; an engine that does not take its
-    /// ticks is busy with one input.
-    pub async fn watch(self: Arc<Self>, limit: Duration) {
+    /// ticks is busy with one input. A stopping service's ticks end, so its watch ends too.
+    pub async fn watch(self: Arc<Self>, limit: Duration, stop: tokio::sync::watch::Receiver<bool>) {
         use tokio::time::Instant;
         let mut last = (self.inputs.load(Ordering::Relaxed), Instant::now());
         let mut warned = false;
-        loop {
+        while !*stop.borrow() {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let now = self.inputs.load(Ordering::Relaxed);
             if now != last.0 {
@@ -241,7 +244,11 @@ impl EngineLoop {
                         }
                     }
                     let n = batch.len() as u64;
+                    let stop = batch.iter().any(|i| matches!(i, Input::Stop));
                     self.take(batch, &mut r, &mut events_in);
+                    if stop {
+                        break;
+                    }
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
                     let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_every;
                     if rx.is_empty() || checkpoint_due {
@@ -355,7 +362,7 @@ impl EngineLoop {
                 let kept = self.engine.reload(plans, &mut r.out);
                 let _ = reply.send(kept);
             }
-            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) => {}
+            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) | Input::Stop => {}
         }
     }
 
@@ -482,7 +489,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_engine_without_progress_is_reported_stalled_and_then_recovered() {
         let health = Arc::new(EngineHealth::default());
-        tokio::spawn(health.clone().watch(Duration::from_secs(10)));
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(health.clone().watch(Duration::from_secs(10), stop));
         let limit = Duration::from_secs(10);
         for _ in 0..20 {
             health.inputs.fetch_add(1, Ordering::Relaxed);

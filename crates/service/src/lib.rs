@@ -175,33 +175,10 @@ pub async fn serve(mut config: ServeConfig) -> Result<(), ServiceError> {
         silences: Default::default(),
         stop: stop_rx,
     };
-    tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout));
-    let (engine_thread, writer, ticker, ingest_tx) = if config.kafka_join_group {
-        drop(alerts_tx);
-        let writer = spawn_writers(&config, &wiring, None, alerts_rx, dead_rx, &external_url)?;
-        let member = join_group(&config, &wiring, loaded.plans(), rx, &external_url).await?;
-        (member, writer, None, forward_ingest(&config)?)
-    } else {
-        let mut engine = build_engine(&config, loaded.plans());
-        let resume = restore(&store, &mut engine).await?;
-        telemetry.workers.set(engine.count() as i64);
-        tracing::info!(workers = engine.count(), "engine started");
-        let consumer = kafka_consumer(&config).await?;
-        let engine_thread = EngineLoop {
-            engine,
-            telemetry: telemetry.clone(),
-            health: wiring.engine_health.clone(),
-            checkpoint_every: config.checkpoint_interval,
-            restored: resume.clone(),
-            max_state_bytes: config.max_state_bytes(),
-            input_stopped_after: config.input_stopped_after,
-            source_idle_after: config.source_idle_after,
-        }
-        .spawn(rx, alerts_tx);
-        let writer = spawn_writers(&config, &wiring, consumer.clone(), alerts_rx, dead_rx, &external_url)?;
-        let (ticker, ingest_tx) = spawn_sources(&config, &wiring, consumer, &resume)?;
-        (engine_thread, writer, Some(ticker), ingest_tx)
-    };
+    tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout, wiring.stop.clone()));
+    let channels = (rx, alerts_tx, alerts_rx, dead_rx);
+    let (engine_thread, writer, ticker, ingest_tx) =
+        start_engine(&config, &wiring, loaded.plans(), channels, &external_url).await?;
 
     let live_rules = Arc::new(rules::LiveRules::new(
         config.rules.clone(),
@@ -215,25 +192,101 @@ pub async fn serve(mut config: ServeConfig) -> Result<(), ServiceError> {
         tokio::spawn(sync.run(live_rules.clone(), wiring.stop.clone()));
     }
     let state = app_state(&config, &wiring, store, live_rules, ingest_tx);
+    // The way to tell the engine to stop: the API's handlers keep senders of their own alive.
+    let engine = wiring.engine.clone();
     drop(wiring);
 
     let limits = server_limits(&config);
     // Tests and scripts read this line to find a port chosen by the system (`--http-addr 127.0.0.1:0`).
     eprintln!("vigil: listening on {scheme}://{addr}");
     tracing::info!(%addr, tls = tls.is_some(), store = ?state.store.backend(), kafka = config.kafka_brokers.is_some(), "serving");
-    server::serve(listener, api::router(state.clone()), limits, tls, telemetry, shutdown_signal()).await;
+    // On the signal, the stop is said first: the receivers answer 503 with `Retry-After` from
+    // then on (a sender keeps its samples and sends them again), and the sources stop reading.
+    let stop_tx = Arc::new(stop_tx);
+    let signalled = said_on_signal(stop_tx.clone());
+    server::serve(listener, api::router(state.clone()), limits, tls, telemetry, signalled).await;
 
-    tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     if let Some(ticker) = ticker {
         ticker.abort();
     }
     drop(state);
-    // The engine ends when every input is closed; the writer then stores what is left.
-    let _ =
-        tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || engine_thread.join())).await;
-    let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
+    stop_engine(engine, engine_thread, writer).await;
     Ok(())
+}
+
+/// The engine takes what is queued, then its last checkpoint goes to the writer behind its last
+/// alerts; the writer ends once every sender of alerts is gone. Within the 30 s a service
+/// manager gives before it kills (HTTP's 5 s before this, then 15 s and 8 s at most).
+async fn stop_engine(
+    engine: mpsc::Sender<engine_loop::Input>,
+    engine_thread: std::thread::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<()>,
+) {
+    let _ = engine.send(engine_loop::Input::Stop).await;
+    drop(engine);
+    let joined =
+        tokio::time::timeout(Duration::from_secs(15), tokio::task::spawn_blocking(move || engine_thread.join())).await;
+    if joined.is_err() {
+        tracing::warn!("the engine did not stop within 15 s; its last checkpoint is not taken");
+    }
+    if tokio::time::timeout(Duration::from_secs(8), writer).await.is_err() {
+        tracing::warn!("the writer did not finish within 8 s; what it had not stored is in its spool or replayed");
+    }
+    tracing::info!("stopped");
+}
+
+/// What runs the engine, and what the API and the shutdown hold of it.
+type Started = (
+    std::thread::JoinHandle<()>,
+    tokio::task::JoinHandle<()>,
+    Option<tokio::task::JoinHandle<()>>,
+    mpsc::Sender<sources::http::Batch>,
+);
+
+/// The engine's channels: its input, its output both ways, and the dead letters.
+type EngineChannels = (
+    mpsc::Receiver<engine_loop::Input>,
+    mpsc::Sender<engine_loop::Output>,
+    mpsc::Receiver<engine_loop::Output>,
+    mpsc::Receiver<store::DeadLetter>,
+);
+
+/// Starts the engine, as a group's member or on its own thread with its sources, and the
+/// writers: the engine's thread, the writer, the ticker and the way into HTTP ingest.
+async fn start_engine(
+    config: &ServeConfig,
+    wiring: &Wiring,
+    plans: Vec<vigil_lang::plan::RulePlan>,
+    (rx, alerts_tx, alerts_rx, dead_rx): EngineChannels,
+    external_url: &str,
+) -> Result<Started, ServiceError> {
+    if config.kafka_join_group {
+        drop(alerts_tx);
+        let writer = spawn_writers(config, wiring, None, alerts_rx, dead_rx, external_url)?;
+        let member = join_group(config, wiring, plans, rx, external_url).await?;
+        Ok((member, writer, None, forward_ingest(config)?))
+    } else {
+        let mut engine = build_engine(config, plans);
+        let resume = restore(&wiring.store, &mut engine).await?;
+        wiring.telemetry.workers.set(engine.count() as i64);
+        tracing::info!(workers = engine.count(), "engine started");
+        let consumer = kafka_consumer(config).await?;
+        let engine_thread = EngineLoop {
+            engine,
+            telemetry: wiring.telemetry.clone(),
+            health: wiring.engine_health.clone(),
+            checkpoint_every: config.checkpoint_interval,
+            restored: resume.clone(),
+            max_state_bytes: config.max_state_bytes(),
+            input_stopped_after: config.input_stopped_after,
+            source_idle_after: config.source_idle_after,
+        }
+        .spawn(rx, alerts_tx);
+        let writer = spawn_writers(config, wiring, consumer.clone(), alerts_rx, dead_rx, external_url)?;
+        let (ticker, ingest_tx) = spawn_sources(config, wiring, consumer, &resume)?;
+        Ok((engine_thread, writer, Some(ticker), ingest_tx))
+    }
 }
 
 /// A group member's first round of [`group::rules::RuleSync`], before its rules are loaded: the
@@ -334,7 +387,8 @@ fn app_state(
         token: config.api_token.clone(),
         read_token: config.api_read_token.clone(),
         influx_host_tag: config.influx_host_tag.clone(),
-        remote_write_host_label: config.remote_write_host_label.clone(),
+        stop: wiring.stop.clone(),
+        remote_write_hosts: config.remote_write_hosts(),
         metric_families: Default::default(),
         otlp_host_attribute: config.otlp_host_attribute.clone(),
         health: wiring.health.clone(),
@@ -484,7 +538,7 @@ fn spawn_sources(
                     ..Default::default()
                 },
                 otlp_host_attribute: config.otlp_host_attribute.clone(),
-                remote_write_host_label: config.remote_write_host_label.clone(),
+                remote_write_hosts: config.remote_write_hosts(),
             },
             start: resume.to_vec(),
             engine: w.engine.clone(),
@@ -516,6 +570,13 @@ fn spawn_sources(
     .spawn(ingest_rx)
     .map_err(|source| ServiceError::IngestLog { dir: config.ingest_log_dir.clone(), source })?;
     Ok((ticker, ingest_tx))
+}
+
+/// Completes on SIGINT or SIGTERM, once `stop` says so.
+async fn said_on_signal(stop: Arc<watch::Sender<bool>>) {
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop.send(true);
 }
 
 async fn shutdown_signal() {

@@ -28,7 +28,7 @@ pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputO
             }))
         }
         Format::PrometheusKafkaAdapter => {
-            let host = options.host_label.clone();
+            let host = options.host_labels.clone();
             Box::new(sample_lines(reader, move |text, _| {
                 vec![crate::remote_write::adapter_sample(text, &host).map(|s| s.events)]
             }))

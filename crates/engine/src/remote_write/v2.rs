@@ -6,15 +6,16 @@
 //! |---|---|
 //! | `labels_refs`, pairs of indexes into `symbols` | the series' labels |
 //! | `metadata.type` | `kind` (a counter, a gauge, or a histogram's or summary's series) |
+//! | `metadata.unit_ref` | `unit` |
 //! | a native histogram | `NAME_count` and `NAME_sum` at its timestamp, as OTLP's exponential histograms are read (its buckets are not) |
 //! | exemplars | not kept |
 //!
-//! Only the fields read are declared; prost skips the others (help and unit references,
+//! Only the fields read are declared; prost skips the others (help references,
 //! buckets, created timestamps).
 
-use super::{series_samples_of_kind, Label, Sample, SeriesSamples, TimeSeries};
+use super::{series_samples_of_kind, HostLabels, Label, Sample, SeriesSamples, TimeSeries};
 use crate::event::DecodeError;
-use crate::metric_kind::{Families, Family};
+use crate::metric_kind::{self, About, Families, Family};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Request {
@@ -53,6 +54,9 @@ pub struct Metadata {
     /// `Metadata.MetricType`: numbered as 1.0's metadata types are.
     #[prost(int32, tag = "1")]
     pub r#type: i32,
+    /// The unit, a reference into the symbol table (0, the empty string, for none).
+    #[prost(uint32, tag = "4")]
+    pub unit_ref: u32,
 }
 
 /// A native histogram; of it, only its count, sum and time are read.
@@ -99,23 +103,30 @@ fn labels(refs: &[u32], symbols: &[String]) -> Result<Vec<Label>, DecodeError> {
 }
 
 /// The events of one 2.0 series: its samples, and each native histogram's count and sum.
-/// The series' metadata gives their `kind`; without it, `families` and the name do.
+/// The series' metadata gives their `kind` and `unit`; without it, `families` and the name do.
 pub fn series(
     series: &Series,
     symbols: &[String],
-    host_label: &str,
+    hosts: &HostLabels,
     families: &Families,
 ) -> Result<Written, DecodeError> {
     let labels = labels(&series.labels_refs, symbols)?;
     let name = labels.iter().find(|l| l.name == "__name__").map(|l| l.value.clone()).unwrap_or_default();
     let family = series.metadata.as_ref().map(|m| Family::from_remote_write(m.r#type)).filter(|f| *f != Family::Other);
-    let kind_of = |name: &str| match family {
-        Some(f) => f.kind_of(name),
-        None => families.kind_of(name),
+    let given_unit =
+        series.metadata.as_ref().and_then(|m| symbols.get(m.unit_ref as usize)).and_then(|u| metric_kind::unit(u));
+    let about = match family {
+        Some(f) => About { kind: f.kind_of(&name), unit: given_unit },
+        None => {
+            let known = families.about(&name);
+            About { kind: known.kind, unit: given_unit.or(known.unit) }
+        }
     };
     let as_v1 = TimeSeries { labels: labels.clone(), samples: series.samples.clone() };
-    let mut samples = series_samples_of_kind(&as_v1, host_label, kind_of(&name))?;
-    let sample_count = samples.events.len() + samples.stale;
+    let mut samples = series_samples_of_kind(&as_v1, hosts, about)?;
+    // A stale marker ends its series and a value that is not finite says "no value": both are
+    // taken, so both are written.
+    let sample_count = samples.events.len() + samples.stale + samples.not_finite;
     let mut written = Written { sample_count, exemplars: series.exemplars.len(), ..Written::default() };
     if !series.histograms.is_empty() {
         let gauge = series.histograms.iter().any(|h| h.reset_hint == RESET_HINT_GAUGE);
@@ -125,7 +136,8 @@ pub fn series(
             named.retain(|l| l.name != "__name__");
             named.push(Label { name: "__name__".into(), value: format!("{name}{suffix}") });
             let points = series.histograms.iter().map(|h| Sample { value: value(h), timestamp: h.timestamp }).collect();
-            let part = series_samples_of_kind(&TimeSeries { labels: named, samples: points }, host_label, Some(kind))?;
+            let about = About { kind: Some(kind), unit: None };
+            let part = series_samples_of_kind(&TimeSeries { labels: named, samples: points }, hosts, about)?;
             samples.events.extend(part.events);
             samples.not_finite += part.not_finite;
             samples.stale += part.stale;
@@ -156,7 +168,7 @@ mod tests {
                 samples: vec![Sample { value: 0.5, timestamp: 1000 }],
                 histograms: vec![Histogram { count_int: Some(4), sum: 2.5, timestamp: 2000, ..Default::default() }],
                 exemplars: vec![Exemplar { labels_refs: vec![], value: 0.5, timestamp: 1000 }],
-                metadata: Some(Metadata { r#type: 3 }),
+                metadata: Some(Metadata { r#type: 3, unit_ref: 0 }),
             }],
         }
     }
@@ -164,7 +176,7 @@ mod tests {
     #[test]
     fn labels_come_from_the_symbol_table_and_histograms_are_their_count_and_sum() {
         let r = request();
-        let w = series(&r.timeseries[0], &r.symbols, "instance", &Families::default()).expect("a series");
+        let w = series(&r.timeseries[0], &r.symbols, &HostLabels::default(), &Families::default()).expect("a series");
         assert_eq!((w.sample_count, w.histogram_count), (1, 1));
         let shown: Vec<(String, String, f64, String)> = w
             .samples
@@ -195,10 +207,12 @@ mod tests {
     fn references_past_the_table_or_unpaired_are_refused_with_why() {
         let mut r = request();
         r.timeseries[0].labels_refs.push(99);
-        let err = series(&r.timeseries[0], &r.symbols, "instance", &Families::default()).expect_err("unpaired");
+        let err =
+            series(&r.timeseries[0], &r.symbols, &HostLabels::default(), &Families::default()).expect_err("unpaired");
         assert!(err.reason.contains("pairs"), "{err}");
         r.timeseries[0].labels_refs.push(100);
-        let err = series(&r.timeseries[0], &r.symbols, "instance", &Families::default()).expect_err("past the table");
+        let err = series(&r.timeseries[0], &r.symbols, &HostLabels::default(), &Families::default())
+            .expect_err("past the table");
         assert!(err.reason.contains("past the symbol table"), "{err}");
     }
 }

@@ -70,8 +70,10 @@ pub struct AppState {
     pub read_token: Option<String>,
     /// The line protocol tag that names a sample's host.
     pub influx_host_tag: String,
-    /// The remote-write label that names a sample's host.
-    pub remote_write_host_label: String,
+    /// True once the service is stopping: bodies are then refused with 503 and `Retry-After`.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    /// The remote-write labels that place a sample under a host.
+    pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
     /// The metric families remote-write senders described, for their samples' `kind`.
     pub metric_families: vigil_engine::metric_kind::Families,
     /// The OTLP resource (or data point) attribute that names a sample's host.
@@ -112,13 +114,25 @@ impl ApiError {
     }
 
     pub(super) fn stopping() -> Self {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is stopping")
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping; send again")
     }
 }
 
+/// Seconds a sender is asked to wait before it sends again after a 503.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
 impl IntoResponse for ApiError {
+    /// A 503 says when to try again: every 503 of Vigil's is one a retry can cure (a queue
+    /// full, the ingest log not writable, the service stopping), and senders that read
+    /// `Retry-After` (Prometheus with `retry_on_http_429`, the OpenTelemetry Collector) wait
+    /// that long rather than their own backoff.
     fn into_response(self) -> Response {
-        (self.0, Json(self.1)).into_response()
+        let retry = self.0 == StatusCode::SERVICE_UNAVAILABLE;
+        let mut response = (self.0, Json(self.1)).into_response();
+        if retry {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECONDS.into());
+        }
+        response
     }
 }
 
@@ -149,6 +163,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 /// Reads a request body of at most `limit` bytes within the body timeout: 413 when it is
 /// larger, 408 when it does not arrive in time.
 pub async fn read_body(state: &AppState, body: Body, limit: usize) -> ApiResult<Bytes> {
+    if *state.stop.borrow() {
+        return Err(ApiError::stopping());
+    }
     let timeout = state.limits.body_timeout;
     let limited = http_body_util::Limited::new(body, limit);
     match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {

@@ -3,10 +3,15 @@
 //!
 //! Status codes as the specification says a sender reads them: 204 once every sample is on
 //! disk in the ingest log; 400 for what will never be accepted (a body that is not snappy
-//! protobuf, series without a name or a host: the request's valid series are kept, and a sender
-//! does not retry a 400); 413 past the size limit once decompressed; 415 for another content
-//! type or encoding; 503 when a retry can succeed (the ingest log cannot be written, the engine
-//! sheds load, the service is stopping). Remote-write 2.0 (`proto=io.prometheus.write.v2.Request`,
+//! protobuf, a series without a name, over a label limit or outside the time bounds: the
+//! request's valid series are kept, and a sender does not retry a 400); 413 past the size limit
+//! once decompressed; 415 for another content type or encoding; 503 with `Retry-After` when a
+//! retry can succeed (the ingest log cannot be written, the engine sheds load, the service is
+//! stopping). Prometheus drops a whole request on a 400 and counts every sample of it failed,
+//! which pages its team past 1%, so nothing a well-behaved Prometheus sends is refused: a
+//! series without a host (a recording rule's) is placed under a fallback host
+//! ([`vigil_engine::remote_write::HostLabels`]), a value that is not finite is "no value", and
+//! exemplars are taken and not kept. Remote-write 2.0 (`proto=io.prometheus.write.v2.Request`,
 //! [`vigil_engine::remote_write::v2`]) on the same path, by its content type, answers with the
 //! `X-Prometheus-Remote-Write-{Samples,Histograms,Exemplars}-Written` headers.
 
@@ -74,7 +79,7 @@ fn read_series(state: &AppState, version: Version, body: &[u8]) -> Result<Vec<(R
         ),
         BodyError::Bad(reason) => ApiError::new(StatusCode::BAD_REQUEST, reason),
     };
-    let host_label = &state.remote_write_host_label;
+    let hosts = &state.remote_write_hosts;
     let shown = |labels: &[vigil_engine::remote_write::Label]| {
         labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect::<Vec<_>>().join(",")
     };
@@ -82,10 +87,10 @@ fn read_series(state: &AppState, version: Version, body: &[u8]) -> Result<Vec<(R
         Version::V1 => {
             let request: WriteRequest = decode_body(body, MAX_DECOMPRESSED, "WriteRequest").map_err(decode_error)?;
             for m in &request.metadata {
-                state.metric_families.learn(&m.metric_family_name, Family::from_remote_write(m.r#type));
+                state.metric_families.learn(&m.metric_family_name, Family::from_remote_write(m.r#type), &m.unit);
             }
             let read = |series: &TimeSeries| {
-                series_samples(series, host_label, Some(&state.metric_families)).map(|s| v2::Written {
+                series_samples(series, hosts, Some(&state.metric_families)).map(|s| v2::Written {
                     sample_count: s.events.len(),
                     samples: s,
                     ..Default::default()
@@ -106,7 +111,7 @@ fn read_series(state: &AppState, version: Version, body: &[u8]) -> Result<Vec<(R
                     .collect::<Vec<_>>()
                     .join(",")
             };
-            let read = |series: &v2::Series| v2::series(series, symbols, host_label, &state.metric_families);
+            let read = |series: &v2::Series| v2::series(series, symbols, hosts, &state.metric_families);
             request.timeseries.iter().map(|series| (read(series), shown(series))).collect()
         }
     })
@@ -118,7 +123,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let series = read_series(state, version, &body)?;
     let mut rejects = Rejects::counting("remote_write", "series");
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
-    let (mut samples_written, mut histograms_written, mut exemplars) = (0usize, 0usize, 0usize);
+    let (mut samples_written, mut histograms_written) = (0usize, 0usize);
     let count = series.len();
     for (i, (read, labels)) in series.into_iter().enumerate() {
         let taken = read.and_then(|w| state.intake.check_all(&w.samples.events).map(|_| w));
@@ -128,11 +133,10 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 not_finite += w.samples.not_finite;
                 samples_written += w.sample_count;
                 histograms_written += w.histogram_count;
-                exemplars += w.exemplars;
                 events.extend(w.samples.events);
             }
             Err(reason) => {
-                let counted = reject_reason(&reason, &state.remote_write_host_label);
+                let counted = reject_reason(&reason, &state.remote_write_hosts.label);
                 state.telemetry.samples.rejected.with_label_values(&["remote_write", counted]).inc();
                 rejects.add(state, i as u64 + 1, reason.to_string(), labels.as_bytes()).await;
             }
@@ -148,7 +152,10 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));
     }
-    // 2.0 senders read what was written from headers; exemplars are not kept.
+    // 2.0 senders read what was written from headers. A value that is not finite (a summary's
+    // quantile without observations) is taken as "no value", so it counts as written; exemplars
+    // are not kept, and the header says so. Neither is a refusal: a 400 would make the sender
+    // drop the whole request and count all its samples failed.
     let written = [
         ("x-prometheus-remote-write-samples-written", samples_written),
         ("x-prometheus-remote-write-histograms-written", histograms_written),
@@ -162,15 +169,6 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
         }
         response
     };
-    // A 2.0 sender reads a 2xx as "all written": exemplars and values that are not finite,
-    // which Vigil does not keep, make the answer a 400 that says so (not retried, and the
-    // rest of the request is written).
-    let unwritten = (version == Version::V2 && first_reject.is_none() && (exemplars > 0 || not_finite > 0))
-        .then(|| format!("not written: {exemplars} exemplars and {not_finite} values that are not finite (Vigil keeps neither); {accepted} samples taken"));
-    if let Some(message) = unwritten {
-        let body = json!({"error": message, "accepted": accepted, "not_finite": not_finite, "exemplars": exemplars});
-        return Ok(with_written(ApiError(StatusCode::BAD_REQUEST, body).into_response()));
-    }
     match first_reject {
         None => Ok(with_written(StatusCode::NO_CONTENT.into_response())),
         Some(first) => {

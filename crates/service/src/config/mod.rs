@@ -280,6 +280,8 @@ settings! {
         "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
     remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL", in sources,
         "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
+    remote_write_fallback_label: String ["job"] = parse_any, env "VIGIL_REMOTE_WRITE_FALLBACK_LABEL", in sources,
+        "For a remote-write series without the host label (a recording rule's aggregate): the label whose value places it, as the host `LABEL=VALUE` (`job=node`); without that label too, or when this is empty, the host `fleet`. Such a series is kept, never refused: Prometheus drops a whole batch on a refusal";
     otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE", in sources,
         "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
     max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES", in sources,
@@ -362,6 +364,11 @@ fn parse_path(s: &str) -> Result<PathBuf, String> {
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.trim().parse().map_err(|e| format!("`{s}` is not an address (e.g. 127.0.0.1:8080): {e}"))
+}
+
+/// Any text, empty included.
+fn parse_any(s: &str) -> Result<String, String> {
+    Ok(s.trim().to_string())
 }
 
 fn parse_nonempty(s: &str) -> Result<String, String> {
@@ -688,6 +695,14 @@ impl ServeConfig {
     /// The state budget in bytes.
     pub fn max_state_bytes(&self) -> usize {
         usize::try_from(self.max_state_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+
+    /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.
+    pub fn remote_write_hosts(&self) -> vigil_engine::remote_write::HostLabels {
+        vigil_engine::remote_write::HostLabels {
+            label: self.remote_write_host_label.clone(),
+            fallback: self.remote_write_fallback_label.clone(),
+        }
     }
 }
 

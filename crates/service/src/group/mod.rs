@@ -579,7 +579,7 @@ impl Looping {
             Input::Ack(reply) => {
                 let _ = reply.send(0);
             }
-            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) => {}
+            Input::Tick | Input::Event(..) | Input::Events(..) | Input::Ingested(..) | Input::Stop => {}
         }
     }
 

@@ -264,8 +264,8 @@ pub struct Collectors {
     pub influx: vigil_engine::influx::Mapping,
     /// The OTLP attribute that names a sample's host.
     pub otlp_host_attribute: String,
-    /// The label of prometheus-kafka-adapter's samples that names the host.
-    pub remote_write_host_label: String,
+    /// The labels of prometheus-kafka-adapter's samples that place them under a host.
+    pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
 }
 
 impl Collectors {
@@ -294,8 +294,9 @@ impl Collectors {
                 ("telegraf_json", each_checked(intake, each, payload, host))
             }
             TopicFormat::PrometheusKafkaAdapter => {
-                let host = &self.remote_write_host_label;
-                let one = text().and_then(|t| vigil_engine::remote_write::adapter_sample(t, host)).map(|s| s.events);
+                let hosts = &self.remote_write_hosts;
+                let one = text().and_then(|t| vigil_engine::remote_write::adapter_sample(t, hosts)).map(|s| s.events);
+                let host = &hosts.label;
                 ("prometheus_kafka_adapter", each_checked(intake, vec![one], payload, host))
             }
             _ => ("otlp", otlp_samples(intake, &self.otlp_host_attribute, format, payload)),
