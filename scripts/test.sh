@@ -128,6 +128,23 @@ if [ -z "${VIGIL_TEST_PROMTOOL:-}" ]; then
   export VIGIL_TEST_PROMTOOL="$(command -v promtool)"
 fi
 
+# A real fleet for tests/fleet.rs: Debian's node_exporter, scraped as several hosts by Debian's
+# Prometheus (installed above for promtool), remote-writing to Vigil. Neither service is started.
+if [ -z "${VIGIL_TEST_NODE_EXPORTER:-}" ]; then
+  if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
+    echo "installing node_exporter (apt-get prometheus-node-exporter)"
+    apt_install prometheus-node-exporter
+  fi
+  export VIGIL_TEST_NODE_EXPORTER="$(command -v prometheus-node-exporter)"
+fi
+if [ -z "${VIGIL_TEST_PROMETHEUS:-}" ]; then
+  if ! command -v prometheus >/dev/null 2>&1; then
+    echo "installing Prometheus (apt-get prometheus)"
+    apt_install prometheus
+  fi
+  export VIGIL_TEST_PROMETHEUS="$(command -v prometheus)"
+fi
+
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing Chromium for the browser tests (apt-get)"

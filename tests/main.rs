@@ -12,6 +12,7 @@ mod cli;
 mod collectors;
 mod diagnostics;
 mod faults;
+mod fleet;
 mod fuzz;
 mod group;
 mod hostile;

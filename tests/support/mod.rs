@@ -39,7 +39,11 @@ impl Service {
 
     pub fn start_in(args: &[&str], dir: Option<&std::path::Path>) -> Service {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
-        cmd.arg("serve").args(["--http-addr", "127.0.0.1:0"]).args(args);
+        cmd.arg("serve");
+        if !args.contains(&"--http-addr") {
+            cmd.args(["--http-addr", "127.0.0.1:0"]);
+        }
+        cmd.args(args);
         // Never the shared default folder: a spool left by one test must not reach another's store.
         if !args.contains(&"--spool-dir") {
             cmd.arg("--spool-dir").arg(temp_dir("spool"));
@@ -89,6 +93,20 @@ impl Service {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends SIGTERM, as a service manager stops a service, and waits at most `patience` for
+    /// the process to exit: its exit status, or `None` if it is still running.
+    pub fn terminate(&mut self, patience: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        let deadline = Instant::now() + patience;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     pub fn log(&self) -> String {

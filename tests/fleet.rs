@@ -1,0 +1,262 @@
+//! A real fleet: Debian's `prometheus-node-exporter` scraped by Debian's `prometheus` as several
+//! hosts (one exporter listed as N targets, each with its own `instance` label, and one faulted
+//! host with an exporter of its own), remote-writing to `vigil serve` with the shipped rules.
+//! Prometheus also records a rule's aggregate (a series without `instance`) and evaluates the
+//! same host-down alert in PromQL. `scripts/test.sh` installs both (VIGIL_TEST_PROMETHEUS and
+//! VIGIL_TEST_NODE_EXPORTER name other binaries).
+//!
+//! What it checks: Prometheus never counts a sample failed, with the recording rule present and
+//! across a `kill -9` of Vigil; the healthy hosts raise no alert; a dead host is paged by
+//! `host_down`, and how long that takes beside Prometheus' own alert; SIGTERM stops Vigil
+//! within 30 s without an error logged. Lines starting `fleet-tally` are the numbers of
+//! RELIABILITY.md.
+
+use crate::support::*;
+use serde_json::Value as Json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often Prometheus scrapes and evaluates here (a real fleet's 10 s, halved to keep the
+/// test short).
+const SCRAPE_SECONDS: u64 = 5;
+const HEALTHY_HOSTS: [&str; 3] = ["host-01", "host-02", "host-03"];
+const FAULTED_HOST: &str = "host-f1";
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn binary(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_string())
+}
+
+fn node_exporter(port: u16, textfiles: &Path) -> Proc {
+    let exe = binary("VIGIL_TEST_NODE_EXPORTER", "prometheus-node-exporter");
+    let child = Command::new(&exe)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg(format!("--collector.textfile.directory={}", textfiles.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{exe} does not start ({e}): scripts/test.sh installs prometheus-node-exporter"));
+    Proc(child)
+}
+
+/// Prometheus' configuration: the healthy hosts on one exporter, the faulted one on its own,
+/// a recording rule and the host-down alert, remote-write to Vigil.
+fn prometheus_config(dir: &Path, shared: u16, own: u16, vigil: u16) -> std::path::PathBuf {
+    let mut targets = String::new();
+    for host in HEALTHY_HOSTS {
+        targets += &format!("      - targets: ['127.0.0.1:{shared}']\n        labels: {{instance: '{host}'}}\n");
+    }
+    targets += &format!("      - targets: ['127.0.0.1:{own}']\n        labels: {{instance: '{FAULTED_HOST}'}}\n");
+    let config = format!(
+        "global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  scrape_timeout: {timeout}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n\
+         rule_files: ['{rules}']\n\
+         scrape_configs:\n  - job_name: node\n    static_configs:\n{targets}\
+         remote_write:\n  - url: http://127.0.0.1:{vigil}/api/v1/write\n    queue_config:\n      \
+         batch_send_deadline: 1s\n      min_backoff: 100ms\n      max_backoff: 2s\n    metadata_config:\n      send_interval: 10s\n",
+        timeout = SCRAPE_SECONDS - 1,
+        rules = dir.join("rules.yml").display(),
+    );
+    // The recording rule's series carries `job` but no `instance`; the alert is `host_down`'s
+    // condition in PromQL.
+    let rules = "groups:\n  - name: recorded\n    rules:\n      - record: job:node_cpu_seconds:rate1m\n        \
+                 expr: sum by (job) (rate(node_cpu_seconds_total[1m]))\n  - name: node\n    rules:\n      \
+                 - alert: HostDown\n        expr: up{job=\"node\"} == 0\n        for: 1m\n        \
+                 labels: {severity: critical}\n";
+    std::fs::write(dir.join("rules.yml"), rules).expect("rules.yml");
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).expect("prometheus.yml");
+    path
+}
+
+fn prometheus(dir: &Path, config: &Path, port: u16) -> Proc {
+    let exe = binary("VIGIL_TEST_PROMETHEUS", "prometheus");
+    let child = Command::new(&exe)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{exe} does not start ({e}): scripts/test.sh installs Debian's prometheus"));
+    Proc(child)
+}
+
+/// The sum of a metric's samples in a Prometheus text exposition (0 when absent).
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn text(url: &str) -> String {
+    match reqwest::get(url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Polls `check` every half second until it gives `Some`, or fails after `patience`.
+async fn within<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {patience:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every alert Vigil stored.
+async fn vigil_alerts(url: &str) -> Vec<Json> {
+    let page = get_json(&format!("{url}/api/v1/alerts?limit=1000")).await;
+    page["alerts"].as_array().cloned().unwrap_or_default()
+}
+
+/// The host an alert is about: the value of its key's host attribute.
+fn host_of(alert: &Json) -> String {
+    let key = alert["key"].as_object().cloned().unwrap_or_default();
+    key.iter().find(|(k, _)| k.ends_with(".host")).and_then(|(_, v)| v.as_str()).unwrap_or_default().to_string()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+#[tokio::test]
+#[ignore = "needs Prometheus and node_exporter: scripts/test.sh installs them"]
+async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails_a_sample() {
+    let dir = temp_dir("fleet");
+    let textfiles = dir.join("textfiles");
+    std::fs::create_dir_all(&textfiles).expect("textfile dir");
+    let (shared_port, own_port, prom_port, vigil_port) = (free_port(), free_port(), free_port(), free_port());
+    let vigil_addr = format!("127.0.0.1:{vigil_port}");
+    let (db, spool, ingest) = (sqlite_url(&dir), dir.join("spool"), dir.join("ingest"));
+    let rules = rules_dir();
+    let args = [
+        "--http-addr",
+        vigil_addr.as_str(),
+        "--database-url",
+        db.as_str(),
+        "--rules",
+        rules.as_str(),
+        "--spool-dir",
+        spool.to_str().expect("utf-8"),
+        "--ingest-log-dir",
+        ingest.to_str().expect("utf-8"),
+    ];
+    let mut vigil = Service::start(&args);
+    let _shared = node_exporter(shared_port, &textfiles);
+    let mut own = Some(node_exporter(own_port, &textfiles));
+    let config = prometheus_config(&dir, shared_port, own_port, vigil_port);
+    let _prometheus = prometheus(&dir, &config, prom_port);
+    let prom = format!("http://127.0.0.1:{prom_port}");
+    let prom_metrics = format!("{prom}/metrics");
+
+    // Healthy: samples of every host and of the recording rule reach Vigil, none refused.
+    let sent = |t: &str| metric_sum(t, "prometheus_remote_storage_samples_total");
+    let failed = |t: &str| metric_sum(t, "prometheus_remote_storage_samples_failed_total");
+    within(Duration::from_secs(60), "Prometheus sending samples", || async {
+        let t = text(&prom_metrics).await;
+        (sent(&t) > 2_000.0).then_some(())
+    })
+    .await;
+    within(Duration::from_secs(60), "the recording rule's series sent", || async {
+        let url = format!("{prom}/api/v1/query?query=job:node_cpu_seconds:rate1m");
+        let answer: Json = reqwest::get(&url).await.ok()?.json().await.ok()?;
+        answer["data"]["result"].as_array().is_some_and(|r| !r.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3 * SCRAPE_SECONDS)).await;
+    let t = text(&prom_metrics).await;
+    assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed with a recording rule present");
+    let vigil_metrics = metrics(&vigil.url).await;
+    assert_eq!(metric_sum(&vigil_metrics, "vigil_samples_rejected_total"), 0.0, "Vigil refused samples");
+    println!("fleet-tally healthy: {} samples sent by Prometheus, 0 failed", sent(&t));
+
+    // kill -9 of Vigil: Prometheus retries what it could not send, and counts nothing failed.
+    vigil.kill();
+    tokio::time::sleep(Duration::from_secs(2 * SCRAPE_SECONDS)).await;
+    let before_restart = sent(&text(&prom_metrics).await);
+    let mut vigil = Service::start(&args);
+    within(Duration::from_secs(60), "Prometheus sending again after Vigil's restart", || async {
+        let t = text(&prom_metrics).await;
+        (sent(&t) > before_restart + 2_000.0).then_some(())
+    })
+    .await;
+    let t = text(&prom_metrics).await;
+    assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed across a kill -9 of Vigil");
+    let retried = metric_sum(&t, "prometheus_remote_storage_samples_retried_total");
+    println!("fleet-tally kill -9: Prometheus retried {retried} samples, 0 failed");
+
+    // A dead host: its exporter killed, so Prometheus writes `up` 0 and stale markers.
+    drop(own.take());
+    let killed = Instant::now();
+    // Both are watched together, each timed when first seen.
+    let (mut vigil_took, mut prometheus_took) = (None, None);
+    let deadline = killed + Duration::from_secs(240);
+    while vigil_took.is_none() || prometheus_took.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no host-down alert within 240 s: Vigil {vigil_took:?}, Prometheus {prometheus_took:?}"
+        );
+        if vigil_took.is_none() {
+            let alerts = vigil_alerts(&vigil.url).await;
+            if alerts.iter().any(|a| a["rule"] == "host_down" && host_of(a) == FAULTED_HOST) {
+                vigil_took = Some(killed.elapsed());
+            }
+        }
+        if prometheus_took.is_none() {
+            let answer: Json = get_json(&format!("{prom}/api/v1/alerts")).await;
+            let alerts = answer["data"]["alerts"].as_array().cloned().unwrap_or_default();
+            if alerts.iter().any(|a| a["state"] == "firing" && a["labels"]["instance"] == FAULTED_HOST) {
+                prometheus_took = Some(killed.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (vigil_took, prometheus_took) = (vigil_took.unwrap_or_default(), prometheus_took.unwrap_or_default());
+    println!(
+        "fleet-tally dead host: Vigil host_down after {:.0} s, Prometheus HostDown after {:.0} s (scrapes every {SCRAPE_SECONDS} s)",
+        vigil_took.as_secs_f64(),
+        prometheus_took.as_secs_f64()
+    );
+
+    // No alert about any healthy host; the dead one's are about it.
+    let alerts = vigil_alerts(&vigil.url).await;
+    let false_alerts: Vec<&Json> = alerts.iter().filter(|a| host_of(a) != FAULTED_HOST).collect();
+    assert!(false_alerts.is_empty(), "alerts on healthy hosts: {false_alerts:#?}");
+    println!("fleet-tally false alerts on the healthy hosts: {}", false_alerts.len());
+    let t = text(&prom_metrics).await;
+    assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed");
+
+    // SIGTERM: the receivers answer 503 (Prometheus retries), a last checkpoint, no error, and
+    // the process is gone within 30 s.
+    let asked = Instant::now();
+    let status = vigil.terminate(Duration::from_secs(30)).expect("vigil exits within 30 s of SIGTERM");
+    let stopped_in = asked.elapsed();
+    assert!(status.success(), "vigil exits cleanly on SIGTERM: {status}");
+    let log = vigil.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "errors logged on the way down:\n{}", errors.join("\n"));
+    assert!(log.contains("stopped"), "the shutdown ends with its last line:\n{log}");
+    println!("fleet-tally SIGTERM: exited in {:.1} s", stopped_in.as_secs_f64());
+    tokio::time::sleep(Duration::from_secs(SCRAPE_SECONDS)).await;
+    let t = text(&prom_metrics).await;
+    assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed while Vigil stopped");
+}
