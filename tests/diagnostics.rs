@@ -87,6 +87,10 @@ golden_cases! {
     case_50_binding_without_key => "50_binding_without_key",
     case_51_operation_declaration => "51_operation_declaration",
     case_52_unknown_kind_in_pattern => "52_unknown_kind_in_pattern",
+    case_53_state_filter_not_a_condition => "53_state_filter_not_a_condition",
+    case_54_predict_linear_ahead => "54_predict_linear_ahead",
+    case_55_state_filter_reads_state => "55_state_filter_reads_state",
+    case_56_state_filter_aggregate => "56_state_filter_aggregate",
 }
 
 #[test]

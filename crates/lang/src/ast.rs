@@ -202,6 +202,8 @@ pub struct StateClause {
 pub struct StateField {
     pub name: Ident,
     pub value: Expr,
+    /// `where <condition>`: the events the aggregate reads; all of the window's without it.
+    pub filter: Option<Expr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

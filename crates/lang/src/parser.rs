@@ -293,7 +293,7 @@ impl Builder<'_> {
                             let mut it = field.into_inner();
                             let name = self.ident(it.next().expect("score name"));
                             let value = self.expr(it.next().expect("score value"));
-                            StateField { name, value }
+                            StateField { name, value, filter: None }
                         })
                         .collect();
                     set_once(&mut r.score, Some(ScoreClause { span: cspan, fields }), "score", cspan, &mut r.repeated);
@@ -511,7 +511,8 @@ impl Builder<'_> {
                     let mut it = part.into_inner();
                     let name = self.ident(it.next().expect("field name"));
                     let value = self.expr(it.next().expect("field value"));
-                    s.fields.push(StateField { name, value });
+                    let filter = it.next().map(|f| self.expr(f.into_inner().next().expect("filter condition")));
+                    s.fields.push(StateField { name, value, filter });
                 }
                 Rule::expr_list => s.group_by = self.expr_list(part),
                 other => unreachable!("{other:?} in state"),

@@ -13,8 +13,10 @@ use std::fmt;
 mod alert;
 mod score;
 mod source;
+mod state;
 pub use alert::{AlertPlan, RollupPlan};
 pub use score::{ScorePlan, ScoreSlot, ScoreStep, ScorerSpec};
+pub use state::{AggFunc, GroupKey, StateFieldPlan, StatePlan};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RulePlan {
@@ -295,87 +297,6 @@ pub struct WindowPlan {
     pub size_ms: u64,
     /// Equal to `size_ms` for a tumbling window.
     pub slide_ms: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StatePlan {
-    pub name: String,
-    /// Windows kept per group, the current one included.
-    pub history: usize,
-    pub fields: Vec<StateFieldPlan>,
-    pub group_by: Vec<GroupKey>,
-}
-
-impl StatePlan {
-    /// The names of the group key's values, as alerts show them (`s.host`, `s.name`, ...).
-    pub fn key_names(&self) -> Vec<String> {
-        self.group_by
-            .iter()
-            .flat_map(|k| match k {
-                GroupKey::Entity { var, kind } => kind.key_fields().iter().map(|f| format!("{var}.{f}")).collect(),
-                GroupKey::Value(e) => vec![e.to_string()],
-            })
-            .chain(self.group_by.is_empty().then(|| "group".to_string()))
-            .collect()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StateFieldPlan {
-    pub name: String,
-    pub agg: AggFunc,
-    pub arg: Option<TExpr>,
-    pub ty: Type,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub enum AggFunc {
-    Count,
-    Sum,
-    Avg,
-    Min,
-    Max,
-    Stddev,
-    /// Percentile 0..=100.
-    Percentile(f64),
-    DistinctCount,
-    Set,
-    First,
-    Last,
-    /// A counter's per-second rate of increase, resets survived.
-    Rate,
-}
-
-impl AggFunc {
-    pub const NAMES: [&'static str; 12] =
-        ["count", "sum", "avg", "min", "max", "stddev", "percentile", "distinct_count", "set", "first", "last", "rate"];
-}
-
-impl fmt::Display for AggFunc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
-            AggFunc::Count => "count",
-            AggFunc::Sum => "sum",
-            AggFunc::Avg => "avg",
-            AggFunc::Min => "min",
-            AggFunc::Max => "max",
-            AggFunc::Stddev => "stddev",
-            AggFunc::Percentile(_) => "percentile",
-            AggFunc::DistinctCount => "distinct_count",
-            AggFunc::Set => "set",
-            AggFunc::First => "first",
-            AggFunc::Last => "last",
-            AggFunc::Rate => "rate",
-        };
-        f.write_str(name)
-    }
-}
-
-/// What a group is keyed by: a whole entity (its key fields) or one value.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum GroupKey {
-    Entity { var: String, kind: EntityKind },
-    Value(TExpr),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -690,29 +611,7 @@ impl RulePlan {
             } else {
                 writeln!(f, "  window sliding {} every {}", format_duration(w.size_ms), format_duration(w.slide_ms))?;
             }
-            let keys: Vec<String> = s
-                .group_by
-                .iter()
-                .map(|k| match k {
-                    GroupKey::Entity { var, kind } => format!("{var} ({})", kind.key_fields().join(", ")),
-                    GroupKey::Value(e) => e.to_string(),
-                })
-                .collect();
-            write!(f, "  state {}[{}]", s.name, s.history)?;
-            if keys.is_empty() {
-                writeln!(f, " (one global group)")?;
-            } else {
-                writeln!(f, " group by {}", keys.join(", "))?;
-            }
-            for field in &s.fields {
-                let arg = field.arg.as_ref().map(|a| a.to_string()).unwrap_or_default();
-                match field.agg {
-                    AggFunc::Percentile(p) => {
-                        writeln!(f, "    {} := percentile({arg}, {p}) : {}", field.name, field.ty)?
-                    }
-                    agg => writeln!(f, "    {} := {agg}({arg}) : {}", field.name, field.ty)?,
-                }
-            }
+            write!(f, "{s}")?;
         }
         if let Some(inv) = self.model.invariant() {
             let mode = match inv.mode {

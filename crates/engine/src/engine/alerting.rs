@@ -275,9 +275,12 @@ fn is_no_label_set(name: &str, v: &Value) -> bool {
         }
 }
 
-/// A rule's labels with the two every alert carries, which win over labels of the same name.
+/// A rule's labels with the two every alert carries: `severity`, which wins over a label of
+/// that name, and `alertname`, the rule's name unless its labels give one. A rule written for an
+/// alert a team already routes and silences (the node-mixin's `NodeFilesystemAlmostOutOfSpace`,
+/// at two severities) keeps its name in Alertmanager that way, while rule names stay unique.
 fn named(mut labels: BTreeMap<String, String>, rule: &str, severity: &str) -> BTreeMap<String, String> {
-    labels.insert("alertname".into(), rule.to_string());
+    labels.entry("alertname".into()).or_insert_with(|| rule.to_string());
     labels.insert("severity".into(), severity.to_string());
     labels
 }

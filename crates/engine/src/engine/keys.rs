@@ -21,6 +21,14 @@ pub fn key_group_of(key: &impl Hash) -> u32 {
     (foldhash::fast::FixedState::with_seed(SEED).hash_one(key) % u64::from(KEY_GROUPS)) as u32
 }
 
+/// The series an event is of, as the aggregates kept per series tell them apart: a hash of its
+/// values at `positions` (its pattern's entity keys: a metric's host, name and labels), with a
+/// seed fixed for all processes, so that a window restored from a checkpoint finds its series.
+pub fn series_hash(event: &Event, positions: &[usize]) -> u64 {
+    const SEED: u64 = 0x7669_6769_6c5f_7372;
+    foldhash::fast::FixedState::with_seed(SEED).hash_one(FieldsKey { event, positions })
+}
+
 /// A hash map by [`Key`], the engine's per-key state. foldhash rather than SipHash: hashing
 /// the key is a good part of an event's cost in window and sequence rules, and its per-process
 /// random seed still keeps crafted keys from colliding on purpose.

@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn an_event_updates_every_window_it_falls_in_once_and_windows_stay_in_start_order() {
         let empty = [Acc::new(AggFunc::Count, false)];
-        let count = |_: usize, acc: &mut Acc| acc.add(&Value::Null, 0);
+        let count = |_: usize, acc: &mut Acc| acc.add(&Value::Null, 0, 0);
         let mut open = OpenWindows::default();
         open.update(0, 50, 10, &empty, count);
         open.update(20, 70, 10, &empty, count);
@@ -175,7 +175,7 @@ mod tests {
         let empty = [Acc::new(AggFunc::Avg, true), Acc::new(AggFunc::Count, false)];
         let mut open = OpenWindows::default();
         for (start, x) in [(0, 1.0), (10, 2.0), (0, 3.0), (20, 4.0), (10, 5.0)] {
-            open.update(start, start, 10, &empty, |_, acc| acc.add(&Value::Num(x), 0));
+            open.update(start, start, 10, &empty, |_, acc| acc.add(&Value::Num(x), 0, 0));
         }
         // Written as the list of (start, accumulators) that checkpoints held before.
         let before: Vec<(Millis, Box<[Acc]>)> = vec![

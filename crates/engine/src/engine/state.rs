@@ -30,7 +30,86 @@ pub enum Acc {
     Set(Box<BTreeSet<String>>),
     First(Box<Value>),
     Last(Box<Value>),
+    /// A rate over one series: what checkpoints written before rates were kept per series
+    /// hold; read on, never made anew.
     Rate(Box<Rate>),
+    /// `rate(x)`: each series' rate, summed.
+    Rates(Box<BySeries<Rate>>),
+    /// `increase(x)`: each series' increase, summed.
+    Increases(Box<BySeries<Rate>>),
+    /// `deriv(x)`: each series' least-squares slope per second, summed.
+    Derivs(Box<BySeries<Fit>>),
+    /// `predict_linear(x, d)`: each series' fitted value `d` seconds after its last sample,
+    /// summed.
+    Predictions(Box<(BySeries<Fit>, f64)>),
+}
+
+/// The accumulators of the series of one group, each by its series' hash. A group most often
+/// holds one series, or a host's few (its CPUs, its filesystems): a vector searched in order
+/// beats a map.
+pub type BySeries<T> = Vec<(u64, T)>;
+
+/// The accumulator of series `series` in `by`, made if new.
+fn of_series<T: Default>(by: &mut BySeries<T>, series: u64) -> &mut T {
+    let i = match by.iter().position(|(s, _)| *s == series) {
+        Some(i) => i,
+        None => {
+            by.push((series, T::default()));
+            by.len() - 1
+        }
+    };
+    &mut by[i].1
+}
+
+/// The sum of the series' results; none when no series has one.
+fn summed<T>(by: &BySeries<T>, result: impl Fn(&T) -> Option<f64>) -> Value {
+    by.iter()
+        .filter_map(|(_, a)| result(a))
+        .fold(None, |sum: Option<f64>, x| Some(sum.unwrap_or(0.0) + x))
+        .map_or(Value::Null, Value::Num)
+}
+
+/// A least-squares line through one series' samples (value against time), kept as running
+/// means and co-moments (Welford's), in seconds from the first sample so that epoch
+/// milliseconds cost no precision.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Fit {
+    n: u32,
+    first_ts: Millis,
+    last_t: f64,
+    mean_t: f64,
+    mean_v: f64,
+    /// Sum of (t - mean t) (v - mean v).
+    c_tv: f64,
+    /// Sum of (t - mean t)^2.
+    m2_t: f64,
+}
+
+impl Fit {
+    fn add(&mut self, v: f64, ts: Millis) {
+        if self.n == 0 {
+            self.first_ts = ts;
+        }
+        let t = (ts - self.first_ts) as f64 / 1000.0;
+        self.n = self.n.saturating_add(1);
+        let n = f64::from(self.n);
+        let dt = t - self.mean_t;
+        self.mean_t += dt / n;
+        self.mean_v += (v - self.mean_v) / n;
+        self.c_tv += dt * (v - self.mean_v);
+        self.m2_t += dt * (t - self.mean_t);
+        self.last_t = t;
+    }
+
+    /// The slope per second; none from fewer than two samples or samples all at one time.
+    fn slope(&self) -> Option<f64> {
+        (self.n >= 2 && self.m2_t > 0.0).then(|| self.c_tv / self.m2_t)
+    }
+
+    /// The line's value `ahead` seconds after the last sample.
+    fn predict(&self, ahead: f64) -> Option<f64> {
+        self.slope().map(|slope| self.mean_v + slope * (self.last_t + ahead - self.mean_t))
+    }
 }
 
 /// `rate(x)` of a counter: how much it rose between the window's first and last samples, per
@@ -64,6 +143,11 @@ impl Rate {
         let seconds = (self.last_ts - self.first_ts) as f64 / 1000.0;
         (self.samples >= 2 && seconds > 0.0).then(|| self.increase / seconds)
     }
+
+    /// The rise between the first and the last sample; none from fewer than two.
+    fn increase(&self) -> Option<f64> {
+        (self.samples >= 2).then_some(self.increase)
+    }
 }
 
 impl Acc {
@@ -81,13 +165,17 @@ impl Acc {
             AggFunc::Set => Acc::Set(Box::default()),
             AggFunc::First => Acc::First(Box::new(Value::Null)),
             AggFunc::Last => Acc::Last(Box::new(Value::Null)),
-            AggFunc::Rate => Acc::Rate(Box::default()),
+            AggFunc::Rate => Acc::Rates(Box::default()),
+            AggFunc::Increase => Acc::Increases(Box::default()),
+            AggFunc::Deriv => Acc::Derivs(Box::default()),
+            AggFunc::PredictLinear(ahead) => Acc::Predictions(Box::new((Vec::new(), ahead))),
         }
     }
 
     /// Adds one event's value of the aggregate's argument (`Null` for `count()`), at the
-    /// event's time `ts` (events come in time order).
-    pub fn add(&mut self, v: &Value, ts: Millis) {
+    /// event's time `ts` (events come in time order), of the series whose hash is `series`
+    /// (read only by the aggregates kept per series).
+    pub fn add(&mut self, v: &Value, ts: Millis, series: u64) {
         let num = v.as_f64().filter(|x| x.is_finite());
         match self {
             Acc::Count(n) => *n += 1,
@@ -144,6 +232,21 @@ impl Acc {
                     r.add(x, ts);
                 }
             }
+            Acc::Rates(by) | Acc::Increases(by) => {
+                if let Some(x) = num {
+                    of_series(by, series).add(x, ts);
+                }
+            }
+            Acc::Derivs(by) => {
+                if let Some(x) = num {
+                    of_series(by, series).add(x, ts);
+                }
+            }
+            Acc::Predictions(p) => {
+                if let Some(x) = num {
+                    of_series(&mut p.0, series).add(x, ts);
+                }
+            }
         }
     }
 
@@ -159,6 +262,10 @@ impl Acc {
             Acc::Set(s) => Value::Set(Arc::new((**s).clone())),
             Acc::First(v) | Acc::Last(v) => (**v).clone(),
             Acc::Rate(r) => r.result().map_or(Value::Null, Value::Num),
+            Acc::Rates(by) => summed(by, Rate::result),
+            Acc::Increases(by) => summed(by, Rate::increase),
+            Acc::Derivs(by) => summed(by, Fit::slope),
+            Acc::Predictions(p) => summed(&p.0, |f| f.predict(p.1)),
             _ => Value::Null,
         }
     }
@@ -191,7 +298,7 @@ mod tests {
     /// The aggregate of `values`, one a second.
     fn run(agg: AggFunc, values: &[Value]) -> Value {
         let mut acc = Acc::new(agg, true);
-        values.iter().zip(0..).for_each(|(v, i)| acc.add(v, i * 1000));
+        values.iter().zip(0..).for_each(|(v, i)| acc.add(v, i * 1000, 0));
         acc.result()
     }
 
@@ -232,8 +339,47 @@ mod tests {
         assert_eq!(run(AggFunc::Rate, &[Value::Num(1.0), Value::Null, Value::Num(5.0)]), Value::Num(2.0));
         assert_eq!(run(AggFunc::Rate, &nums(&[7.0])), Value::Null);
         let mut same_time = Acc::new(AggFunc::Rate, true);
-        same_time.add(&Value::Num(1.0), 5);
-        same_time.add(&Value::Num(2.0), 5);
+        same_time.add(&Value::Num(1.0), 5, 0);
+        same_time.add(&Value::Num(2.0), 5, 0);
         assert_eq!(same_time.result(), Value::Null);
+    }
+
+    #[test]
+    fn counters_of_several_series_are_read_apart_and_summed() {
+        // Two CPUs' idle seconds, interleaved: 1 and 0.5 a second. Read as one series, the
+        // alternation would look like resets.
+        let mut rate = Acc::new(AggFunc::Rate, true);
+        let mut increase = Acc::new(AggFunc::Increase, true);
+        for i in 0..5i64 {
+            for (cpu, (base, per_s)) in [(1u64, (1000.0, 1.0)), (2, (10.0, 0.5))] {
+                let v = Value::Num(base + per_s * i as f64 * 10.0);
+                rate.add(&v, i * 10_000, cpu);
+                increase.add(&v, i * 10_000, cpu);
+            }
+        }
+        assert_eq!(rate.result(), Value::Num(1.5));
+        assert_eq!(increase.result(), Value::Num(60.0));
+        assert_eq!(Acc::new(AggFunc::Rate, true).result(), Value::Null, "no series, no rate");
+    }
+
+    #[test]
+    fn a_line_through_a_gauge_gives_its_slope_and_where_it_is_headed() {
+        // A filesystem losing 2 bytes a second from 1e12 (epoch milliseconds as times).
+        let start = 1_765_000_000_000i64;
+        let mut deriv = Acc::new(AggFunc::Deriv, true);
+        let mut predict = Acc::new(AggFunc::PredictLinear(3600.0), true);
+        for i in 0..=60i64 {
+            let v = Value::Num(1e12 - 2.0 * i as f64 * 10.0);
+            deriv.add(&v, start + i * 10_000, 7);
+            predict.add(&v, start + i * 10_000, 7);
+        }
+        let Value::Num(slope) = deriv.result() else { panic!("a slope") };
+        assert!((slope + 2.0).abs() < 1e-9, "{slope}");
+        let Value::Num(ahead) = predict.result() else { panic!("a prediction") };
+        let expected = 1e12 - 2.0 * 600.0 - 2.0 * 3600.0;
+        assert!((ahead - expected).abs() < 1e-3, "{ahead} against {expected}");
+        let mut one = Acc::new(AggFunc::Deriv, true);
+        one.add(&Value::Num(5.0), start, 0);
+        assert_eq!(one.result(), Value::Null, "one sample draws no line");
     }
 }

@@ -158,6 +158,9 @@ impl WindowOperatorBuilder {
             empty: state.fields.iter().map(|f| Acc::new(f.agg, f.arg.is_some())).collect(),
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
+            filters: state.fields.iter().map(|f| f.filter.clone()).collect(),
+            left_out: vec![false; state.fields.len()],
+            per_series: state.fields.iter().any(|f| f.agg.per_series()),
             rolled_up_by: rolled_up_by(&dependents, &key_names),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
             has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
@@ -312,6 +315,13 @@ pub struct WindowOperator {
     args: Vec<(Option<usize>, Value)>,
     /// Whether an argument needs the evaluator.
     evaluates_args: bool,
+    /// By aggregate: its `where`, if it has one.
+    filters: Vec<Option<vigil_lang::plan::TExpr>>,
+    /// By aggregate, for the event at hand: whether its `where` leaves the event out (kept
+    /// here to save an allocation per event).
+    left_out: Vec<bool>,
+    /// Whether an aggregate is kept per series: the event's series is then hashed.
+    per_series: bool,
     dependents: Vec<Dependent>,
     regexes: Arc<RegexCache>,
     max_keys: usize,
@@ -599,9 +609,10 @@ impl Operator for WindowOperator {
         if !super::operator::binds_entities(&self.key_positions, event) {
             return;
         }
-        // The engine has checked the pattern's filter.
+        // The engine has checked the pattern's filter; each field's own `where` is read here.
         let mut args = std::mem::take(&mut self.args);
-        if self.evaluates_args {
+        let mut left_out = std::mem::take(&mut self.left_out);
+        if self.evaluates_args || self.filters.iter().any(Option::is_some) {
             let events = [Some(event.as_ref())];
             let env = Env::events(&self.source, &events, &self.regexes);
             for (f, (field, value)) in self.state.fields.iter().zip(&mut args) {
@@ -609,7 +620,17 @@ impl Operator for WindowOperator {
                     *value = eval(arg, &env);
                 }
             }
+            for (out, filter) in left_out.iter_mut().zip(&self.filters) {
+                *out = filter.as_ref().is_some_and(|c| eval(c, &env) != Value::Bool(true));
+            }
+            if left_out.iter().all(|out| *out) {
+                // No field reads it: the event opens no group and no window.
+                self.args = args;
+                self.left_out = left_out;
+                return;
+            }
         }
+        let series = if self.per_series { super::keys::series_hash(event, &self.key_positions) } else { 0 };
         let last_start = event.ts.div_euclid(self.slide) * self.slide;
         let first_start = last_start - self.size + self.slide;
         let keep_event = self.rebuild.is_none();
@@ -618,8 +639,8 @@ impl Operator for WindowOperator {
                 group.last_event = Some(event.clone());
             }
             group.open.update(first_start, last_start, slide, empty, |f, acc| {
-                if let Some((field, value)) = args.get(f) {
-                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value), event.ts);
+                if let (Some((field, value)), Some(false)) = (args.get(f), left_out.get(f)) {
+                    acc.add(field.and_then(|i| event.fields.get(i)).unwrap_or(value), event.ts, series);
                 }
             });
         };
@@ -641,6 +662,7 @@ impl Operator for WindowOperator {
             }
         }
         self.args = args;
+        self.left_out = left_out;
         let first_end = first_start + self.size;
         if self.next_close.is_none_or(|c| first_end < c) {
             self.next_close = Some(first_end);

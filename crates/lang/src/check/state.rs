@@ -92,7 +92,7 @@ impl RuleChecker<'_> {
         let ExprKind::Call(func, args) = &f.value.kind else {
             self.error(
                 Diagnostic::new(codes::AGGREGATE_CONTEXT, format!("state field `{}` must be an aggregate", f.name.name), f.value.span, "not an aggregate")
-                    .with_help("use one of count, sum, avg, min, max, stddev, percentile, distinct_count, set, first, last, rate; compute ratios in `alert`"),
+                    .with_help("use one of count, sum, avg, min, max, stddev, percentile, distinct_count, set, first, last, rate, increase, deriv, predict_linear; compute ratios in `alert`"),
             );
             return None;
         };
@@ -121,6 +121,7 @@ impl RuleChecker<'_> {
         let (want, usage) = match name {
             "count" => (0..=1, "count() or count(x)"),
             "percentile" => (2..=2, "percentile(x, p) with p from 0 to 100"),
+            "predict_linear" => (2..=2, "predict_linear(x, d) with d how far ahead, a duration"),
             _ => (1..=1, "one argument"),
         };
         if !want.contains(&args.len()) {
@@ -154,19 +155,11 @@ impl RuleChecker<'_> {
             "last" => (AggFunc::Last, arg_ty),
             "percentile" => {
                 self.require(arg_ty, &[Type::Number], args[0].value.span, "`percentile` needs numbers");
-                let p = match args[1].value.kind {
-                    ExprKind::Number(p) if (0.0..=100.0).contains(&p) => p,
-                    _ => {
-                        self.error(Diagnostic::new(
-                            codes::ARGUMENTS,
-                            "the percentile must be a number from 0 to 100",
-                            args[1].value.span,
-                            "not a percentile",
-                        ));
-                        50.0
-                    }
-                };
-                (AggFunc::Percentile(p), Type::Number)
+                (AggFunc::Percentile(self.percentile_of(&args[1].value)), Type::Number)
+            }
+            "predict_linear" => {
+                self.require(arg_ty, &[Type::Number], args[0].value.span, "`predict_linear` needs numbers");
+                (AggFunc::PredictLinear(self.ahead_of(&args[1].value)), Type::Number)
             }
             other => {
                 self.require(arg_ty, &[Type::Number], args[0].value.span, &format!("`{other}` needs numbers"));
@@ -176,12 +169,81 @@ impl RuleChecker<'_> {
                     "min" => AggFunc::Min,
                     "max" => AggFunc::Max,
                     "rate" => AggFunc::Rate,
+                    "increase" => AggFunc::Increase,
+                    "deriv" => AggFunc::Deriv,
                     _ => AggFunc::Stddev,
                 };
                 (agg, Type::Number)
             }
         };
-        Some(StateFieldPlan { name: f.name.name.clone(), agg, arg, ty })
+        let filter_scope = Scope { place: "a state field's `where`", ..*scope };
+        let filter = match &f.filter {
+            Some(c) if self.filter_reads_no_state(c) => Some(self.condition(c, &filter_scope)),
+            _ => None,
+        };
+        Some(StateFieldPlan { name: f.name.name.clone(), agg, arg, ty, filter })
+    }
+
+    /// `percentile`'s rank: a number literal from 0 to 100.
+    fn percentile_of(&mut self, e: &Expr) -> f64 {
+        match e.kind {
+            ExprKind::Number(p) if (0.0..=100.0).contains(&p) => p,
+            _ => {
+                self.error(Diagnostic::new(
+                    codes::ARGUMENTS,
+                    "the percentile must be a number from 0 to 100",
+                    e.span,
+                    "not a percentile",
+                ));
+                50.0
+            }
+        }
+    }
+
+    /// How far `predict_linear` looks ahead, in seconds: a duration literal.
+    fn ahead_of(&mut self, e: &Expr) -> f64 {
+        match e.kind {
+            ExprKind::Duration(ms) if ms > 0 => ms as f64 / 1000.0,
+            _ => {
+                self.error(
+                    Diagnostic::new(
+                        codes::ARGUMENTS,
+                        "how far `predict_linear` looks ahead is a duration",
+                        e.span,
+                        "not a duration",
+                    )
+                    .with_help("write it as a duration literal: `predict_linear(e.value, 4 h)`"),
+                );
+                3600.0
+            }
+        }
+    }
+
+    /// Whether a state field's `where` reads only the event at hand: an aggregate there, or the
+    /// state being built, is reported (and the filter dropped) with why.
+    fn filter_reads_no_state(&mut self, e: &Expr) -> bool {
+        let state = self.rule.state.as_ref().map(|s| s.name.name.as_str());
+        let mut found = None;
+        find_in(e, &mut |sub| match &sub.kind {
+            ExprKind::Call(func, _) if AggFunc::NAMES.contains(&func.name.as_str()) => {
+                found.get_or_insert((sub.span, true));
+            }
+            ExprKind::Name(n) if Some(n.as_str()) == state => {
+                found.get_or_insert((sub.span, false));
+            }
+            _ => {}
+        });
+        let Some((span, aggregate)) = found else { return true };
+        let (code, message, label) = if aggregate {
+            (codes::AGGREGATE_CONTEXT, "an aggregate cannot choose the events a state field reads", "an aggregate")
+        } else {
+            (codes::FOREIGN_VARIABLE, "a state field's `where` cannot read the state it builds", "the state")
+        };
+        self.error(
+            Diagnostic::new(code, message, span, label)
+                .with_help("`where` reads the event at hand, e.g. `busy := rate(e.value) where e.labels[\"mode\"] != \"idle\"`; compare aggregates in `alert`"),
+        );
+        false
     }
 
     pub(super) fn invariant(&mut self) -> Option<InvariantPlan> {
@@ -427,5 +489,33 @@ impl RuleChecker<'_> {
             );
         }
         method
+    }
+}
+
+/// Calls `visit` on `e` and every expression inside it.
+fn find_in(e: &Expr, visit: &mut impl FnMut(&Expr)) {
+    visit(e);
+    match &e.kind {
+        ExprKind::List(items) => items.iter().for_each(|i| find_in(i, visit)),
+        ExprKind::Member(base, _)
+        | ExprKind::Range(base, ..)
+        | ExprKind::Unary(_, base)
+        | ExprKind::Cardinality(base) => find_in(base, visit),
+        ExprKind::Index(base, index) => {
+            find_in(base, visit);
+            find_in(index, visit);
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| find_in(&a.value, visit)),
+        ExprKind::Binary(_, l, r) => {
+            find_in(l, visit);
+            find_in(r, visit);
+        }
+        ExprKind::Number(_)
+        | ExprKind::Str(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Duration(_)
+        | ExprKind::EmptySet
+        | ExprKind::Name(_)
+        | ExprKind::ClusterRef => {}
     }
 }

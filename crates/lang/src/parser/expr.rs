@@ -16,7 +16,7 @@ impl Builder<'_> {
         while let Some((i, c)) = chars.next() {
             if c == '\\' {
                 if let Some((j, e)) = chars.next() {
-                    if !matches!(e, 'n' | 't' | 'r' | '\\' | '"') {
+                    if !matches!(e, 'n' | 't' | 'r' | '\\' | '"' | '\'') {
                         self.diags.push(
                             Diagnostic::new(
                                 codes::BAD_LITERAL,
@@ -25,7 +25,7 @@ impl Builder<'_> {
                                 "not an escape",
                             )
                             .with_help(
-                                "the escapes are \\n, \\t, \\r, \\\\ and \\\"; a regex backslash is written `\\\\`",
+                                "the escapes are \\n, \\t, \\r, \\\\, \\\" and \\'; a regex backslash is written `\\\\`",
                             ),
                         );
                     }
