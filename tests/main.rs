@@ -17,6 +17,7 @@ mod fuzz;
 mod group;
 mod hostile;
 mod monitoring;
+mod node_mixin;
 mod properties;
 mod robustness;
 mod rule_behaviour;
