@@ -5,11 +5,15 @@
 //! same host-down alert in PromQL. `scripts/test.sh` installs both (VIGIL_TEST_PROMETHEUS and
 //! VIGIL_TEST_NODE_EXPORTER name other binaries).
 //!
+//! Prometheus runs as an HA pair: two replicas with the same configuration, told apart by the
+//! external label `__replica__`.
+//!
 //! What it checks: Prometheus never counts a sample failed, with the recording rule present and
-//! across a `kill -9` of Vigil; the healthy hosts raise no alert; a dead host is paged by
-//! `host_down`, and how long that takes beside Prometheus' own alert; SIGTERM stops Vigil
-//! within 30 s without an error logged. Lines starting `fleet-tally` are the numbers of
-//! RELIABILITY.md.
+//! across a `kill -9` of Vigil; the HA pair is judged once (one replica's samples taken, one
+//! alert for the dead host) and fails over when its elected replica dies; the healthy hosts
+//! raise no alert; a dead host is paged by `host_down`, and how long that takes beside
+//! Prometheus' own alert; SIGTERM stops Vigil within 30 s without an error logged. Lines
+//! starting `fleet-tally` are the numbers of RELIABILITY.md.
 
 use crate::support::*;
 use serde_json::Value as Json;
@@ -50,15 +54,17 @@ fn node_exporter(port: u16, textfiles: &Path) -> Proc {
 }
 
 /// Prometheus' configuration: the healthy hosts on one exporter, the faulted one on its own,
-/// a recording rule and the host-down alert, remote-write to Vigil.
-fn prometheus_config(dir: &Path, shared: u16, own: u16, vigil: u16) -> std::path::PathBuf {
+/// a recording rule and the host-down alert, remote-write to Vigil; `replica` names this
+/// replica of the HA pair.
+fn prometheus_config(dir: &Path, shared: u16, own: u16, vigil: u16, replica: &str) -> std::path::PathBuf {
     let mut targets = String::new();
     for host in HEALTHY_HOSTS {
         targets += &format!("      - targets: ['127.0.0.1:{shared}']\n        labels: {{instance: '{host}'}}\n");
     }
     targets += &format!("      - targets: ['127.0.0.1:{own}']\n        labels: {{instance: '{FAULTED_HOST}'}}\n");
     let config = format!(
-        "global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  scrape_timeout: {timeout}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n\
+        "global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  scrape_timeout: {timeout}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n  \
+         external_labels: {{cluster: fleet, __replica__: {replica}}}\n\
          rule_files: ['{rules}']\n\
          scrape_configs:\n  - job_name: node\n    static_configs:\n{targets}\
          remote_write:\n  - url: http://127.0.0.1:{vigil}/api/v1/write\n    queue_config:\n      \
@@ -73,7 +79,7 @@ fn prometheus_config(dir: &Path, shared: u16, own: u16, vigil: u16) -> std::path
                  - alert: HostDown\n        expr: up{job=\"node\"} == 0\n        for: 1m\n        \
                  labels: {severity: critical}\n";
     std::fs::write(dir.join("rules.yml"), rules).expect("rules.yml");
-    let path = dir.join("prometheus.yml");
+    let path = dir.join(format!("prometheus-{replica}.yml"));
     std::fs::write(&path, config).expect("prometheus.yml");
     path
 }
@@ -82,7 +88,7 @@ fn prometheus(dir: &Path, config: &Path, port: u16) -> Proc {
     let exe = binary("VIGIL_TEST_PROMETHEUS", "prometheus");
     let child = Command::new(&exe)
         .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join(format!("tsdb-{port}")).display()))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -144,7 +150,8 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     let dir = temp_dir("fleet");
     let textfiles = dir.join("textfiles");
     std::fs::create_dir_all(&textfiles).expect("textfile dir");
-    let (shared_port, own_port, prom_port, vigil_port) = (free_port(), free_port(), free_port(), free_port());
+    let (shared_port, own_port, vigil_port) = (free_port(), free_port(), free_port());
+    let prom_ports = [free_port(), free_port()];
     let vigil_addr = format!("127.0.0.1:{vigil_port}");
     let (db, spool, ingest) = (sqlite_url(&dir), dir.join("spool"), dir.join("ingest"));
     let rules = rules_dir();
@@ -159,13 +166,23 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
         spool.to_str().expect("utf-8"),
         "--ingest-log-dir",
         ingest.to_str().expect("utf-8"),
+        "--remote-write-ha-failover",
+        "10s",
     ];
     let mut vigil = Service::start(&args);
     let _shared = node_exporter(shared_port, &textfiles);
     let mut own = Some(node_exporter(own_port, &textfiles));
-    let config = prometheus_config(&dir, shared_port, own_port, vigil_port);
-    let _prometheus = prometheus(&dir, &config, prom_port);
-    let prom = format!("http://127.0.0.1:{prom_port}");
+    // The HA pair: replicas a and b, on ports of their own.
+    let mut pair: Vec<Option<Proc>> = ["a", "b"]
+        .iter()
+        .zip(prom_ports)
+        .map(|(replica, port)| {
+            let config = prometheus_config(&dir, shared_port, own_port, vigil_port, replica);
+            Some(prometheus(&dir, &config, port))
+        })
+        .collect();
+    let prom_of = |i: usize| format!("http://127.0.0.1:{}", prom_ports[i]);
+    let prom = prom_of(0);
     let prom_metrics = format!("{prom}/metrics");
 
     // Healthy: samples of every host and of the recording rule reach Vigil, none refused.
@@ -185,9 +202,18 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     tokio::time::sleep(Duration::from_secs(3 * SCRAPE_SECONDS)).await;
     let t = text(&prom_metrics).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed with a recording rule present");
+    let t_b = text(&format!("{}/metrics", prom_of(1))).await;
+    assert_eq!(failed(&t_b), 0.0, "the second replica counted samples failed");
     let vigil_metrics = metrics(&vigil.url).await;
     assert_eq!(metric_sum(&vigil_metrics, "vigil_samples_rejected_total"), 0.0, "Vigil refused samples");
-    println!("fleet-tally healthy: {} samples sent by Prometheus, 0 failed", sent(&t));
+    let dropped = metric_sum(&vigil_metrics, "vigil_remote_write_ha_dropped_samples_total");
+    let taken = metric_sum(&vigil_metrics, "vigil_samples_in_total");
+    assert!(dropped > 0.0, "one replica of the HA pair is dropped");
+    println!(
+        "fleet-tally healthy: {} and {} samples sent by the two replicas, 0 failed; Vigil took {taken}, dropped {dropped} of the other replica",
+        sent(&t),
+        sent(&t_b)
+    );
 
     // kill -9 of Vigil: Prometheus retries what it could not send, and counts nothing failed.
     vigil.kill();
@@ -237,13 +263,34 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
         prometheus_took.as_secs_f64()
     );
 
-    // No alert about any healthy host; the dead one's are about it.
+    // No alert about any healthy host; the dead one's are about it, once for the HA pair.
     let alerts = vigil_alerts(&vigil.url).await;
+    let down: Vec<&Json> = alerts.iter().filter(|a| a["rule"] == "host_down").collect();
+    assert_eq!(down.len(), 1, "the dead host is paged once, not once per replica: {down:#?}");
     let false_alerts: Vec<&Json> = alerts.iter().filter(|a| host_of(a) != FAULTED_HOST).collect();
     assert!(false_alerts.is_empty(), "alerts on healthy hosts: {false_alerts:#?}");
     println!("fleet-tally false alerts on the healthy hosts: {}", false_alerts.len());
     let t = text(&prom_metrics).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed");
+
+    // The elected replica dies: the other is taken after the failover time (10 s here).
+    let elected = vigil
+        .log()
+        .lines()
+        .rev()
+        .find(|l| l.contains("HA pair: replica elected"))
+        .map(|l| usize::from(l.contains("replica=b")))
+        .expect("Vigil elected a replica");
+    drop(pair[elected].take());
+    let taken_before = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
+    within(Duration::from_secs(60), "the other replica taken over", || async {
+        let now = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
+        (vigil.log().contains("failing over") && now > taken_before + 500.0).then_some(())
+    })
+    .await;
+    let other = text(&format!("{}/metrics", prom_of(1 - elected))).await;
+    assert_eq!(failed(&other), 0.0, "the surviving replica counted samples failed");
+    println!("fleet-tally HA failover: replica {} died, the other was taken", ["a", "b"][elected]);
 
     // SIGTERM: the receivers answer 503 (Prometheus retries), a last checkpoint, no error, and
     // the process is gone within 30 s.
@@ -257,6 +304,6 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     assert!(log.contains("stopped"), "the shutdown ends with its last line:\n{log}");
     println!("fleet-tally SIGTERM: exited in {:.1} s", stopped_in.as_secs_f64());
     tokio::time::sleep(Duration::from_secs(SCRAPE_SECONDS)).await;
-    let t = text(&prom_metrics).await;
+    let t = text(&format!("{}/metrics", prom_of(1 - elected))).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed while Vigil stopped");
 }

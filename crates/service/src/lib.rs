@@ -14,6 +14,7 @@ pub mod config;
 pub mod engine_loop;
 pub mod event_time;
 pub mod group;
+pub mod ha;
 pub mod idle;
 pub mod ingest_log;
 pub mod kafka;
@@ -388,6 +389,7 @@ fn app_state(
         read_token: config.api_read_token.clone(),
         influx_host_tag: config.influx_host_tag.clone(),
         stop: wiring.stop.clone(),
+        ha: Arc::new(ha::HaTracker::new(config.remote_write_ha())),
         remote_write_hosts: config.remote_write_hosts(),
         metric_families: Default::default(),
         otlp_host_attribute: config.otlp_host_attribute.clone(),

@@ -44,6 +44,8 @@ pub struct SampleMetrics {
     pub taken: IntCounterVec,
     /// Lines or series refused, by format and reason.
     pub rejected: IntCounterVec,
+    /// Samples of an HA pair's replica that is not the one taken.
+    pub ha_dropped: IntCounter,
 }
 
 /// Alerts sent to Alertmanager ([`super::alertmanager`]), by Alertmanager, under the names of
@@ -95,6 +97,11 @@ impl SampleMetrics {
                 "vigil_samples_rejected_total",
                 "Lines (influx) or series (remote_write) refused, by format and reason: malformed, no_host, no_name, time_bounds, field",
                 &["format", "reason"],
+            ),
+            ha_dropped: plain_counter(
+                registry,
+                "vigil_remote_write_ha_dropped_samples_total",
+                "Samples of an HA pair's replica that is not the one taken (the elected replica's are)",
             ),
         }
     }

@@ -72,6 +72,8 @@ pub struct AppState {
     pub influx_host_tag: String,
     /// True once the service is stopping: bodies are then refused with 503 and `Retry-After`.
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// The replica taken of each HA pair of Prometheus.
+    pub ha: Arc<crate::ha::HaTracker>,
     /// The remote-write labels that place a sample under a host.
     pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
     /// The metric families remote-write senders described, for their samples' `kind`.

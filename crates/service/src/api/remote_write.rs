@@ -127,8 +127,20 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let count = series.len();
     for (i, (read, labels)) in series.into_iter().enumerate() {
         let taken = read.and_then(|w| state.intake.check_all(&w.samples.events).map(|_| w));
+        // Of an HA pair, only the elected replica's series are taken ([`crate::ha`]).
+        let taken = taken.map(|mut w| {
+            let admitted = state.ha.admit(&mut w.samples.events, std::time::Instant::now());
+            (w, admitted)
+        });
         match taken {
-            Ok(w) => {
+            Ok((w, false)) => {
+                // Another replica of its HA pair is the one taken: written, as far as the
+                // sender is concerned.
+                state.telemetry.samples.ha_dropped.inc_by(w.samples.events.len() as u64);
+                samples_written += w.sample_count;
+                histograms_written += w.histogram_count;
+            }
+            Ok((w, true)) => {
                 stale += w.samples.stale;
                 not_finite += w.samples.not_finite;
                 samples_written += w.sample_count;

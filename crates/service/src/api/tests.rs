@@ -94,6 +94,11 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         read_token: read_token.map(String::from),
         influx_host_tag: "host".into(),
         stop: tokio::sync::watch::channel(false).1,
+        ha: Arc::new(crate::ha::HaTracker::new(crate::ha::HaLabels {
+            replica: vec!["__replica__".into()],
+            cluster: "cluster".into(),
+            failover: Duration::from_secs(30),
+        })),
         remote_write_hosts: Default::default(),
         metric_families: Default::default(),
         otlp_host_attribute: "host.name".into(),
@@ -258,6 +263,19 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     assert_eq!(status, 400, "{answer}");
     assert_eq!((answer["accepted"].as_u64(), answer["rejected"][0]["series"].as_u64()), (Some(1), Some(1)), "{answer}");
     assert!(answer["error"].as_str().is_some_and(|e| e.contains("no metric name")), "{answer}");
+    // An HA pair: the first replica heard is taken, the other's samples dropped (answered 204:
+    // the sender must not resend them).
+    let replica = |r: &str| WriteRequest {
+        timeseries: vec![series(
+            &[("__name__", "up"), ("instance", "db-1:9100"), ("cluster", "eu"), ("__replica__", r)],
+            &[1.0],
+        )],
+        metadata: Vec::new(),
+    };
+    assert_eq!(send(&app, "/api/v1/write", body(&replica("a")), &headers).await.0, 204);
+    assert_eq!(send(&app, "/api/v1/write", body(&replica("b")), &headers).await.0, 204);
+    assert_eq!(send(&app, "/api/v1/write", body(&replica("a")), &headers).await.0, 204);
+    assert_eq!(app.state.telemetry.samples.ha_dropped.get(), 1, "replica b's one sample");
     let (status, _) = send(&app, "/api/v1/write", b"garbage".to_vec(), &headers).await;
     assert_eq!(status, 400);
     let other = [("content-type", "application/x-protobuf;proto=io.prometheus.write.v3.Request")];

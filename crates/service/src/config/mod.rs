@@ -282,6 +282,12 @@ settings! {
         "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
     remote_write_fallback_label: String ["job"] = parse_any, env "VIGIL_REMOTE_WRITE_FALLBACK_LABEL", in sources,
         "For a remote-write series without the host label (a recording rule's aggregate): the label whose value places it, as the host `LABEL=VALUE` (`job=node`); without that label too, or when this is empty, the host `fleet`. Such a series is kept, never refused: Prometheus drops a whole batch on a refusal";
+    remote_write_replica_labels: String ["__replica__,prometheus_replica"] = parse_any, env "VIGIL_REMOTE_WRITE_REPLICA_LABELS", in sources,
+        "The labels that tell the replicas of an HA pair of Prometheus apart, comma-separated (add `replica` if yours is named so): one replica per cluster is taken, the others' samples dropped, and the label taken off; empty turns this off";
+    remote_write_cluster_label: String ["cluster"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_CLUSTER_LABEL", in sources,
+        "The label that names an HA pair's cluster: each cluster has its own elected replica";
+    remote_write_ha_failover: Duration ["30s"] = parse_positive_duration, env "VIGIL_REMOTE_WRITE_HA_FAILOVER", in sources,
+        "How long the elected replica of an HA pair may send nothing before the next replica heard is taken";
     otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE", in sources,
         "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
     max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES", in sources,
@@ -695,6 +701,21 @@ impl ServeConfig {
     /// The state budget in bytes.
     pub fn max_state_bytes(&self) -> usize {
         usize::try_from(self.max_state_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+
+    /// How the replicas of HA pairs are told apart.
+    pub fn remote_write_ha(&self) -> crate::ha::HaLabels {
+        crate::ha::HaLabels {
+            replica: self
+                .remote_write_replica_labels
+                .split(',')
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect(),
+            cluster: self.remote_write_cluster_label.clone(),
+            failover: self.remote_write_ha_failover,
+        }
     }
 
     /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.
