@@ -25,7 +25,29 @@ use std::time::{Duration, Instant};
 /// test short).
 const SCRAPE_SECONDS: u64 = 5;
 const HEALTHY_HOSTS: [&str; 3] = ["host-01", "host-02", "host-03"];
-const FAULTED_HOST: &str = "host-f1";
+
+/// A fault injected into a host of its own (an exporter of its own), the rule that must see it
+/// and the node-mixin's alert that Prometheus raises for it.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Its exporter killed: Prometheus writes `up` 0 and stale markers.
+    Dead,
+    /// Its exporter stopped (SIGSTOP): scrapes time out, `up` 0.
+    Hung,
+    /// A malformed file in its textfile collector's folder.
+    TextfileError,
+}
+
+const FAULTS: [(&str, Fault, &str, &str); 3] = [
+    ("host-dead", Fault::Dead, "host_down", "HostDown"),
+    ("host-hung", Fault::Hung, "host_down", "HostDown"),
+    (
+        "host-textfile",
+        Fault::TextfileError,
+        "node_text_file_collector_scrape_error",
+        "NodeTextFileCollectorScrapeError",
+    ),
+];
 
 /// A child process killed when dropped.
 struct Proc(Child);
@@ -53,31 +75,31 @@ fn node_exporter(port: u16, textfiles: &Path) -> Proc {
     Proc(child)
 }
 
-/// Prometheus' configuration: the healthy hosts on one exporter, the faulted one on its own,
-/// a recording rule and the host-down alert, remote-write to Vigil; `replica` names this
-/// replica of the HA pair.
-fn prometheus_config(dir: &Path, shared: u16, own: u16, vigil: u16, replica: &str) -> std::path::PathBuf {
+/// Prometheus' configuration: the healthy hosts on one exporter, each faulted one on its own
+/// (`own`, in the order of [`FAULTS`]), a recording rule and the node-mixin's alerts in PromQL,
+/// remote-write to Vigil; `replica` names this replica of the HA pair.
+fn prometheus_config(dir: &Path, shared: u16, own: &[u16], vigil: u16, replica: &str) -> std::path::PathBuf {
     let mut targets = String::new();
     for host in HEALTHY_HOSTS {
         targets += &format!("      - targets: ['127.0.0.1:{shared}']\n        labels: {{instance: '{host}'}}\n");
     }
-    targets += &format!("      - targets: ['127.0.0.1:{own}']\n        labels: {{instance: '{FAULTED_HOST}'}}\n");
+    for ((host, ..), port) in FAULTS.iter().zip(own) {
+        targets += &format!("      - targets: ['127.0.0.1:{port}']\n        labels: {{instance: '{host}'}}\n");
+    }
     let config = format!(
         "global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  scrape_timeout: {timeout}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n  \
          external_labels: {{cluster: fleet, __replica__: {replica}}}\n\
-         rule_files: ['{rules}']\n\
+         rule_files: ['{rules}', '{mixin}']\n\
          scrape_configs:\n  - job_name: node\n    static_configs:\n{targets}\
          remote_write:\n  - url: http://127.0.0.1:{vigil}/api/v1/write\n    queue_config:\n      \
          batch_send_deadline: 1s\n      min_backoff: 100ms\n      max_backoff: 2s\n    metadata_config:\n      send_interval: 10s\n",
         timeout = SCRAPE_SECONDS - 1,
         rules = dir.join("rules.yml").display(),
+        mixin = std::fs::canonicalize("tests/data/node-mixin/alerts.yml").expect("the mixin's alerts").display(),
     );
-    // The recording rule's series carries `job` but no `instance`; the alert is `host_down`'s
-    // condition in PromQL.
+    // The recording rule's series carries `job` but no `instance`.
     let rules = "groups:\n  - name: recorded\n    rules:\n      - record: job:node_cpu_seconds:rate1m\n        \
-                 expr: sum by (job) (rate(node_cpu_seconds_total[1m]))\n  - name: node\n    rules:\n      \
-                 - alert: HostDown\n        expr: up{job=\"node\"} == 0\n        for: 1m\n        \
-                 labels: {severity: critical}\n";
+                 expr: sum by (job) (rate(node_cpu_seconds_total[1m]))\n";
     std::fs::write(dir.join("rules.yml"), rules).expect("rules.yml");
     let path = dir.join(format!("prometheus-{replica}.yml"));
     std::fs::write(&path, config).expect("prometheus.yml");
@@ -148,9 +170,13 @@ fn free_port() -> u16 {
 #[ignore = "needs Prometheus and node_exporter: scripts/test.sh installs them"]
 async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails_a_sample() {
     let dir = temp_dir("fleet");
-    let textfiles = dir.join("textfiles");
-    std::fs::create_dir_all(&textfiles).expect("textfile dir");
-    let (shared_port, own_port, vigil_port) = (free_port(), free_port(), free_port());
+    let textfiles = |name: &str| {
+        let d = dir.join(format!("textfiles-{name}"));
+        std::fs::create_dir_all(&d).expect("textfile dir");
+        d
+    };
+    let (shared_port, vigil_port) = (free_port(), free_port());
+    let own_ports: Vec<u16> = FAULTS.iter().map(|_| free_port()).collect();
     let prom_ports = [free_port(), free_port()];
     let vigil_addr = format!("127.0.0.1:{vigil_port}");
     let (db, spool, ingest) = (sqlite_url(&dir), dir.join("spool"), dir.join("ingest"));
@@ -170,14 +196,15 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
         "10s",
     ];
     let mut vigil = Service::start(&args);
-    let _shared = node_exporter(shared_port, &textfiles);
-    let mut own = Some(node_exporter(own_port, &textfiles));
+    let _shared = node_exporter(shared_port, &textfiles("shared"));
+    let mut own: Vec<Option<Proc>> =
+        FAULTS.iter().zip(&own_ports).map(|((host, ..), port)| Some(node_exporter(*port, &textfiles(host)))).collect();
     // The HA pair: replicas a and b, on ports of their own.
     let mut pair: Vec<Option<Proc>> = ["a", "b"]
         .iter()
         .zip(prom_ports)
         .map(|(replica, port)| {
-            let config = prometheus_config(&dir, shared_port, own_port, vigil_port, replica);
+            let config = prometheus_config(&dir, shared_port, &own_ports, vigil_port, replica);
             Some(prometheus(&dir, &config, port))
         })
         .collect();
@@ -230,44 +257,62 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     let retried = metric_sum(&t, "prometheus_remote_storage_samples_retried_total");
     println!("fleet-tally kill -9: Prometheus retried {retried} samples, 0 failed");
 
-    // A dead host: its exporter killed, so Prometheus writes `up` 0 and stale markers.
-    drop(own.take());
-    let killed = Instant::now();
-    // Both are watched together, each timed when first seen.
-    let (mut vigil_took, mut prometheus_took) = (None, None);
-    let deadline = killed + Duration::from_secs(240);
-    while vigil_took.is_none() || prometheus_took.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no host-down alert within 240 s: Vigil {vigil_took:?}, Prometheus {prometheus_took:?}"
-        );
-        if vigil_took.is_none() {
-            let alerts = vigil_alerts(&vigil.url).await;
-            if alerts.iter().any(|a| a["rule"] == "host_down" && host_of(a) == FAULTED_HOST) {
-                vigil_took = Some(killed.elapsed());
+    // The faults, all at once; each is timed in Vigil and in Prometheus, with the same alert in
+    // PromQL, as each first shows it.
+    for ((host, fault, ..), exporter) in FAULTS.iter().zip(own.iter_mut()) {
+        match fault {
+            Fault::Dead => drop(exporter.take()),
+            Fault::Hung => {
+                let pid = exporter.as_ref().expect("running").0.id().to_string();
+                Command::new("kill").args(["-STOP", &pid]).status().expect("kill runs");
+            }
+            Fault::TextfileError => {
+                std::fs::write(textfiles(host).join("broken.prom"), "this is { not a metric\n").expect("textfile")
             }
         }
-        if prometheus_took.is_none() {
-            let answer: Json = get_json(&format!("{prom}/api/v1/alerts")).await;
-            let alerts = answer["data"]["alerts"].as_array().cloned().unwrap_or_default();
-            if alerts.iter().any(|a| a["state"] == "firing" && a["labels"]["instance"] == FAULTED_HOST) {
-                prometheus_took = Some(killed.elapsed());
+    }
+    let injected = Instant::now();
+    let mut vigil_took: Vec<Option<Duration>> = vec![None; FAULTS.len()];
+    let mut prometheus_took: Vec<Option<Duration>> = vec![None; FAULTS.len()];
+    let deadline = injected + Duration::from_secs(240);
+    while vigil_took.iter().chain(&prometheus_took).any(Option::is_none) {
+        assert!(
+            Instant::now() < deadline,
+            "not every fault seen within 240 s: Vigil {vigil_took:?}, Prometheus {prometheus_took:?}"
+        );
+        let alerts = vigil_alerts(&vigil.url).await;
+        let answer: Json = get_json(&format!("{prom}/api/v1/alerts")).await;
+        let firing = answer["data"]["alerts"].as_array().cloned().unwrap_or_default();
+        for (i, (host, _, rule, alertname)) in FAULTS.iter().enumerate() {
+            if vigil_took[i].is_none() && alerts.iter().any(|a| a["rule"] == *rule && host_of(a) == *host) {
+                vigil_took[i] = Some(injected.elapsed());
+            }
+            let fired = |a: &Json| {
+                a["state"] == "firing" && a["labels"]["instance"] == *host && a["labels"]["alertname"] == *alertname
+            };
+            if prometheus_took[i].is_none() && firing.iter().any(fired) {
+                prometheus_took[i] = Some(injected.elapsed());
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (vigil_took, prometheus_took) = (vigil_took.unwrap_or_default(), prometheus_took.unwrap_or_default());
-    println!(
-        "fleet-tally dead host: Vigil host_down after {:.0} s, Prometheus HostDown after {:.0} s (scrapes every {SCRAPE_SECONDS} s)",
-        vigil_took.as_secs_f64(),
-        prometheus_took.as_secs_f64()
-    );
+    for (i, (host, _, rule, alertname)) in FAULTS.iter().enumerate() {
+        let seconds = |d: Option<Duration>| d.unwrap_or_default().as_secs_f64();
+        println!(
+            "fleet-tally {host}: Vigil {rule} after {:.0} s, Prometheus {alertname} after {:.0} s (scrapes every {SCRAPE_SECONDS} s)",
+            seconds(vigil_took[i]),
+            seconds(prometheus_took[i])
+        );
+    }
 
-    // No alert about any healthy host; the dead one's are about it, once for the HA pair.
+    // No alert about any healthy host; a faulted host is paged once, not once per replica.
     let alerts = vigil_alerts(&vigil.url).await;
-    let down: Vec<&Json> = alerts.iter().filter(|a| a["rule"] == "host_down").collect();
-    assert_eq!(down.len(), 1, "the dead host is paged once, not once per replica: {down:#?}");
-    let false_alerts: Vec<&Json> = alerts.iter().filter(|a| host_of(a) != FAULTED_HOST).collect();
+    let faulted: Vec<&str> = FAULTS.iter().map(|(host, ..)| *host).collect();
+    for (host, _, rule, _) in FAULTS {
+        let of_host: Vec<&Json> = alerts.iter().filter(|a| a["rule"] == rule && host_of(a) == host).collect();
+        assert_eq!(of_host.len(), 1, "{host}: one {rule} alert for the HA pair: {of_host:#?}");
+    }
+    let false_alerts: Vec<&Json> = alerts.iter().filter(|a| !faulted.contains(&host_of(a).as_str())).collect();
     assert!(false_alerts.is_empty(), "alerts on healthy hosts: {false_alerts:#?}");
     println!("fleet-tally false alerts on the healthy hosts: {}", false_alerts.len());
     let t = text(&prom_metrics).await;
