@@ -119,7 +119,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = series("a");
         assert!(ha.admit(&mut a, t0), "the first replica heard is elected");
-        assert_eq!(a[1].get("labels").to_text(), "{cluster=eu,job=node}", "the replica label is taken off");
+        assert_eq!(a[1].get("labels").to_text(), "{cluster=eu, job=node}", "the replica label is taken off");
         assert!(!ha.admit(&mut series("b"), t0 + Duration::from_secs(1)), "the other replica is dropped");
         assert!(ha.admit(&mut series("a"), t0 + Duration::from_secs(20)));
         assert!(!ha.admit(&mut series("b"), t0 + Duration::from_secs(49)), "a was heard 29 s ago");

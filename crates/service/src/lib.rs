@@ -19,6 +19,7 @@ pub mod idle;
 pub mod ingest_log;
 pub mod kafka;
 pub mod position;
+pub mod resent;
 pub mod rules;
 pub mod server;
 pub mod sources;
@@ -390,6 +391,7 @@ fn app_state(
         influx_host_tag: config.influx_host_tag.clone(),
         stop: wiring.stop.clone(),
         ha: Arc::new(ha::HaTracker::new(config.remote_write_ha())),
+        resent: Default::default(),
         remote_write_hosts: config.remote_write_hosts(),
         metric_families: Default::default(),
         otlp_host_attribute: config.otlp_host_attribute.clone(),

@@ -46,6 +46,8 @@ pub struct SampleMetrics {
     pub rejected: IntCounterVec,
     /// Samples of an HA pair's replica that is not the one taken.
     pub ha_dropped: IntCounter,
+    /// Samples sent again that were taken before.
+    pub resent: IntCounter,
 }
 
 /// Alerts sent to Alertmanager ([`super::alertmanager`]), by Alertmanager, under the names of
@@ -102,6 +104,11 @@ impl SampleMetrics {
                 registry,
                 "vigil_remote_write_ha_dropped_samples_total",
                 "Samples of an HA pair's replica that is not the one taken (the elected replica's are)",
+            ),
+            resent: plain_counter(
+                registry,
+                "vigil_remote_write_resent_samples_total",
+                "Remote-write samples sent again (no newer than their series' newest taken), dropped",
             ),
         }
     }

@@ -74,6 +74,8 @@ pub struct AppState {
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// The replica taken of each HA pair of Prometheus.
     pub ha: Arc<crate::ha::HaTracker>,
+    /// The newest sample taken of each remote-write series, so that a resent batch is taken once.
+    pub resent: crate::resent::Resent,
     /// The remote-write labels that place a sample under a host.
     pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
     /// The metric families remote-write senders described, for their samples' `kind`.

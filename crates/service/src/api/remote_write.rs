@@ -140,7 +140,9 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 samples_written += w.sample_count;
                 histograms_written += w.histogram_count;
             }
-            Ok((w, true)) => {
+            Ok((mut w, true)) => {
+                let resent = state.resent.drop_seen(&mut w.samples.events);
+                state.telemetry.samples.resent.inc_by(resent as u64);
                 stale += w.samples.stale;
                 not_finite += w.samples.not_finite;
                 samples_written += w.sample_count;

@@ -99,6 +99,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             cluster: "cluster".into(),
             failover: Duration::from_secs(30),
         })),
+        resent: Default::default(),
         remote_write_hosts: Default::default(),
         metric_families: Default::default(),
         otlp_host_attribute: "host.name".into(),
@@ -249,14 +250,17 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     let recorded = WriteRequest {
         timeseries: vec![
             series(&[("__name__", "job:node_cpu_seconds:rate1m"), ("job", "node")], &[1.0]),
-            good.timeseries[0].clone(),
+            series(&[("__name__", "node_load5"), ("instance", "web-1:9100")], &[0.5]),
         ],
         metadata: Vec::new(),
     };
     assert_eq!(send(&app, "/api/v1/write", body(&recorded), &headers).await, (204, serde_json::Value::Null));
     // A series without a name is refused; the request's good series are kept.
     let mixed = WriteRequest {
-        timeseries: vec![series(&[("job", "node")], &[1.0]), good.timeseries[0].clone()],
+        timeseries: vec![
+            series(&[("job", "node")], &[1.0]),
+            series(&[("__name__", "node_load15"), ("instance", "web-1:9100")], &[0.5]),
+        ],
         metadata: Vec::new(),
     };
     let (status, answer) = send(&app, "/api/v1/write", body(&mixed), &headers).await;
@@ -276,6 +280,9 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     assert_eq!(send(&app, "/api/v1/write", body(&replica("b")), &headers).await.0, 204);
     assert_eq!(send(&app, "/api/v1/write", body(&replica("a")), &headers).await.0, 204);
     assert_eq!(app.state.telemetry.samples.ha_dropped.get(), 1, "replica b's one sample");
+    // A batch sent again (its answer lost) is taken once.
+    assert_eq!(send(&app, "/api/v1/write", body(&good), &headers).await.0, 204);
+    assert_eq!(app.state.telemetry.samples.resent.get(), 2, "replica a's sample sent twice above, and node_load1's");
     let (status, _) = send(&app, "/api/v1/write", b"garbage".to_vec(), &headers).await;
     assert_eq!(status, 400);
     let other = [("content-type", "application/x-protobuf;proto=io.prometheus.write.v3.Request")];

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""A fleet of simulated node_exporter hosts through Prometheus into `vigil serve`: what the service
+path costs per sample and per series.
+
+    python3 benches/fleet.py VIGIL_BINARY [--hosts 50,500] [--minutes 10] [--scrape 10]
+        [--rules rules] [--node-exporter prometheus-node-exporter] [--prometheus prometheus]
+
+One real node_exporter (Debian's) is scraped once every scrape interval by a small caching
+proxy, which serves that text to every target: N targets of one address, each with its own
+`instance` label, are N hosts to Prometheus (Debian's), whose series are real node_exporter
+series with the same values on every host (one node_exporter answering N scrapes every 10 s
+would itself take the machine's two cores). Prometheus remote-writes to `vigil serve` on its
+defaults (SQLite in a fresh folder) with the shipped rules. For each N, after the first two
+minutes (series created, checkpoints begun), over the rest of the run:
+
+- samples/s taken by Vigil (`vigil_samples_in_total`);
+- Vigil's CPU per sample (user + system time from /proc, over the same span);
+- Vigil's RSS, and RSS growth per series (series = hosts x the exporter's series);
+- `vigil_state_bytes` per series; Prometheus' failed samples (must be 0).
+
+Prints one table row per N (markdown), the numbers of BENCHMARKS.md ("A real fleet").
+"""
+import argparse
+import http.server
+import os
+import shutil
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workers import free_port  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def metric(text, name):
+    """The sum of a metric's samples in a Prometheus text exposition."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return total
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Proxy:
+    """Serves the latest scrape of one real node_exporter to every request."""
+
+    def __init__(self, upstream, every):
+        self.upstream, self.every, self.body = upstream, every, b""
+        self.stop = threading.Event()
+        body_of = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = body_of.body
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.port = free_port()
+        self.server = Server(("127.0.0.1", self.port), Handler)
+        self.refresh()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def refresh(self):
+        self.body = get(self.upstream).encode()
+
+    def loop(self):
+        while not self.stop.wait(self.every):
+            try:
+                self.refresh()
+            except OSError:
+                pass
+
+    def series(self):
+        return sum(1 for line in self.body.decode().splitlines() if line and not line.startswith("#"))
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+
+
+def wait_listening(proc, log_path, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(log_path) as f:
+            for line in f:
+                if line.startswith("vigil: listening on "):
+                    return line.split("listening on ", 1)[1].strip()
+        if proc.poll() is not None:
+            sys.exit(f"vigil exited: see {log_path}")
+        time.sleep(0.2)
+    sys.exit("vigil did not start")
+
+
+def run(args, hosts, proxy, work):
+    vigil_port, prom_port = free_port(), free_port()
+    folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
+    log_path = os.path.join(folder, "vigil.log")
+    vigil = subprocess.Popen(
+        [args.vigil, "serve", "--rules", args.rules, "--http-addr", f"127.0.0.1:{vigil_port}",
+         "--database-url", f"sqlite://{folder}/vigil.db", "--spool-dir", f"{folder}/spool",
+         "--ingest-log-dir", f"{folder}/ingest"],
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+    base = wait_listening(vigil, log_path)
+    targets = "".join(
+        f"      - targets: ['127.0.0.1:{proxy.port}']\n        labels: {{instance: 'host-{i:04d}'}}\n"
+        for i in range(hosts))
+    config = os.path.join(folder, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write(f"global:\n  scrape_interval: {args.scrape}s\n  scrape_timeout: {max(1, args.scrape - 1)}s\n"
+                f"scrape_configs:\n  - job_name: node\n    static_configs:\n{targets}"
+                f"remote_write:\n  - url: {base}/api/v1/write\n")
+    prom = subprocess.Popen(
+        [args.prometheus, f"--config.file={config}", f"--storage.tsdb.path={folder}/tsdb",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        rss_start = rss_bytes(vigil.pid)
+        time.sleep(120)
+        start = (time.time(), metric(get(f"{base}/metrics"), "vigil_samples_in_total"), cpu_seconds(vigil.pid))
+        time.sleep(args.minutes * 60 - 120)
+        text = get(f"{base}/metrics")
+        end = (time.time(), metric(text, "vigil_samples_in_total"), cpu_seconds(vigil.pid))
+        state = metric(text, "vigil_state_bytes")
+        failed = metric(get(f"http://127.0.0.1:{prom_port}/metrics"), "prometheus_remote_storage_samples_failed_total")
+        rss = rss_bytes(vigil.pid)
+    finally:
+        prom.terminate()
+        vigil.terminate()
+        prom.wait()
+        vigil.wait()
+    series = hosts * proxy.series()
+    samples = end[1] - start[1]
+    seconds = end[0] - start[0]
+    return {
+        "hosts": hosts,
+        "series": series,
+        "samples_per_s": samples / seconds,
+        "cpu_us_per_sample": (end[2] - start[2]) / samples * 1e6 if samples else float("nan"),
+        "cpu_share": (end[2] - start[2]) / seconds,
+        "rss_mb": rss / 2**20,
+        "rss_per_series": (rss - rss_start) / series,
+        "state_per_series": state / series,
+        "failed": failed,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("vigil")
+    p.add_argument("--hosts", default="50,500")
+    p.add_argument("--minutes", type=float, default=10)
+    p.add_argument("--scrape", type=int, default=10)
+    p.add_argument("--rules", default="rules")
+    p.add_argument("--node-exporter", default="prometheus-node-exporter")
+    p.add_argument("--prometheus", default="prometheus")
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="vigil-fleet-")
+    exporter_port = free_port()
+    exporter = subprocess.Popen([args.node_exporter, f"--web.listen-address=127.0.0.1:{exporter_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        proxy = Proxy(f"http://127.0.0.1:{exporter_port}/metrics", args.scrape)
+        print(f"one node_exporter of {proxy.series()} series, scraped every {args.scrape} s; "
+              f"{args.minutes} min a run, measured after the first 2")
+        print("| hosts | series | samples/s | CPU per sample | CPU (share of a core) | RSS | RSS growth per series "
+              "| state estimate per series | Prometheus failed |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for hosts in [int(h) for h in args.hosts.split(",")]:
+            r = run(args, hosts, proxy, work)
+            print(f"| {r['hosts']} | {r['series']:,} | {r['samples_per_s']:,.0f} | {r['cpu_us_per_sample']:.1f} us "
+                  f"| {r['cpu_share']:.2f} | {r['rss_mb']:,.0f} MB | {r['rss_per_series']:,.0f} B "
+                  f"| {r['state_per_series']:,.0f} B | {r['failed']:.0f} |", flush=True)
+        proxy.close()
+    finally:
+        exporter.terminate()
+        exporter.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
