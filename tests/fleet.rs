@@ -346,6 +346,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     let log = vigil.log();
     let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
     assert!(errors.is_empty(), "errors logged on the way down:\n{}", errors.join("\n"));
+    assert!(log.contains("last checkpoint are stored"), "the last checkpoint is stored on the way down:\n{log}");
     assert!(log.contains("stopped"), "the shutdown ends with its last line:\n{log}");
     println!("fleet-tally SIGTERM: exited in {:.1} s", stopped_in.as_secs_f64());
     tokio::time::sleep(Duration::from_secs(SCRAPE_SECONDS)).await;

@@ -61,6 +61,7 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
     loop {
         let waiting = !w.spool.is_empty() || checkpoint.is_some();
         if closed && !waiting {
+            tracing::info!("the engine's alerts and its last checkpoint are stored");
             return;
         }
         let output = if waiting {

@@ -148,6 +148,19 @@ impl WindowOperatorBuilder {
             .max()
             .unwrap_or(0);
         let settle_closes = u32::try_from((history as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
+        // A group keyed by every entity key of its events holds one series: the aggregates kept
+        // per series need not hash it (`rate` over `group by s`).
+        let grouped: Vec<usize> = state
+            .group_by
+            .iter()
+            .filter_map(|k| match k {
+                GroupKey::Entity { var, .. } => Some(first.sources[0].key_positions(var)),
+                GroupKey::Value(_) => None,
+            })
+            .flatten()
+            .collect();
+        let groups_by_series =
+            super::operator::entity_key_positions(&first.sources[0]).iter().all(|(_, p)| grouped.contains(p));
         WindowOperator {
             stage,
             peers_by_key,
@@ -160,7 +173,7 @@ impl WindowOperatorBuilder {
             args,
             filters: state.fields.iter().map(|f| f.filter.clone()).collect(),
             left_out: vec![false; state.fields.len()],
-            per_series: state.fields.iter().any(|f| f.agg.per_series()),
+            per_series: state.fields.iter().any(|f| f.agg.per_series()) && !groups_by_series,
             rolled_up_by: rolled_up_by(&dependents, &key_names),
             has_invariant: dependents.iter().any(|d: &Dependent| d.plan.model.invariant().is_some()),
             has_scores: dependents.iter().any(|d: &Dependent| d.scores.is_some()),
