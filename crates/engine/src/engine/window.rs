@@ -172,6 +172,7 @@ impl WindowOperatorBuilder {
             evaluates_args: state.fields.iter().zip(&args).any(|(f, (field, _))| f.arg.is_some() && field.is_none()),
             args,
             filters: state.fields.iter().map(|f| f.filter.clone()).collect(),
+            has_filters: state.fields.iter().any(|f| f.filter.is_some()),
             left_out: vec![false; state.fields.len()],
             per_series: state.fields.iter().any(|f| f.agg.per_series()) && !groups_by_series,
             rolled_up_by: rolled_up_by(&dependents, &key_names),
@@ -330,6 +331,8 @@ pub struct WindowOperator {
     evaluates_args: bool,
     /// By aggregate: its `where`, if it has one.
     filters: Vec<Option<vigil_lang::plan::TExpr>>,
+    /// Whether any aggregate has a `where`.
+    has_filters: bool,
     /// By aggregate, for the event at hand: whether its `where` leaves the event out (kept
     /// here to save an allocation per event).
     left_out: Vec<bool>,
@@ -625,7 +628,7 @@ impl Operator for WindowOperator {
         // The engine has checked the pattern's filter; each field's own `where` is read here.
         let mut args = std::mem::take(&mut self.args);
         let mut left_out = std::mem::take(&mut self.left_out);
-        if self.evaluates_args || self.filters.iter().any(Option::is_some) {
+        if self.evaluates_args || self.has_filters {
             let events = [Some(event.as_ref())];
             let env = Env::events(&self.source, &events, &self.regexes);
             for (f, (field, value)) in self.state.fields.iter().zip(&mut args) {
