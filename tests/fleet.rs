@@ -319,18 +319,29 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed");
 
     // The elected replica dies: the other is taken after the failover time (10 s here).
-    let elected = vigil
-        .log()
+    let log = vigil.log();
+    let elected = log
         .lines()
         .rev()
-        .find(|l| l.contains("HA pair: replica elected"))
-        .map(|l| usize::from(l.contains("replica=b")))
+        .find_map(|l| {
+            let b = if l.contains("HA pair: replica elected") {
+                l.contains("replica=b")
+            } else if l.contains("failing over") {
+                l.contains("to=b")
+            } else {
+                return None;
+            };
+            Some(usize::from(b))
+        })
         .expect("Vigil elected a replica");
     drop(pair[elected].take());
     let taken_before = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
+    let other = ["a", "b"][1 - elected];
     within(Duration::from_secs(60), "the other replica taken over", || async {
         let now = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
-        (vigil.log().contains("failing over") && now > taken_before + 500.0).then_some(())
+        let failed_over =
+            vigil.log()[log.len()..].lines().any(|l| l.contains("failing over") && l.contains(&format!("to={other}")));
+        (failed_over && now > taken_before + 500.0).then_some(())
     })
     .await;
     let other = text(&format!("{}/metrics", prom_of(1 - elected))).await;

@@ -140,8 +140,11 @@ impl Families {
         let family = std::iter::once(name)
             .chain(COUNTING_SUFFIXES.iter().filter_map(|s| name.strip_suffix(s)))
             .find_map(|f| known.get(f));
+        // A histogram's or summary's `_count` and `_bucket` count observations: the family's
+        // unit is that of its values and their `_sum`.
+        let counts = name.ends_with("_count") || name.ends_with("_bucket");
         match family {
-            Some((f, unit)) => About { kind: f.kind_of(name), unit: unit.clone() },
+            Some((f, unit)) => About { kind: f.kind_of(name), unit: unit.clone().filter(|_| !counts) },
             None => About { kind: by_name(name), unit: None },
         }
     }
@@ -164,6 +167,7 @@ mod tests {
         assert_eq!(families.kind_of("rpc_duration_seconds"), Some(GAUGE), "a quantile");
         assert_eq!(families.kind_of("queue_total"), Some(GAUGE), "a gauge whatever its name");
         assert_eq!(families.about("rpc_duration_seconds_sum").unit.as_deref(), Some("seconds"));
+        assert_eq!(families.about("rpc_duration_seconds_count").unit, None, "a count of observations");
         assert_eq!(families.about("node_load1").unit, None);
     }
 

@@ -58,7 +58,8 @@ pub enum Input {
     /// Replace the rules; the reply names the rules whose state was kept.
     Reload(Vec<RulePlan>, oneshot::Sender<Vec<String>>),
     /// The service is stopping: what came before is taken, a last checkpoint follows, and the
-    /// thread ends (other senders, the API's, may still be alive).
+    /// thread ends (other senders, the API's, may still be alive). A group member ends on the
+    /// service's stop flag instead, and takes no input.
     Stop,
 }
 

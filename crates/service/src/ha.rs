@@ -42,9 +42,7 @@ impl HaTracker {
     /// `now`; if they are, their replica label is taken off.
     pub fn admit(&self, events: &mut [Event], now: Instant) -> bool {
         let Some(Value::Map(labels)) = events.first().map(|e| e.get("labels")) else { return true };
-        let Some((name, replica)) =
-            self.labels.replica.iter().find_map(|n| labels.get(n).map(|r| (n.clone(), r.clone())))
-        else {
+        let Some(replica) = self.labels.replica.iter().find_map(|n| labels.get(n).cloned()) else {
             return true;
         };
         let cluster = labels.get(&self.labels.cluster).cloned().unwrap_or_default();
@@ -52,7 +50,9 @@ impl HaTracker {
             return false;
         }
         let mut rest = (*labels).clone();
-        rest.remove(&name);
+        for replica_label in &self.labels.replica {
+            rest.remove(replica_label);
+        }
         let rest = if rest.is_empty() { Value::Null } else { Value::Map(Arc::new(rest)) };
         for e in events.iter_mut() {
             e.set("labels", rest.clone());

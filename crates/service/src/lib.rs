@@ -225,11 +225,13 @@ async fn stop_engine(
     engine_thread: std::thread::JoinHandle<()>,
     writer: tokio::task::JoinHandle<()>,
 ) {
-    let _ = engine.send(engine_loop::Input::Stop).await;
-    drop(engine);
-    let joined =
-        tokio::time::timeout(Duration::from_secs(15), tokio::task::spawn_blocking(move || engine_thread.join())).await;
-    if joined.is_err() {
+    // The stop waits for room in the engine's queue, so both are bounded together.
+    let stopped = async move {
+        let _ = engine.send(engine_loop::Input::Stop).await;
+        drop(engine);
+        tokio::task::spawn_blocking(move || engine_thread.join()).await
+    };
+    if tokio::time::timeout(Duration::from_secs(15), stopped).await.is_err() {
         tracing::warn!("the engine did not stop within 15 s; its last checkpoint is not taken");
     }
     if tokio::time::timeout(Duration::from_secs(8), writer).await.is_err() {
@@ -576,7 +578,7 @@ fn spawn_sources(
     Ok((ticker, ingest_tx))
 }
 
-/// Completes on SIGINT or SIGTERM, once `stop` says so.
+/// Completes on SIGINT or SIGTERM, once it has told the service through `stop`.
 async fn said_on_signal(stop: Arc<watch::Sender<bool>>) {
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -18,31 +18,39 @@ pub struct Resent {
     newest: Mutex<HashMap<u64, Millis>>,
 }
 
+/// The newest time taken of one series, to be remembered once its samples are logged.
+pub type Taken = (u64, Millis);
+
 impl Resent {
     /// Drops from `events` (the samples of one series, in time order) those no newer than the
-    /// newest taken of that series; returns how many were dropped.
-    pub fn drop_seen(&self, events: &mut Vec<Event>) -> usize {
-        let Some(first) = events.first() else { return 0 };
+    /// newest taken of that series; returns how many were dropped, and what to remember
+    /// ([`Resent::remember`]) once the rest are on disk. A request answered 503 remembers
+    /// nothing, so that its samples sent again are taken.
+    pub fn drop_seen(&self, events: &mut Vec<Event>) -> (usize, Option<Taken>) {
+        let Some(first) = events.first() else { return (0, None) };
         let key = series_key(first);
-        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
-        let full = newest.len() >= MAX_SERIES;
+        let newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         let before = events.len();
-        match newest.get_mut(&key) {
-            Some(seen) => {
-                let seen_at = *seen;
-                events.retain(|e| e.ts > seen_at);
-                if let Some(last) = events.iter().map(|e| e.ts).max() {
-                    *seen = last;
-                }
-            }
-            None if full => {}
-            None => {
-                if let Some(last) = events.iter().map(|e| e.ts).max() {
+        if let Some(seen) = newest.get(&key).copied() {
+            events.retain(|e| e.ts > seen);
+        }
+        let taken = events.iter().map(|e| e.ts).max().map(|last| (key, last));
+        (before - events.len(), taken)
+    }
+
+    /// Remembers the newest times of series whose samples were taken.
+    pub fn remember(&self, taken: &[Taken]) {
+        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        for &(key, last) in taken {
+            let full = newest.len() >= MAX_SERIES;
+            match newest.get_mut(&key) {
+                Some(seen) => *seen = (*seen).max(last),
+                None if full => {}
+                None => {
                     newest.insert(key, last);
                 }
             }
         }
-        before - events.len()
     }
 }
 
@@ -73,11 +81,15 @@ mod tests {
     fn a_resent_batch_is_taken_once_and_what_is_new_in_it_is_taken() {
         let resent = Resent::default();
         let mut first = samples("a", &[10, 20]);
-        assert_eq!(resent.drop_seen(&mut first), 0);
+        let (dropped, taken) = resent.drop_seen(&mut first);
+        assert_eq!(dropped, 0);
+        let mut refused = samples("a", &[10, 20]);
+        assert_eq!(resent.drop_seen(&mut refused).0, 0, "nothing is remembered before it is logged");
+        resent.remember(&taken.into_iter().collect::<Vec<_>>());
         let mut again = samples("a", &[10, 20, 30]);
-        assert_eq!(resent.drop_seen(&mut again), 2);
+        assert_eq!(resent.drop_seen(&mut again).0, 2);
         assert_eq!(again.iter().map(|e| e.ts).collect::<Vec<_>>(), [30]);
         let mut other = samples("b", &[10]);
-        assert_eq!(resent.drop_seen(&mut other), 0, "another series has its own time");
+        assert_eq!(resent.drop_seen(&mut other).0, 0, "another series has its own time");
     }
 }

@@ -30,8 +30,7 @@ pub enum Acc {
     Set(Box<BTreeSet<String>>),
     First(Box<Value>),
     Last(Box<Value>),
-    /// A rate over one series: what checkpoints written before rates were kept per series
-    /// hold; read on, never made anew.
+    /// A rate over one series, as a checkpoint may hold one: read on, never made.
     Rate(Box<Rate>),
     /// `rate(x)`: each series' rate, summed.
     Rates(Box<BySeries<Rate>>),

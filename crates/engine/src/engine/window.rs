@@ -150,17 +150,17 @@ impl WindowOperatorBuilder {
         let settle_closes = u32::try_from((history as u64).max(lifecycle) + 2).unwrap_or(u32::MAX);
         // A group keyed by every entity key of its events holds one series: the aggregates kept
         // per series need not hash it (`rate` over `group by s`).
-        let grouped: Vec<usize> = state
+        let group_entities: Vec<Vec<usize>> = state
             .group_by
             .iter()
-            .filter_map(|k| match k {
-                GroupKey::Entity { var, .. } => Some(first.sources[0].key_positions(var)),
-                GroupKey::Value(_) => None,
+            .map(|k| match k {
+                GroupKey::Entity { var, .. } => first.sources[0].key_positions(var),
+                GroupKey::Value(_) => Vec::new(),
             })
-            .flatten()
             .collect();
-        let groups_by_series =
-            super::operator::entity_key_positions(&first.sources[0]).iter().all(|(_, p)| grouped.contains(p));
+        let groups_by_series = super::operator::entity_key_positions(&first.sources[0])
+            .iter()
+            .all(|(_, p)| group_entities.iter().flatten().any(|q| q == p));
         WindowOperator {
             stage,
             peers_by_key,
@@ -183,14 +183,7 @@ impl WindowOperatorBuilder {
                 .into_iter()
                 .map(|(_, i)| i)
                 .collect(),
-            group_entities: state
-                .group_by
-                .iter()
-                .map(|k| match k {
-                    GroupKey::Entity { var, .. } => first.sources[0].key_positions(var),
-                    GroupKey::Value(_) => Vec::new(),
-                })
-                .collect(),
+            group_entities,
             source: first.sources.clone(),
             field_names: state.fields.iter().map(|f| f.name.clone()).collect(),
             state,

@@ -225,7 +225,7 @@ impl RuleChecker<'_> {
         let state = self.rule.state.as_ref().map(|s| s.name.name.as_str());
         let mut found = None;
         find_in(e, &mut |sub| match &sub.kind {
-            ExprKind::Call(func, _) if AggFunc::NAMES.contains(&func.name.as_str()) => {
+            ExprKind::Call(func, args) if is_aggregate_call(&func.name, args) => {
                 found.get_or_insert((sub.span, true));
             }
             ExprKind::Name(n) if Some(n.as_str()) == state => {
@@ -490,6 +490,14 @@ impl RuleChecker<'_> {
         }
         method
     }
+}
+
+/// Whether a call is an aggregate over events, not a function of the same name: `min(a, b)` and
+/// `max(a, b)` of two values, and `sum`, `avg`... of a list, are functions.
+fn is_aggregate_call(name: &str, args: &[CallArg]) -> bool {
+    let two_values = matches!(name, "min" | "max") && args.len() == 2;
+    let of_list = args.len() == 1 && matches!(args[0].value.kind, ExprKind::List(_) | ExprKind::Range(..));
+    AggFunc::NAMES.contains(&name) && !two_values && !of_list
 }
 
 /// Calls `visit` on `e` and every expression inside it.

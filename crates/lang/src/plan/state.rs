@@ -37,7 +37,7 @@ pub struct StateFieldPlan {
     pub arg: Option<TExpr>,
     pub ty: Type,
     /// `where`: the condition an event meets to be aggregated by this field. Left out of the
-    /// state's identity when absent, so that the fields written before filters keep theirs.
+    /// state's identity when absent, so that a field without one keeps the same identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<TExpr>,
 }

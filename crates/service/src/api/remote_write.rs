@@ -124,6 +124,8 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let mut rejects = Rejects::counting("remote_write", "series");
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
     let (mut samples_written, mut histograms_written) = (0usize, 0usize);
+    // The newest sample of each series taken, remembered once they are on disk.
+    let mut newest = Vec::new();
     let count = series.len();
     for (i, (read, labels)) in series.into_iter().enumerate() {
         let taken = read.and_then(|w| state.intake.check_all(&w.samples.events).map(|_| w));
@@ -141,8 +143,9 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 histograms_written += w.histogram_count;
             }
             Ok((mut w, true)) => {
-                let resent = state.resent.drop_seen(&mut w.samples.events);
+                let (resent, taken) = state.resent.drop_seen(&mut w.samples.events);
                 state.telemetry.samples.resent.inc_by(resent as u64);
+                newest.extend(taken);
                 stale += w.samples.stale;
                 not_finite += w.samples.not_finite;
                 samples_written += w.sample_count;
@@ -166,6 +169,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
         let message = format!("the engine's queue is full: {shed} samples not taken; send them again");
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));
     }
+    state.resent.remember(&newest);
     // 2.0 senders read what was written from headers. A value that is not finite (a summary's
     // quantile without observations) is taken as "no value", so it counts as written; exemplars
     // are not kept, and the header says so. Neither is a refusal: a 400 would make the sender
