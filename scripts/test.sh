@@ -202,7 +202,7 @@ echo "vigil-lang links none of rdkafka, sqlx, axum, tokio"
 # output are the numbers of RELIABILITY.md.
 export VIGIL_FUZZ_SECONDS="${VIGIL_FUZZ_SECONDS:-60}"
 export VIGIL_FUZZ_SEED="${VIGIL_FUZZ_SEED:-20261130}"
-rm -f target/tmp/fault-tally.md
+rm -f target/tmp/fault-tally.md target/tmp/fleet-tally.md
 cargo test --locked --workspace --lib --bins -- --include-ignored
 # The integration tests are one binary; each of its files runs as a suite of its own, as the
 # group and fault suites stop and start brokers and databases and are timed against them.
@@ -212,6 +212,8 @@ for suite in $(sed -n 's/^mod \([a-z_]*\);$/\1/p' tests/main.rs | grep -vx suppo
 done
 echo "fault injection (fault | injected | expected | stored | lost | duplicated | delivered | undelivered | repeated calls):"
 cat target/tmp/fault-tally.md 2>/dev/null || true
+echo "a real fleet (tests/fleet.rs; RELIABILITY.md, \"A real fleet\"):"
+cat target/tmp/fleet-tally.md 2>/dev/null || true
 # The benchmarks, once each in test mode: they build and run, they are not timed. The Kafka
 # ones run small against the test broker with the debug build (BENCHMARKS.md has the numbers
 # of the release build): the end-to-end latency, Kafka to engine with one and two group

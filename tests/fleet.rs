@@ -12,8 +12,9 @@
 //! across a `kill -9` of Vigil; the HA pair is judged once (one replica's samples taken, one
 //! alert for the dead host) and fails over when its elected replica dies; the healthy hosts
 //! raise no alert; a dead host is paged by `host_down`, and how long that takes beside
-//! Prometheus' own alert; SIGTERM stops Vigil within 30 s without an error logged. Lines
-//! starting `fleet-tally` are the numbers of RELIABILITY.md.
+//! Prometheus' own alert; SIGTERM stops Vigil within 30 s without an error logged. Each
+//! measurement is a `fleet-tally` line, collected in `target/tmp/fleet-tally.md`, which
+//! scripts/test.sh prints at its end: the numbers of RELIABILITY.md.
 
 use crate::support::*;
 use serde_json::Value as Json;
@@ -162,6 +163,16 @@ fn host_of(alert: &Json) -> String {
     key.iter().find(|(k, _)| k.ends_with(".host")).and_then(|(_, v)| v.as_str()).unwrap_or_default().to_string()
 }
 
+/// Prints a measurement, and keeps it for the summary scripts/test.sh prints at its end.
+fn tally(line: String) {
+    use std::io::Write;
+    println!("fleet-tally {line}");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-tally.md");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
@@ -236,11 +247,10 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     let dropped = metric_sum(&vigil_metrics, "vigil_remote_write_ha_dropped_samples_total");
     let taken = metric_sum(&vigil_metrics, "vigil_samples_in_total");
     assert!(dropped > 0.0, "one replica of the HA pair is dropped");
-    println!(
-        "fleet-tally healthy: {} and {} samples sent by the two replicas, 0 failed; Vigil took {taken}, dropped {dropped} of the other replica",
+    tally(format!("healthy: {} and {} samples sent by the two replicas, 0 failed; Vigil took {taken}, dropped {dropped} of the other replica",
         sent(&t),
         sent(&t_b)
-    );
+    ));
 
     // kill -9 of Vigil: Prometheus retries what it could not send, and counts nothing failed.
     vigil.kill();
@@ -255,7 +265,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     let t = text(&prom_metrics).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed across a kill -9 of Vigil");
     let retried = metric_sum(&t, "prometheus_remote_storage_samples_retried_total");
-    println!("fleet-tally kill -9: Prometheus retried {retried} samples, 0 failed");
+    tally(format!("kill -9: Prometheus retried {retried} samples, 0 failed"));
 
     // The faults, all at once; each is timed in Vigil and in Prometheus, with the same alert in
     // PromQL, as each first shows it.
@@ -298,11 +308,10 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     }
     for (i, (host, _, rule, alertname)) in FAULTS.iter().enumerate() {
         let seconds = |d: Option<Duration>| d.unwrap_or_default().as_secs_f64();
-        println!(
-            "fleet-tally {host}: Vigil {rule} after {:.0} s, Prometheus {alertname} after {:.0} s (scrapes every {SCRAPE_SECONDS} s)",
+        tally(format!("{host}: Vigil {rule} after {:.0} s, Prometheus {alertname} after {:.0} s (scrapes every {SCRAPE_SECONDS} s)",
             seconds(vigil_took[i]),
             seconds(prometheus_took[i])
-        );
+        ));
     }
 
     // No alert about any healthy host; a faulted host is paged once, not once per replica.
@@ -314,7 +323,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     }
     let false_alerts: Vec<&Json> = alerts.iter().filter(|a| !faulted.contains(&host_of(a).as_str())).collect();
     assert!(false_alerts.is_empty(), "alerts on healthy hosts: {false_alerts:#?}");
-    println!("fleet-tally false alerts on the healthy hosts: {}", false_alerts.len());
+    tally(format!("false alerts on the healthy hosts: {}", false_alerts.len()));
     let t = text(&prom_metrics).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed");
 
@@ -346,7 +355,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     .await;
     let other = text(&format!("{}/metrics", prom_of(1 - elected))).await;
     assert_eq!(failed(&other), 0.0, "the surviving replica counted samples failed");
-    println!("fleet-tally HA failover: replica {} died, the other was taken", ["a", "b"][elected]);
+    tally(format!("HA failover: replica {} died, the other was taken", ["a", "b"][elected]));
 
     // SIGTERM: the receivers answer 503 (Prometheus retries), a last checkpoint, no error, and
     // the process is gone within 30 s.
@@ -359,7 +368,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     assert!(errors.is_empty(), "errors logged on the way down:\n{}", errors.join("\n"));
     assert!(log.contains("last checkpoint are stored"), "the last checkpoint is stored on the way down:\n{log}");
     assert!(log.contains("stopped"), "the shutdown ends with its last line:\n{log}");
-    println!("fleet-tally SIGTERM: exited in {:.1} s", stopped_in.as_secs_f64());
+    tally(format!("SIGTERM: exited in {:.1} s", stopped_in.as_secs_f64()));
     tokio::time::sleep(Duration::from_secs(SCRAPE_SECONDS)).await;
     let t = text(&format!("{}/metrics", prom_of(1 - elected))).await;
     assert_eq!(failed(&t), 0.0, "Prometheus counted samples failed while Vigil stopped");
