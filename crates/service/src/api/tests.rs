@@ -12,6 +12,8 @@ struct App {
     router: Router,
     state: Arc<AppState>,
     dir: std::path::PathBuf,
+    /// Says the service is stopping, as the shutdown signal does.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Drop for App {
@@ -77,6 +79,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     tokio::spawn(async move { while dead_rx.recv().await.is_some() {} });
     let catalog = Arc::new(crate::sources::SharedCatalog::new(rules.catalog().clone()));
     let live = LiveRules::new(dir.join("rules"), &rules, tx, telemetry.clone(), catalog.clone());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let state = Arc::new(AppState {
         store,
         ingest,
@@ -93,7 +96,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         token: token.map(String::from),
         read_token: read_token.map(String::from),
         influx_host_tag: "host".into(),
-        stop: tokio::sync::watch::channel(false).1,
+        stop: stop_rx,
         ha: Arc::new(crate::ha::HaTracker::new(crate::ha::HaLabels {
             replica: vec!["__replica__".into()],
             cluster: "cluster".into(),
@@ -115,7 +118,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             max_samples_per_request: 1000,
         },
     });
-    App { router: router(state.clone()), state, dir }
+    App { router: router(state.clone()), state, dir, stop }
 }
 
 async fn call(app: &App, method: Method, uri: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {
@@ -289,6 +292,18 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     let (status, answer) = send(&app, "/api/v1/write", body(&good), &other).await;
     assert!(status == 415 && answer["error"].as_str().is_some_and(|e| e.contains("v2.Request")), "{answer}");
     assert_eq!(send(&app, "/api/v1/write", body(&good), &[("content-type", "application/json")]).await.0, 415);
+}
+
+#[tokio::test]
+async fn a_stopping_service_answers_its_senders_503_with_retry_after() {
+    let app = app(None, None).await;
+    let _ = app.stop.send(true);
+    let headers = [("content-type", "application/x-protobuf"), ("content-encoding", "snappy")];
+    let (status, answer, _) = send_for_headers(&app, "/api/v1/write", b"any body".to_vec(), &headers).await;
+    assert_eq!(status, 503, "remote-write");
+    assert_eq!(answer.get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]), "Prometheus waits, then resends");
+    let (status, answer, _) = send_for_headers(&app, "/api/v1/events", b"{}".to_vec(), &[]).await;
+    assert_eq!((status, answer.contains_key("retry-after")), (503, true), "JSON lines");
 }
 
 #[tokio::test]
