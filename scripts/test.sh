@@ -110,40 +110,30 @@ fi
 
 # Alertmanager, the real one, for tests/alertmanager.rs: Debian's package (its service is not
 # started; each test runs its own on a free port).
-if [ -z "${VIGIL_TEST_ALERTMANAGER:-}" ]; then
-  if ! command -v prometheus-alertmanager >/dev/null 2>&1; then
-    echo "installing Alertmanager (apt-get)"
-    apt_install prometheus-alertmanager
+# debian_binary VAR COMMAND PACKAGE: exports VAR as the path of COMMAND, installing Debian's
+# PACKAGE when it is missing; a VAR already set names another binary and is kept.
+debian_binary() {
+  local var=$1 cmd=$2 pkg=$3
+  if [ -n "${!var:-}" ]; then
+    return
   fi
-  export VIGIL_TEST_ALERTMANAGER="$(command -v prometheus-alertmanager)"
-fi
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    echo "installing ${cmd} (apt-get ${pkg})"
+    apt_install "$pkg"
+  fi
+  export "$var=$(command -v "$cmd")"
+}
+debian_binary VIGIL_TEST_ALERTMANAGER prometheus-alertmanager prometheus-alertmanager
 
-# promtool, for the alerting rules on Vigil's own metrics (monitoring/, tests/monitoring.rs):
-# Debian's prometheus package (its service is not started).
-if [ -z "${VIGIL_TEST_PROMTOOL:-}" ]; then
-  if ! command -v promtool >/dev/null 2>&1; then
-    echo "installing promtool (apt-get prometheus)"
-    apt_install prometheus
-  fi
-  export VIGIL_TEST_PROMTOOL="$(command -v promtool)"
-fi
+# promtool, for the alerting rules on Vigil's own metrics (monitoring/, tests/monitoring.rs) and
+# the node-mixin's beside rules/node (tests/node_mixin.rs): Debian's prometheus package (its
+# service is not started).
+debian_binary VIGIL_TEST_PROMTOOL promtool prometheus
 
 # A real fleet for tests/fleet.rs: Debian's node_exporter, scraped as several hosts by Debian's
-# Prometheus (installed above for promtool), remote-writing to Vigil. Neither service is started.
-if [ -z "${VIGIL_TEST_NODE_EXPORTER:-}" ]; then
-  if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
-    echo "installing node_exporter (apt-get prometheus-node-exporter)"
-    apt_install prometheus-node-exporter
-  fi
-  export VIGIL_TEST_NODE_EXPORTER="$(command -v prometheus-node-exporter)"
-fi
-if [ -z "${VIGIL_TEST_PROMETHEUS:-}" ]; then
-  if ! command -v prometheus >/dev/null 2>&1; then
-    echo "installing Prometheus (apt-get prometheus)"
-    apt_install prometheus
-  fi
-  export VIGIL_TEST_PROMETHEUS="$(command -v prometheus)"
-fi
+# Prometheus, remote-writing to Vigil. Neither service is started.
+debian_binary VIGIL_TEST_NODE_EXPORTER prometheus-node-exporter prometheus-node-exporter
+debian_binary VIGIL_TEST_PROMETHEUS prometheus prometheus
 
 # Browser tests of the web console: Debian's Chromium, driven by playwright-core from npm.
 if ! command -v chromium >/dev/null 2>&1; then

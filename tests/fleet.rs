@@ -135,22 +135,6 @@ async fn text(url: &str) -> String {
     }
 }
 
-/// Polls `check` every half second until it gives `Some`, or fails after `patience`.
-async fn within<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {patience:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// Every alert Vigil stored.
 async fn vigil_alerts(url: &str) -> Vec<Json> {
     let page = get_json(&format!("{url}/api/v1/alerts?limit=1000")).await;
@@ -226,12 +210,12 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     // Healthy: samples of every host and of the recording rule reach Vigil, none refused.
     let sent = |t: &str| metric_sum(t, "prometheus_remote_storage_samples_total");
     let failed = |t: &str| metric_sum(t, "prometheus_remote_storage_samples_failed_total");
-    within(Duration::from_secs(60), "Prometheus sending samples", || async {
+    eventually_within(Duration::from_secs(60), "Prometheus sending samples", || async {
         let t = text(&prom_metrics).await;
         (sent(&t) > 2_000.0).then_some(())
     })
     .await;
-    within(Duration::from_secs(60), "the recording rule's series sent", || async {
+    eventually_within(Duration::from_secs(60), "the recording rule's series sent", || async {
         let url = format!("{prom}/api/v1/query?query=job:node_cpu_seconds:rate1m");
         let answer: Json = reqwest::get(&url).await.ok()?.json().await.ok()?;
         answer["data"]["result"].as_array().is_some_and(|r| !r.is_empty()).then_some(())
@@ -257,7 +241,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     tokio::time::sleep(Duration::from_secs(2 * SCRAPE_SECONDS)).await;
     let before_restart = sent(&text(&prom_metrics).await);
     let mut vigil = Service::start(&args);
-    within(Duration::from_secs(60), "Prometheus sending again after Vigil's restart", || async {
+    eventually_within(Duration::from_secs(60), "Prometheus sending again after Vigil's restart", || async {
         let t = text(&prom_metrics).await;
         (sent(&t) > before_restart + 2_000.0).then_some(())
     })
@@ -346,7 +330,7 @@ async fn a_real_fleet_is_judged_without_a_false_alert_and_prometheus_never_fails
     drop(pair[elected].take());
     let taken_before = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
     let other = ["a", "b"][1 - elected];
-    within(Duration::from_secs(60), "the other replica taken over", || async {
+    eventually_within(Duration::from_secs(60), "the other replica taken over", || async {
         let now = metric_sum(&metrics(&vigil.url).await, "vigil_samples_in_total");
         let failed_over =
             vigil.log()[log.len()..].lines().any(|l| l.contains("failing over") && l.contains(&format!("to={other}")));

@@ -130,12 +130,21 @@ impl Drop for Service {
 }
 
 /// Polls `check` until it returns `Some`, or fails the test after [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
+    eventually_within(PATIENCE, what, check).await
+}
+
+/// [`eventually`], failing the test after `patience`.
+pub async fn eventually_within<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + patience;
     loop {
         if let Some(v) = check().await {
             return v;

@@ -48,8 +48,26 @@ pub enum Acc {
 /// beats a map.
 pub type BySeries<T> = Vec<(u64, T)>;
 
-/// The accumulator of series `series` in `by`, made if new.
-fn of_series<T: Default>(by: &mut BySeries<T>, series: u64) -> &mut T {
+/// What a per-series accumulator takes: a number at a time.
+trait OfSeries: Default {
+    fn add(&mut self, x: f64, ts: Millis);
+}
+
+impl OfSeries for Rate {
+    fn add(&mut self, x: f64, ts: Millis) {
+        Rate::add(self, x, ts)
+    }
+}
+
+impl OfSeries for Fit {
+    fn add(&mut self, x: f64, ts: Millis) {
+        Fit::add(self, x, ts)
+    }
+}
+
+/// Adds `num`, if it is a number, to the accumulator of series `series` in `by`, made if new.
+fn add_to<T: OfSeries>(by: &mut BySeries<T>, series: u64, num: Option<f64>, ts: Millis) {
+    let Some(x) = num else { return };
     let i = match by.iter().position(|(s, _)| *s == series) {
         Some(i) => i,
         None => {
@@ -57,7 +75,7 @@ fn of_series<T: Default>(by: &mut BySeries<T>, series: u64) -> &mut T {
             by.len() - 1
         }
     };
-    &mut by[i].1
+    by[i].1.add(x, ts);
 }
 
 /// The sum of the series' results; none when no series has one.
@@ -231,21 +249,9 @@ impl Acc {
                     r.add(x, ts);
                 }
             }
-            Acc::Rates(by) | Acc::Increases(by) => {
-                if let Some(x) = num {
-                    of_series(by, series).add(x, ts);
-                }
-            }
-            Acc::Derivs(by) => {
-                if let Some(x) = num {
-                    of_series(by, series).add(x, ts);
-                }
-            }
-            Acc::Predictions(p) => {
-                if let Some(x) = num {
-                    of_series(&mut p.0, series).add(x, ts);
-                }
-            }
+            Acc::Rates(by) | Acc::Increases(by) => add_to(by, series, num, ts),
+            Acc::Derivs(by) => add_to(by, series, num, ts),
+            Acc::Predictions(p) => add_to(&mut p.0, series, num, ts),
         }
     }
 

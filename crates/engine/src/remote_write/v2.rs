@@ -77,15 +77,14 @@ pub struct Histogram {
 
 const RESET_HINT_GAUGE: i32 = 3;
 
-/// What one 2.0 series gave: its events, how many of its samples and histograms were written
-/// (as the `X-Prometheus-Remote-Write-*-Written` headers count them; a stale marker is
-/// written, as the end of its series), and how many exemplars it carried (none is kept).
+/// What one 2.0 series gave: its events, and how many of its samples and histograms were
+/// written (as the `X-Prometheus-Remote-Write-*-Written` headers count them; a stale marker is
+/// written, as the end of its series). Its exemplars are not kept.
 #[derive(Debug, Default)]
 pub struct Written {
     pub samples: SeriesSamples,
     pub sample_count: usize,
     pub histogram_count: usize,
-    pub exemplars: usize,
 }
 
 /// The labels of `refs`, pairs of name and value indexes into `symbols`.
@@ -127,7 +126,7 @@ pub fn series(
     // A stale marker ends its series and a value that is not finite says "no value": both are
     // taken, so both are written.
     let sample_count = samples.events.len() + samples.stale + samples.not_finite;
-    let mut written = Written { sample_count, exemplars: series.exemplars.len(), ..Written::default() };
+    let mut written = Written { sample_count, ..Written::default() };
     if !series.histograms.is_empty() {
         let gauge = series.histograms.iter().any(|h| h.reset_hint == RESET_HINT_GAUGE);
         let kind = if gauge { crate::metric_kind::GAUGE } else { crate::metric_kind::COUNTER };
