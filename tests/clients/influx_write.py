@@ -50,7 +50,7 @@ def main():
             write.write(bucket="metrics", record=batch, write_precision=WritePrecision.MS)
             written += len(batch)
         try:
-            write.write(bucket="metrics", record="cpu,dc=eu value=1 1396310400000", write_precision=WritePrecision.MS)
+            write.write(bucket="metrics", record="cpu,host=eu value=abc 1396310400000", write_precision=WritePrecision.MS)
             malformed = {"status": 204, "message": ""}
         except ApiException as e:
             malformed = {"status": e.status, "message": json.loads(e.body).get("message", "")}

@@ -7,7 +7,7 @@ message), with Confluent's Python client (confluent-kafka, librdkafka underneath
 EVENTS.jsonl holds Vigil `metric` events (`ts` RFC 3339, `host`, `name`, `value`). The samples
 of one timestamp make one message of lines `name,host=H value=V NS` (nanosecond timestamps,
 Telegraf's default), all to partition 0, in order; then one message of two lines, the first
-without a host tag. Prints one JSON object: how many messages and lines were produced.
+not line protocol. Prints one JSON object: how many messages and lines were produced.
 """
 
 import json
@@ -42,7 +42,7 @@ def main():
             batch.append(f'{e["name"]},host={e["host"]} value={float(e["value"])!r} {ns}')
             lines += 1
     flush_batch()
-    out.produce(b"cpu,dc=eu value=1 1396310400000000000\ncpu,host=late value=2 1396310400000000000")
+    out.produce(b"cpu,host=eu value=abc 1396310400000000000\ncpu,host=late value=2 1396310400000000000")
     out.finish()
     print(json.dumps({"messages": messages + 1, "lines": lines}))
 

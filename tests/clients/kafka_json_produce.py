@@ -9,7 +9,7 @@ FORMAT `telegraf-json`: as Telegraf's Kafka output with `data_format = "json"` a
 FORMAT `prometheus-kafka-adapter`: as prometheus-kafka-adapter writes what Prometheus
 remote-writes to it, one sample per message `{"timestamp", "value": text, "name", "labels"}`
 with the host in `instance` as `HOST:9100` and the event's own `labels` (`job`, say). All to partition 0, in order; then one message
-without a host. Prints one JSON object: how many messages and samples were produced.
+without a host (Telegraf's `omit_hostname`; a recording rule's series). Prints one JSON object: how many messages and samples were produced.
 """
 
 import json

@@ -10,14 +10,17 @@
 //! | boolean field | `value` 1 or 0 |
 //! | string field | no sample (counted as skipped) |
 //! | the host tag (`host` by default) | `host` |
+//! | no host tag | `host` = [`FLEET_HOST`], as remote-write does |
 //! | every other tag | `labels` |
 //! | timestamp, in the request's precision (ns by default) | `ts`, in milliseconds |
 //! | no timestamp | `ts` = when the line was received |
 //!
-//! A line without the host tag is refused with that reason: a sample must name its host for
-//! the rules that group by host. Parsing is InfluxDB IOx's parser (`influxdb-line-protocol`).
+//! A line without the host tag (Telegraf's `omit_hostname`, a client that names no host) is kept
+//! under the fleet-level host rather than refused: a sender drops a refused batch whole.
+//! Parsing is InfluxDB IOx's parser (`influxdb-line-protocol`).
 
 use crate::event::{DecodeError, Event, Millis, Value};
+use crate::remote_write::FLEET_HOST;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vigil_lang::schema::Stream;
@@ -152,10 +155,7 @@ fn metric_samples<'a>(
             labels.insert(key.to_string(), value.to_string());
         }
     }
-    let host = host.ok_or_else(|| DecodeError {
-        field: Some(host_tag.to_string()),
-        reason: "no such tag: every sample needs the tag that names its host".into(),
-    })?;
+    let host = host.unwrap_or(FLEET_HOST);
     let labels = (!labels.is_empty()).then(|| Value::Map(Arc::new(labels)));
     let mut out = Samples::default();
     for (field, value) in fields {
@@ -289,8 +289,9 @@ mod tests {
 
     #[test]
     fn bad_lines_say_why() {
-        let no_host = one("mem,dc=x used=1").expect_err("no host");
-        assert_eq!(no_host.field.as_deref(), Some("host"));
+        let no_host = one("mem,dc=x used=1").expect("a line without a host is kept");
+        assert_eq!(no_host.events[0].get("host").to_text(), FLEET_HOST);
+        assert_eq!(no_host.events[0].get("labels").to_text(), "{dc=x}");
         let no_field = one("mem,host=h").expect_err("no field").reason;
         assert!(no_field.starts_with("not line protocol"), "{no_field}");
         assert!(one("mem,host=h used=abc").is_err());
@@ -335,7 +336,7 @@ mod tests {
         let got = telegraf_json(batch, "host");
         assert_eq!(got.len(), 4);
         assert_eq!(got[0].as_ref().expect("ms").events[0].ts, 1_700_000_000_123);
-        assert_eq!(got[1].as_ref().expect_err("no host").field.as_deref(), Some("host"));
+        assert_eq!(got[1].as_ref().expect("no host: the fleet's").events[0].get("host").to_text(), FLEET_HOST);
         assert_eq!(got[2].as_ref().expect("RFC 3339").events[0].ts, 1_700_000_000_000);
         assert_eq!(got[3].as_ref().expect_err("no time").field.as_deref(), Some("timestamp"));
         let e = telegraf_json("{\"name\": ", "host").remove(0).expect_err("not JSON");

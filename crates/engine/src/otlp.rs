@@ -4,6 +4,7 @@
 //! | OTLP | `metric` event |
 //! |---|---|
 //! | the host attribute (`host.name` by default) of the resource, else of the data point | `host` |
+//! | neither | `host` = [`FLEET_HOST`], as remote-write does |
 //! | the data point's other attributes | `labels` (values as text) |
 //! | a gauge's point, a non-monotonic sum's point | `name` = the metric's name, `value` |
 //! | a cumulative monotonic sum's point (a counter) | `name`, `value` = the running total |
@@ -14,12 +15,12 @@
 //!
 //! Refused with the reason, the request's other points kept: delta sums and delta histograms
 //! (their running total is the sender's to keep: configure the SDK or the Collector's
-//! `deltatocumulative` processor for cumulative temporality), points without a host, metrics
-//! without a name. Points flagged "no recorded value" and points that are not finite are
+//! `deltatocumulative` processor for cumulative temporality) and metrics without a name. Points flagged "no recorded value" and points that are not finite are
 //! skipped and counted, as remote-write's stale markers are.
 
 use crate::event::{DecodeError, Event, Millis, Value};
 use crate::metric_kind::{COUNTER, GAUGE};
+use crate::remote_write::FLEET_HOST;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -471,8 +472,7 @@ impl Sink<'_> {
         }
     }
 
-    /// Where a point's samples go: its host, labels and time; none when it has no value or
-    /// no host (refused).
+    /// Where a point's samples go: its host, labels and time; none when it has no value.
     fn point(&mut self, attributes: &[KeyValue], time_unix_nano: u64, flags: u32) -> Option<Point> {
         if flags & NO_RECORDED_VALUE != 0 {
             self.out.skipped += 1;
@@ -480,18 +480,7 @@ impl Sink<'_> {
         }
         let host = match self.resource_host {
             Some(h) => h.clone(),
-            None => match attribute(attributes, self.host_attribute) {
-                Some(h) => Value::str(&h),
-                None => {
-                    let reason = format!(
-                        "metric {}: neither its resource nor its point has the attribute that names the host",
-                        self.metric.name
-                    );
-                    let field = self.host_attribute;
-                    self.refuse(1, field, reason);
-                    return None;
-                }
-            },
+            None => Value::str(&attribute(attributes, self.host_attribute).unwrap_or_else(|| FLEET_HOST.into())),
         };
         let labels: BTreeMap<String, String> = attributes
             .iter()
@@ -692,7 +681,7 @@ mod tests {
     }
 
     #[test]
-    fn delta_sums_points_without_a_host_and_gaps_are_refused_or_skipped_with_the_reason() {
+    fn delta_sums_are_refused_gaps_skipped_and_points_without_a_host_kept_as_the_fleet_s() {
         let delta = Metric {
             name: "bytes".into(),
             unit: String::new(),
@@ -710,11 +699,12 @@ mod tests {
             data: Some(Data::Gauge(Gauge { data_points: vec![point(vec![], 4, NumberValue::AsDouble(1.0)), gap] })),
         };
         let s = samples(&request(vec![], vec![delta, gauge]), "host.name", 0);
-        assert!(s.events.is_empty());
+        assert_eq!(s.events.len(), 1, "the gauge's point without a host");
+        assert_eq!(s.events[0].get("host").to_text(), FLEET_HOST);
         assert_eq!(s.skipped, 1);
         let refused: Vec<(usize, String)> =
             s.refused.iter().map(|(n, _, e)| (*n, e.field.clone().unwrap_or_default())).collect();
-        assert_eq!(refused, [(2, "aggregationTemporality".to_string()), (1, "host.name".to_string())]);
+        assert_eq!(refused, [(2, "aggregationTemporality".to_string())]);
         assert!(s.refused[0].2.reason.contains("delta temporality"), "{}", s.refused[0].2.reason);
     }
 

@@ -87,6 +87,7 @@ mod tests {
 
     #[test]
     fn collectors_json_lines_are_samples_with_the_line_of_each_refusal() {
+        // The second metric names no host: taken under the fleet's.
         let telegraf = concat!(
             r#"{"metrics":[{"name":"mem","tags":{"host":"a"},"fields":{"used":1,"free":2},"timestamp":1700000000},"#,
             r#"{"name":"mem","tags":{},"fields":{"used":3},"timestamp":1700000000}]}"#,
@@ -97,7 +98,7 @@ mod tests {
         let records = read("t.json", telegraf, Format::TelegrafJson);
         let got: Vec<(u64, Option<String>)> =
             records.iter().map(|r| (r.line, r.event.as_ref().ok().map(|e| e.get("name").to_text()))).collect();
-        let want = [(1, Some("mem_used")), (1, Some("mem_free")), (1, None), (3, Some("cpu"))];
+        let want = [(1, Some("mem_used")), (1, Some("mem_free")), (1, Some("mem_used")), (3, Some("cpu"))];
         assert_eq!(got, want.map(|(l, n)| (l, n.map(str::to_string))));
         let adapter = concat!(
             r#"{"timestamp":"2023-11-14T22:13:20Z","value":"1.5","name":"up","labels":{"__name__":"up","instance":"h:9100"}}"#,

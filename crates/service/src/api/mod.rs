@@ -123,7 +123,7 @@ impl ApiError {
 }
 
 /// Seconds a sender is asked to wait before it sends again after a 503.
-const RETRY_AFTER_SECONDS: u32 = 1;
+pub(super) const RETRY_AFTER_SECONDS: u32 = 1;
 
 impl IntoResponse for ApiError {
     /// A 503 says when to try again: every 503 of Vigil's is one a retry can cure (a queue

@@ -167,17 +167,16 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
     let (status, body) = send(&app, "/write?db=x&precision=s", mixed.into_bytes(), &[]).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], "invalid");
-    assert_eq!((body["accepted"].as_u64(), body["rejected_total"].as_u64()), (Some(1), Some(2)));
-    assert_eq!(body["rejected"][0]["line"], 2);
-    assert!(body["rejected"][0]["reason"].as_str().is_some_and(|r| r.contains("`host`")), "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains("line 2")), "{body}");
+    // The line without a host is kept under the fleet's; the one without a value is refused.
+    assert_eq!((body["accepted"].as_u64(), body["rejected_total"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(body["rejected"][0]["line"], 3);
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("line 3")), "{body}");
     let request = HttpRequest::builder().uri("/metrics").body(Body::empty()).expect("request");
     let response = app.router.clone().oneshot(request).await.expect("answers");
     let metrics = response.into_body().collect().await.expect("body").to_bytes();
     let metrics = String::from_utf8_lossy(&metrics);
     for counted in [
-        r#"vigil_samples_in_total{format="influx"} 4"#,
-        r#"vigil_samples_rejected_total{format="influx",reason="no_host"} 1"#,
+        r#"vigil_samples_in_total{format="influx"} 5"#,
         r#"vigil_samples_rejected_total{format="influx",reason="malformed"} 1"#,
     ] {
         assert!(metrics.contains(counted), "{counted} in\n{metrics}");
@@ -304,6 +303,13 @@ async fn a_stopping_service_answers_its_senders_503_with_retry_after() {
     assert_eq!(answer.get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]), "Prometheus waits, then resends");
     let (status, answer, _) = send_for_headers(&app, "/api/v1/events", b"{}".to_vec(), &[]).await;
     assert_eq!((status, answer.contains_key("retry-after")), (503, true), "JSON lines");
+    let (status, answer, _) = send_for_headers(&app, "/write?db=x", b"m,host=a v=1".to_vec(), &[]).await;
+    assert_eq!((status, answer.contains_key("retry-after")), (503, true), "line protocol");
+    for content_type in ["application/x-protobuf", "application/json"] {
+        let headers = [("content-type", content_type)];
+        let (status, answer, _) = send_for_headers(&app, "/v1/metrics", b"{}".to_vec(), &headers).await;
+        assert_eq!((status, answer.contains_key("retry-after")), (503, true), "OTLP, {content_type}");
+    }
 }
 
 #[tokio::test]
@@ -381,7 +387,7 @@ async fn otlp_json_is_taken_and_what_is_refused_is_a_partial_success_with_the_re
     let (status, answer) = send(&app, "/v1/metrics", request.to_string().into_bytes(), &json).await;
     assert_eq!(status, 200, "{answer}");
     let partial = &answer["partialSuccess"];
-    assert_eq!(partial["rejectedDataPoints"], "3", "a delta sum, a point without a host, one a day ahead: {answer}");
+    assert_eq!(partial["rejectedDataPoints"], "2", "a delta sum, one a day ahead: {answer}");
     assert!(partial["errorMessage"].as_str().is_some_and(|m| m.contains("delta temporality")), "{answer}");
     let all_taken = serde_json::json!({"resourceMetrics": [request["resourceMetrics"][0].clone()]});
     let mut only_now = all_taken.clone();
@@ -398,9 +404,9 @@ async fn otlp_json_is_taken_and_what_is_refused_is_a_partial_success_with_the_re
     let metrics = response.into_body().collect().await.expect("body").to_bytes();
     let metrics = String::from_utf8_lossy(&metrics);
     for counted in [
-        r#"vigil_samples_in_total{format="otlp"} 2"#,
+        // `up` has no host.name: kept under the fleet's host.
+        r#"vigil_samples_in_total{format="otlp"} 3"#,
         r#"vigil_samples_rejected_total{format="otlp",reason="delta"} 1"#,
-        r#"vigil_samples_rejected_total{format="otlp",reason="no_host"} 1"#,
         r#"vigil_samples_rejected_total{format="otlp",reason="time_bounds"} 1"#,
     ] {
         assert!(metrics.contains(counted), "{counted} in\n{metrics}");
