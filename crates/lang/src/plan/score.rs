@@ -71,8 +71,10 @@ impl ScorerSpec {
         match self {
             // 1: the share of changes before the current run of one value.
             ScorerSpec::ChangeRate { .. } => 1,
-            // 1: values and non-conformities kept as `f32`.
-            ScorerSpec::Knn { .. } => 1,
+            // 1: values and non-conformities kept as `f32`; 2: values read from a shared history.
+            ScorerSpec::Knn { .. } => 2,
+            // 1: values read from a shared history, their order kept as positions in it.
+            ScorerSpec::RobustZ { .. } => 1,
             _ => 0,
         }
     }

@@ -8,10 +8,12 @@
 //! as large (counting the new one), and the score is one minus it. On exchangeable data the
 //! p-values are uniform, so a threshold on the score is a false-alarm rate.
 //!
-//! Values and non-conformities are kept as `f32`: half the memory of a series' history, and
-//! twice the distances per vector instruction. Seven significant digits are more than a shape's
-//! distance needs; a value beyond `f32`'s range gives no score and is not kept.
+//! The values are the series' history, shared with the rule's other scorers of the same input
+//! (`robust_z`), in `f32`: half the memory, and twice the distances per vector instruction.
+//! Seven significant digits are more than a shape's distance needs; a value beyond `f32`'s
+//! range gives no score and is not kept.
 
+use super::history::History;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -20,10 +22,8 @@ pub struct Knn {
     k: usize,
     window: usize,
     calibration: usize,
-    /// The last `window + 2 * dim - 1` values, oldest first.
-    values: Vec<f32>,
-    /// The non-conformities of the last vectors, oldest first.
-    scores: VecDeque<f32>,
+    /// The non-conformities of the last vectors, oldest first, as [`code`]s.
+    scores: VecDeque<u16>,
     /// The last vector's non-conformity and p-value.
     pub alpha: f64,
     pub p_value: f64,
@@ -50,6 +50,14 @@ fn insert(held: &mut [f32], x: f32) {
     }
 }
 
+/// A non-conformity as kept for calibration: the top 16 bits of its `f32` (bfloat16, rounded
+/// towards zero), 8 significant bits. Non-conformities are never negative, and for those the
+/// codes keep the values' order, so a p-value counts codes; two within 0.8% of each other may
+/// share a code and then count as equal (at least as large: the p-value can only rise).
+fn code(alpha: f32) -> u16 {
+    (alpha.to_bits() >> 16) as u16
+}
+
 /// Non-conformities needed before a p-value is given: fewer make it coarse.
 const MIN_CALIBRATION: usize = 20;
 
@@ -62,30 +70,32 @@ impl Knn {
             k: k.max(1),
             window,
             calibration: calibration.max(MIN_CALIBRATION),
-            values: Vec::with_capacity(window + 2 * dim),
-            scores: VecDeque::with_capacity(calibration),
+            scores: VecDeque::new(),
             alpha: f64::NAN,
             p_value: f64::NAN,
         }
     }
 
-    pub fn update(&mut self, x: f64) -> Option<f64> {
-        let x = x as f32;
-        if !x.is_finite() {
+    /// The values of the history it reads: the window's vectors and the current one, which
+    /// shares no value with them.
+    pub fn history_len(&self) -> usize {
+        self.window + 2 * self.dim - 1
+    }
+
+    /// The score of the history's last value, the end of the current vector.
+    pub fn update(&mut self, history: &History) -> Option<f64> {
+        if !history.current() {
             return None;
         }
-        let keep = self.window + 2 * self.dim - 1;
-        if self.values.len() == keep {
-            self.values.remove(0);
-        }
-        self.values.push(x);
-        let n = self.values.len();
+        let all = history.values();
+        let values = &all[all.len().saturating_sub(self.history_len())..];
+        let n = values.len();
         // Reference vectors start at 0..=n - 2 dim, so that none overlaps the current one.
         let references = (n + 1).checked_sub(2 * self.dim)?;
         if references < self.k {
             return None;
         }
-        let current = &self.values[n - self.dim..];
+        let current = &values[n - self.dim..];
         let mut nearest = [f32::INFINITY; 64];
         let k = self.k.min(nearest.len());
         SCRATCH.with_borrow_mut(|d| {
@@ -93,7 +103,7 @@ impl Knn {
             d.clear();
             d.resize(references, 0.0);
             for (lag, c) in current.iter().enumerate() {
-                for (d, v) in d.iter_mut().zip(&self.values[lag..lag + references]) {
+                for (d, v) in d.iter_mut().zip(&values[lag..lag + references]) {
                     *d += (v - c) * (v - c);
                 }
             }
@@ -117,45 +127,66 @@ impl Knn {
         let alpha = (nearest[..k].iter().map(|d| f64::from(d.sqrt())).sum::<f64>() / k as f64) as f32;
         self.alpha = f64::from(alpha);
         let out = (self.scores.len() >= MIN_CALIBRATION).then(|| {
-            // Counted in 32-bit lanes, four to an instruction.
+            // Counted in 16-bit lanes, eight to an instruction.
+            let alpha = code(alpha);
             let (a, b) = self.scores.as_slices();
-            let at_least = |xs: &[f32]| xs.iter().map(|s| u32::from(*s >= alpha)).sum::<u32>();
+            let at_least = |xs: &[u16]| xs.iter().map(|s| u32::from(*s >= alpha)).sum::<u32>();
             let larger = (at_least(a) + at_least(b)) as usize;
             self.p_value = (larger + 1) as f64 / (self.scores.len() + 1) as f64;
             1.0 - self.p_value
         });
         if self.scores.len() == self.calibration {
             self.scores.pop_front();
+        } else if self.scores.len() == self.scores.capacity() {
+            // Grows as the series lives, never past the calibration set.
+            let n = self.scores.len();
+            self.scores.reserve_exact((n.max(8) * 2).min(self.calibration) - n);
         }
-        self.scores.push_back(alpha);
+        self.scores.push_back(code(alpha));
         out
     }
 
     pub fn bytes(&self) -> usize {
-        (self.window + 2 * self.dim + self.calibration) * std::mem::size_of::<f32>()
+        self.scores.capacity() * std::mem::size_of::<u16>() + 96
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A scorer with a history of its own.
+    pub(in crate::engine::scorer) struct Fed(pub Knn, History);
+
+    impl Fed {
+        pub fn new(dim: usize, k: usize, window: usize, calibration: usize) -> Self {
+            let knn = Knn::new(dim, k, window, calibration);
+            let history = History::new(knn.history_len());
+            Fed(knn, history)
+        }
+
+        pub fn update(&mut self, x: f64) -> Option<f64> {
+            self.1.take(x);
+            self.0.update(&self.1)
+        }
+    }
 
     #[test]
     fn non_conformity_and_p_value_by_hand() {
         // dim 1, k 1: the distance to the nearest earlier value (not the current one).
-        let mut knn = Knn::new(1, 1, 10, 20);
+        let mut knn = Fed::new(1, 1, 10, 20);
         for x in 0..30 {
             // 0, 1, 0, 1, ...: from the third on, each value has an equal one before it.
             let _ = knn.update((x % 2) as f64);
             if x >= 2 {
-                assert_eq!(knn.alpha, 0.0);
+                assert_eq!(knn.0.alpha, 0.0);
             }
         }
         // The last twenty (zeros) calibrate; 5 is 4 from the nearest (1): larger than all, so
         // p = 1 / 21.
         let score = knn.update(5.0).expect("a score");
-        assert_eq!(knn.alpha, 4.0);
-        assert!((knn.p_value - 1.0 / 21.0).abs() < 1e-12);
+        assert_eq!(knn.0.alpha, 4.0);
+        assert!((knn.0.p_value - 1.0 / 21.0).abs() < 1e-12);
         assert!((score - 20.0 / 21.0).abs() < 1e-12);
         // A repeated value conforms: alpha 0 and p = 21 / 21.
         assert_eq!(knn.update(1.0), Some(0.0));
@@ -163,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_flat_series_conforms_and_a_step_out_of_it_does_not() {
-        let mut knn = Knn::new(3, 2, 50, 50);
+        let mut knn = Fed::new(3, 2, 50, 50);
         for _ in 0..100 {
             assert!(knn.update(7.0).unwrap_or(0.0) == 0.0);
         }

@@ -7,6 +7,7 @@
 
 mod change;
 mod changepoint;
+mod history;
 mod knn;
 mod likelihood;
 mod novelty;
@@ -14,6 +15,7 @@ mod robust;
 mod shift;
 mod spot;
 
+pub use history::History;
 pub use likelihood::normal_cdf;
 
 /// The most a surprise score (`spot`, `changepoint`: `-log10` of a tail probability) can be, and
@@ -69,15 +71,26 @@ impl Scorer {
         }
     }
 
+    /// How many of the series' recent values the scorer reads from its rule's shared history,
+    /// for the scorers that read one.
+    pub fn history_len(&self) -> Option<usize> {
+        match self {
+            Scorer::RobustZ(s) => Some(s.history_len()),
+            Scorer::Knn(s) => Some(s.history_len()),
+            _ => None,
+        }
+    }
+
     /// The score of `x`, if the scorer has learned enough to give one; a value that is not a
-    /// finite number gives none and changes nothing.
-    pub fn update(&mut self, x: f64) -> Option<f64> {
+    /// finite number gives none and changes nothing. A scorer with a [`Scorer::history_len`]
+    /// reads `history`, which has taken `x` already; without one it gives no score.
+    pub fn update(&mut self, x: f64, history: Option<&History>) -> Option<f64> {
         if !x.is_finite() {
             return None;
         }
         let score = match self {
-            Scorer::RobustZ(s) => s.update(x),
-            Scorer::Knn(s) => s.update(x),
+            Scorer::RobustZ(s) => s.update(x, history?),
+            Scorer::Knn(s) => s.update(history?),
             Scorer::Shift(s) => s.update(x),
             Scorer::Likelihood(s) => s.update(x),
             Scorer::Novelty(s) => s.update(x),
@@ -128,31 +141,56 @@ impl Scorer {
     }
 }
 
-/// One group's scores for one rule: the scorers of its slots (`None` for expression slots), and
-/// every slot's value at the last window.
+/// One group's scores for one rule: the scorers of its slots (`None` for expression slots), the
+/// recent values they share, and every slot's value at the last window.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Scores {
     scorers: Vec<Option<Scorer>>,
+    /// One history per input that scorers read recent values of: `knn(ss.v)` and
+    /// `robust_z(ss.v)` keep `ss.v`'s values once.
+    histories: Vec<History>,
+    /// The history each slot's scorer reads, by index into `histories`.
+    reads: Vec<Option<u16>>,
     pub values: Vec<Value>,
 }
 
 impl Scores {
     pub fn new(plan: &ScorePlan) -> Scores {
+        let mut scorers = Vec::with_capacity(plan.slots.len());
+        let mut reads = Vec::with_capacity(plan.slots.len());
+        // Each distinct input read, with its history's index and length.
+        let mut inputs: Vec<(&TExpr, usize)> = Vec::new();
+        for slot in &plan.slots {
+            let ScoreStep::Scorer(spec, _) = &slot.step else {
+                scorers.push(None);
+                reads.push(None);
+                continue;
+            };
+            let scorer = Scorer::new(spec);
+            let read = scorer.history_len().and_then(|len| {
+                let input = slot.input();
+                let at = inputs.iter().position(|(e, _)| *e == input).unwrap_or_else(|| {
+                    inputs.push((input, 0));
+                    inputs.len() - 1
+                });
+                inputs[at].1 = inputs[at].1.max(len);
+                u16::try_from(at).ok()
+            });
+            scorers.push(Some(scorer));
+            reads.push(read);
+        }
         Scores {
-            scorers: plan
-                .slots
-                .iter()
-                .map(|slot| match &slot.step {
-                    ScoreStep::Scorer(spec, _) => Some(Scorer::new(spec)),
-                    ScoreStep::Expr(_) => None,
-                })
-                .collect(),
+            scorers,
+            histories: inputs.iter().map(|(_, len)| History::new(*len)).collect(),
+            reads,
             values: vec![Value::Null; plan.slots.len()],
         }
     }
 
     /// The window that just closed had events: every slot in order, each seeing the ones before.
     pub fn update(&mut self, plan: &ScorePlan, env: &Env) {
+        // Each history takes this window's value from its first reader.
+        self.histories.iter_mut().for_each(History::expect);
         for (i, slot) in plan.slots.iter().enumerate() {
             let value = {
                 let env = Env { scores: Some(&self.values[..i]), ..*env };
@@ -165,11 +203,17 @@ impl Scores {
                         Value::Bool(b) => Some(f64::from(u8::from(b))),
                         v => v.as_f64(),
                     };
-                    x.and_then(|x| scorer.update(x)).map_or(Value::Null, Value::Num)
+                    let history = self.reads[i].map(usize::from);
+                    if let (Some(h), Some(x)) = (history, x) {
+                        self.histories[h].take_once(x);
+                    }
+                    let history = history.map(|h| &self.histories[h]);
+                    x.and_then(|x| scorer.update(x, history)).map_or(Value::Null, Value::Num)
                 }
                 _ => value,
             };
         }
+        self.histories.iter_mut().for_each(History::settle);
     }
 
     /// The window that just closed had no events: nothing is judged.
@@ -211,7 +255,10 @@ impl Scores {
     }
 
     pub fn bytes(&self) -> usize {
-        self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>() + self.values.len() * 24 + 48
+        self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>()
+            + self.histories.iter().map(History::bytes).sum::<usize>()
+            + self.values.len() * 25
+            + 72
     }
 }
 

@@ -1,16 +1,18 @@
 //! `robust_z`: how far a value is from the median of the series' recent values, in robust
 //! standard deviations (1.4826 median absolute deviations).
 
-use std::collections::VecDeque;
+use super::history::History;
 
-/// The recent values in arrival order and sorted, so that the median is read in place and the
-/// median absolute deviation costs a walk over half of them.
+/// The recent values' order: their positions in the series' history, sorted by value, so that
+/// the median is read in place and the median absolute deviation costs a bisection. The values
+/// themselves are the history's, shared with the rule's other scorers of the same input.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RobustZ {
     window: usize,
     warmup: usize,
-    ring: VecDeque<f64>,
-    sorted: Vec<f64>,
+    /// Sequence numbers in the history (modulo 2^16: windows are at most 4,096) of the last
+    /// `window` values, in increasing order of value.
+    order: Vec<u16>,
     /// The median and scale the last value was judged against.
     pub median: f64,
     pub scale: f64,
@@ -25,77 +27,103 @@ const MEAN_AD_TO_SIGMA: f64 = 1.2533;
 impl RobustZ {
     pub fn new(window: usize, warmup: usize) -> Self {
         RobustZ {
-            window: window.max(2),
+            window: window.clamp(2, 1 << 15),
             warmup: warmup.clamp(2, window.max(2)),
-            ring: VecDeque::with_capacity(window),
-            sorted: Vec::with_capacity(window),
+            order: Vec::new(),
             median: f64::NAN,
             scale: f64::NAN,
         }
     }
 
-    /// The value's robust z-score against the values before it, once `warmup` have been seen.
-    pub fn update(&mut self, x: f64) -> Option<f64> {
-        let out = (self.ring.len() >= self.warmup).then(|| {
-            self.median = median(&self.sorted);
-            self.scale = scale(&self.sorted, self.median);
+    /// The values of the history it reads: its window and the value being judged.
+    pub fn history_len(&self) -> usize {
+        self.window + 1
+    }
+
+    /// The robust z-score of `x` (the history's last value) against the values before it, once
+    /// `warmup` have been seen.
+    pub fn update(&mut self, x: f64, history: &History) -> Option<f64> {
+        if !history.current() {
+            return None;
+        }
+        let values = history.values();
+        let last = history.taken() as u16;
+        // The value of sequence number `seq`: `last - seq` back from the end, the judged one 1.
+        let value = |seq: u16| f64::from(values[values.len() - usize::from(last.wrapping_sub(seq))]);
+        let n = self.order.len();
+        let out = (n >= self.warmup).then(|| {
+            let at = |i: usize| value(self.order[i]);
+            self.median = median_by(n, at);
+            self.scale = scale_by(n, at, self.median);
             (x - self.median) / self.scale
         });
-        // The oldest leaves before the new one comes, so neither buffer outgrows the window.
-        if self.ring.len() == self.window {
-            if let Some(old) = self.ring.pop_front() {
-                let at = self.sorted.partition_point(|v| *v < old);
-                self.sorted.remove(at);
+        // The oldest leaves before the new one comes, so the order never outgrows the window.
+        if n == self.window {
+            let old = last.wrapping_sub(1).wrapping_sub(self.window as u16);
+            let v = value(old);
+            let from = self.order.partition_point(|s| value(*s) < v);
+            if let Some(i) = self.order[from..].iter().position(|s| *s == old) {
+                self.order.remove(from + i);
             }
+        } else if self.order.len() == self.order.capacity() {
+            self.order.reserve_exact((n.max(8) * 2).min(self.window) - n);
         }
-        self.ring.push_back(x);
-        let at = self.sorted.partition_point(|v| *v < x);
-        self.sorted.insert(at, x);
+        let kept = f64::from(values[values.len() - 1]);
+        let at = self.order.partition_point(|s| value(*s) < kept);
+        self.order.insert(at, last.wrapping_sub(1));
         out
     }
 
     pub fn bytes(&self) -> usize {
-        self.window * 16
+        self.order.capacity() * 2 + 64
     }
 }
 
-/// The median of sorted values (the mean of the middle two for an even count).
-pub fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
+/// The median of `n` sorted values, the `i`-th read by `at(i)` (the mean of the middle two for
+/// an even count).
+fn median_by(n: usize, at: impl Fn(usize) -> f64) -> f64 {
     match n {
         0 => f64::NAN,
-        _ if n % 2 == 1 => sorted[n / 2],
+        _ if n % 2 == 1 => at(n / 2),
         // Halved first, so that two values near the largest float do not overflow.
-        _ => sorted[n / 2 - 1] / 2.0 + sorted[n / 2] / 2.0,
+        _ => at(n / 2 - 1) / 2.0 + at(n / 2) / 2.0,
     }
 }
 
-/// A robust standard deviation of sorted values around `median`: 1.4826 MAD; when more than
+/// A robust standard deviation of `n` sorted values around `median`: 1.4826 MAD; when more than
 /// half are equal, the mean absolute deviation; when all are, the smallest step a number of
 /// that size can take, so that any change is far.
-pub fn scale(sorted: &[f64], median: f64) -> f64 {
-    let mad = median_deviation(sorted, median);
+fn scale_by(n: usize, at: impl Fn(usize) -> f64, median: f64) -> f64 {
+    let mad = median_deviation_by(n, &at, median);
     if mad > 0.0 {
         return MAD_TO_SIGMA * mad;
     }
-    let mean_ad = sorted.iter().map(|v| (v - median).abs()).sum::<f64>() / sorted.len().max(1) as f64;
+    let mean_ad = (0..n).map(|i| (at(i) - median).abs()).sum::<f64>() / n.max(1) as f64;
     if mean_ad > 0.0 {
         return MEAN_AD_TO_SIGMA * mean_ad;
     }
     f64::EPSILON * median.abs().max(1.0)
 }
 
-/// The median of `|v - median|` over sorted values. The deviations below the median grow
+/// The median of `|v - median|` over `n` sorted values. The deviations below the median grow
 /// leftwards and those above it rightwards: two sorted sequences, whose middle one or two
 /// values are found by bisection, in logarithmic time.
-fn median_deviation(sorted: &[f64], median: f64) -> f64 {
-    let n = sorted.len();
+fn median_deviation_by(n: usize, at: impl Fn(usize) -> f64, median: f64) -> f64 {
     if n == 0 {
         return f64::NAN;
     }
-    let split = sorted.partition_point(|v| *v < median);
-    let below = |i: usize| median - sorted[split - 1 - i];
-    let above = |j: usize| sorted[split + j] - median;
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if at(mid) < median {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let split = lo;
+    let below = |i: usize| median - at(split - 1 - i);
+    let above = |j: usize| at(split + j) - median;
     let kth = |k: usize| kth_of_two(split, n - split, below, above, k);
     if n % 2 == 1 {
         kth(n / 2)
@@ -130,6 +158,30 @@ fn kth_of_two(na: usize, nb: usize, a: impl Fn(usize) -> f64, b: impl Fn(usize) 
 mod tests {
     use super::*;
 
+    fn median(sorted: &[f64]) -> f64 {
+        median_by(sorted.len(), |i| sorted[i])
+    }
+
+    fn median_deviation(sorted: &[f64], median: f64) -> f64 {
+        median_deviation_by(sorted.len(), |i| sorted[i], median)
+    }
+
+    /// A scorer with a history of its own.
+    struct Fed(RobustZ, History);
+
+    impl Fed {
+        fn new(window: usize, warmup: usize) -> Self {
+            let z = RobustZ::new(window, warmup);
+            let history = History::new(z.history_len());
+            Fed(z, history)
+        }
+
+        fn update(&mut self, x: f64) -> Option<f64> {
+            self.1.take(x);
+            self.0.update(x, &self.1)
+        }
+    }
+
     #[test]
     fn the_median_absolute_deviation_by_hand() {
         // 1 2 3 4 100: median 3, deviations 2 1 0 1 97 -> sorted 0 1 1 2 97, MAD 1.
@@ -157,28 +209,52 @@ mod tests {
 
     #[test]
     fn a_value_is_judged_against_the_values_before_it() {
-        let mut z = RobustZ::new(5, 5);
+        let mut z = Fed::new(5, 5);
         for x in [1.0, 2.0, 3.0, 4.0, 100.0] {
             assert_eq!(z.update(x), None, "warming up");
         }
         // Median 3, MAD 1: (9 - 3) / 1.4826.
         let got = z.update(9.0).expect("a score");
         assert!((got - 6.0 / 1.4826).abs() < 1e-12, "{got}");
-        assert_eq!((z.median, z.scale), (3.0, 1.4826));
+        assert_eq!((z.0.median, z.0.scale), (3.0, 1.4826));
         // The window slid: 2 3 4 100 9 -> median 4, deviations 2 1 0 96 5 -> MAD 2.
         let got = z.update(0.0).expect("a score");
         assert!((got + 4.0 / (2.0 * 1.4826)).abs() < 1e-12, "{got}");
     }
 
     #[test]
+    fn the_order_read_from_the_history_is_the_window_sorted_past_sequence_wrap_around() {
+        // More values than a 16-bit sequence number counts, many of them equal.
+        let mut z = Fed::new(7, 2);
+        let mut state = 3u64;
+        let mut window: Vec<f64> = Vec::new();
+        for step in 0..70_000 {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let x = ((state >> 33) % 9) as f64;
+            let got = z.update(x);
+            if window.len() >= 2 {
+                let mut sorted = window.clone();
+                sorted.sort_by(f64::total_cmp);
+                let m = median(&sorted);
+                assert_eq!(z.0.median, m, "step {step}: {window:?}");
+                assert!(got.is_some());
+            }
+            window.push(x);
+            if window.len() > 7 {
+                window.remove(0);
+            }
+        }
+    }
+
+    #[test]
     fn when_most_values_are_equal_the_mean_deviation_is_the_scale() {
-        let mut z = RobustZ::new(10, 4);
+        let mut z = Fed::new(10, 4);
         for x in [0.0, 0.0, 0.0, 4.0] {
             z.update(x);
         }
         // Median 0, MAD 0, mean absolute deviation 1.
         assert_eq!(z.update(2.0), Some(2.0 / 1.2533));
-        let mut flat = RobustZ::new(10, 3);
+        let mut flat = Fed::new(10, 3);
         for _ in 0..3 {
             flat.update(5.0);
         }

@@ -1,13 +1,26 @@
 //! Properties every scorer keeps: what it does with values that are not finite numbers, and the
 //! calibration of the conformal p-values.
 
-use super::knn::Knn;
-use super::Scorer;
+use super::knn::tests::Fed;
+use super::{History, Scorer};
 use proptest::prelude::*;
 use vigil_lang::plan::ScorerSpec;
 
+/// A scorer and, for one that reads recent values, a history of its own.
+#[derive(Debug)]
+struct Lone(Scorer, Option<History>);
+
+impl Lone {
+    fn update(&mut self, x: f64) -> Option<f64> {
+        if let Some(h) = &mut self.1 {
+            h.take(x);
+        }
+        self.0.update(x, self.1.as_ref())
+    }
+}
+
 /// Small windows, so that short inputs reach every scorer's judging state.
-fn all_scorers() -> Vec<Scorer> {
+fn all_scorers() -> Vec<Lone> {
     [
         ScorerSpec::RobustZ { window: 16, warmup: 4 },
         ScorerSpec::Knn { dim: 3, k: 2, window: 16, calibration: 20 },
@@ -21,7 +34,11 @@ fn all_scorers() -> Vec<Scorer> {
         ScorerSpec::Changepoint { expected: 50, runs: 8, warmup: 4 },
     ]
     .iter()
-    .map(Scorer::new)
+    .map(|spec| {
+        let scorer = Scorer::new(spec);
+        let history = scorer.history_len().map(History::new);
+        Lone(scorer, history)
+    })
     .collect()
 }
 
@@ -54,7 +71,9 @@ proptest! {
                 }
             }
             // Debug text, as the states hold NaN for "not yet" and NaN is unequal to itself.
-            prop_assert_eq!(format!("{seen:?}"), format!("{clean:?}"));
+            prop_assert_eq!(format!("{:?}", seen.0), format!("{:?}", clean.0));
+            let kept = |l: &Lone| l.1.as_ref().map(|h| (h.values().to_vec(), h.taken()));
+            prop_assert_eq!(kept(&seen), kept(&clean));
         }
     }
 }
@@ -86,8 +105,8 @@ fn ks_uniform(mut p: Vec<f64>) -> f64 {
 }
 
 /// The p-values of the values after `skip`, once the scorer gives them.
-fn p_values(knn: &mut Knn, values: impl Iterator<Item = f64>, skip: usize) -> Vec<f64> {
-    values.enumerate().filter_map(|(i, x)| knn.update(x).filter(|_| i >= skip).map(|_| knn.p_value)).collect()
+fn p_values(knn: &mut Fed, values: impl Iterator<Item = f64>, skip: usize) -> Vec<f64> {
+    values.enumerate().filter_map(|(i, x)| knn.update(x).filter(|_| i >= skip).map(|_| knn.0.p_value)).collect()
 }
 
 #[test]
@@ -97,7 +116,7 @@ fn conformal_p_values_are_close_to_uniform_on_iid_noise() {
     // critical value (1.63 / sqrt(n) = 0.023 at the 1% level for 5,000) is a little tight; 0.03 is
     // still five times below what a miscalibrated scorer gives (the control below). Measured: 0.010.
     let mut rng = Normal(7);
-    let mut knn = Knn::new(6, 3, 256, 256);
+    let mut knn = Fed::new(6, 3, 256, 256);
     let p = p_values(&mut knn, (0..5600).map(|_| rng.draw()), 600);
     assert_eq!(p.len(), 5000);
     let d = ks_uniform(p.clone());
@@ -112,7 +131,7 @@ fn the_uniformity_bound_fails_when_the_noise_changes() {
     // The control: the same scorer after the noise triples is far from uniform (its p-values
     // crowd near 0), so the bound above cannot pass by accident.
     let mut rng = Normal(11);
-    let mut knn = Knn::new(6, 3, 256, 256);
+    let mut knn = Fed::new(6, 3, 256, 256);
     let calm = (0..600).map(|_| rng.draw()).collect::<Vec<_>>();
     let wild = (0..300).map(|_| 3.0 * rng.draw()).collect::<Vec<_>>();
     let p = p_values(&mut knn, calm.into_iter().chain(wild), 600);
