@@ -8,7 +8,7 @@
 //! | `metadata.type` | `kind` (a counter, a gauge, or a histogram's or summary's series) |
 //! | `metadata.unit_ref` | `unit` |
 //! | a native histogram | `NAME_count` and `NAME_sum` at its timestamp, as OTLP's exponential histograms are read (its buckets are not) |
-//! | exemplars | not kept |
+//! | exemplars | taken (counted written) and not kept |
 //!
 //! Only the fields read are declared; prost skips the others (help references,
 //! buckets, created timestamps).
@@ -59,7 +59,8 @@ pub struct Metadata {
     pub unit_ref: u32,
 }
 
-/// A native histogram; of it, only its count, sum and time are read.
+/// A native histogram; of it, its count, sum and time are read, and its buckets' counts only to
+/// check them against its count.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Histogram {
     #[prost(uint64, optional, tag = "1")]
@@ -68,6 +69,19 @@ pub struct Histogram {
     pub count_float: Option<f64>,
     #[prost(double, tag = "3")]
     pub sum: f64,
+    #[prost(uint64, optional, tag = "6")]
+    pub zero_count_int: Option<u64>,
+    #[prost(double, optional, tag = "7")]
+    pub zero_count_float: Option<f64>,
+    /// An integer histogram's bucket counts, each as the difference from the bucket before.
+    #[prost(sint64, repeated, tag = "9")]
+    pub negative_deltas: Vec<i64>,
+    #[prost(double, repeated, tag = "10")]
+    pub negative_counts: Vec<f64>,
+    #[prost(sint64, repeated, tag = "12")]
+    pub positive_deltas: Vec<i64>,
+    #[prost(double, repeated, tag = "13")]
+    pub positive_counts: Vec<f64>,
     /// `RESET_HINT_GAUGE` (3) marks a gauge histogram, whose count may fall.
     #[prost(int32, tag = "14")]
     pub reset_hint: i32,
@@ -79,12 +93,13 @@ const RESET_HINT_GAUGE: i32 = 3;
 
 /// What one 2.0 series gave: its events, and how many of its samples and histograms were
 /// written (as the `X-Prometheus-Remote-Write-*-Written` headers count them; a stale marker is
-/// written, as the end of its series). Its exemplars are not kept.
+/// written, as the end of its series). Its exemplars are taken, and not kept.
 #[derive(Debug, Default)]
 pub struct Written {
     pub samples: SeriesSamples,
     pub sample_count: usize,
     pub histogram_count: usize,
+    pub exemplar_count: usize,
 }
 
 /// The labels of `refs`, pairs of name and value indexes into `symbols`.
@@ -121,12 +136,18 @@ pub fn series(
             About { kind: known.kind, unit: given_unit.or(known.unit) }
         }
     };
+    if let Some(reason) = series.histograms.iter().find_map(invalid) {
+        return Err(DecodeError { field: Some("histograms".into()), reason });
+    }
+    for exemplar in &series.exemplars {
+        self::labels(&exemplar.labels_refs, symbols)?;
+    }
     let as_v1 = TimeSeries { labels: labels.clone(), samples: series.samples.clone() };
     let mut samples = series_samples_of_kind(&as_v1, hosts, about)?;
     // A stale marker ends its series and a value that is not finite says "no value": both are
     // taken, so both are written.
     let sample_count = samples.events.len() + samples.stale + samples.not_finite;
-    let mut written = Written { sample_count, ..Written::default() };
+    let mut written = Written { sample_count, exemplar_count: series.exemplars.len(), ..Written::default() };
     if !series.histograms.is_empty() {
         let gauge = series.histograms.iter().any(|h| h.reset_hint == RESET_HINT_GAUGE);
         let kind = if gauge { crate::metric_kind::GAUGE } else { crate::metric_kind::COUNTER };
@@ -153,6 +174,29 @@ fn count(h: &Histogram) -> f64 {
     h.count_int.map_or(h.count_float.unwrap_or(0.0), |c| c as f64)
 }
 
+/// Why a histogram cannot be, as Prometheus' own validation says: a bucket with a negative
+/// count, or an integer histogram whose buckets do not add up to its count (they may add up to
+/// less when its sum is NaN: NaN observations are counted in no bucket).
+fn invalid(h: &Histogram) -> Option<String> {
+    let mut in_buckets = h.zero_count_int.map_or(0.0, |c| c as f64);
+    for deltas in [&h.negative_deltas, &h.positive_deltas] {
+        let mut running = 0i64;
+        for (i, d) in deltas.iter().enumerate() {
+            running = running.saturating_add(*d);
+            if running < 0 {
+                return Some(format!("bucket {} has a negative count ({running})", i + 1));
+            }
+            in_buckets += running as f64;
+        }
+    }
+    if let Some(c) = [&h.negative_counts, &h.positive_counts].into_iter().flatten().find(|c| **c < 0.0) {
+        return Some(format!("a bucket has a negative count ({c})"));
+    }
+    let count = h.count_int? as f64;
+    let adds_up = if h.sum.is_nan() { in_buckets <= count } else { in_buckets == count };
+    (!adds_up).then(|| format!("{in_buckets} observations in its buckets, but its count is {count}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +209,13 @@ mod tests {
             timeseries: vec![Series {
                 labels_refs: vec![1, 2, 3, 4, 5, 6],
                 samples: vec![Sample { value: 0.5, timestamp: 1000 }],
-                histograms: vec![Histogram { count_int: Some(4), sum: 2.5, timestamp: 2000, ..Default::default() }],
+                histograms: vec![Histogram {
+                    count_int: Some(4),
+                    sum: 2.5,
+                    positive_deltas: vec![1, 2],
+                    timestamp: 2000,
+                    ..Default::default()
+                }],
                 exemplars: vec![Exemplar { labels_refs: vec![], value: 0.5, timestamp: 1000 }],
                 metadata: Some(Metadata { r#type: 3, unit_ref: 0 }),
             }],
@@ -200,6 +250,24 @@ mod tests {
         );
         assert_eq!(w.samples.events[0].get("host"), Value::str("web-1"));
         assert_eq!(w.samples.events[1].ts, 2000);
+    }
+
+    #[test]
+    fn a_histogram_whose_buckets_do_not_add_up_is_refused() {
+        let h = |count: u64, sum: f64, deltas: Vec<i64>| Histogram {
+            count_int: Some(count),
+            sum,
+            zero_count_int: Some(1),
+            positive_deltas: deltas,
+            ..Default::default()
+        };
+        // Buckets 1, 3, 4 and one in the zero bucket: 9 observations.
+        assert_eq!(invalid(&h(9, 1.0, vec![1, 2, 1])), None);
+        assert!(invalid(&h(99, 1.0, vec![1, 2, 1])).is_some_and(|r| r.contains("9 observations")));
+        assert_eq!(invalid(&h(99, f64::NAN, vec![1, 2, 1])), None, "NaN observations are in no bucket");
+        assert!(invalid(&h(9, 1.0, vec![1, -2, 10])).is_some_and(|r| r.contains("negative")));
+        let floats = Histogram { count_float: Some(2.0), positive_counts: vec![1.0, -1.0], ..Default::default() };
+        assert!(invalid(&floats).is_some());
     }
 
     #[test]

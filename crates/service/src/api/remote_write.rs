@@ -123,7 +123,13 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let series = read_series(state, version, &body)?;
     let mut rejects = Rejects::counting("remote_write", "series");
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
-    let (mut samples_written, mut histograms_written) = (0usize, 0usize);
+    // Samples, histograms and exemplars written, as 2.0's headers count them.
+    let mut written = [0usize; 3];
+    let mut count_written = |w: &vigil_engine::remote_write::v2::Written| {
+        for (n, more) in written.iter_mut().zip([w.sample_count, w.histogram_count, w.exemplar_count]) {
+            *n += more;
+        }
+    };
     // The newest sample of each series taken, remembered once they are on disk.
     let mut newest = Vec::new();
     let count = series.len();
@@ -139,8 +145,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 // Another replica of its HA pair is the one taken: written, as far as the
                 // sender is concerned.
                 state.telemetry.samples.ha_dropped.inc_by(w.samples.events.len() as u64);
-                samples_written += w.sample_count;
-                histograms_written += w.histogram_count;
+                count_written(&w);
             }
             Ok((mut w, true)) => {
                 let (resent, taken) = state.resent.drop_seen(&mut w.samples.events);
@@ -148,8 +153,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 newest.extend(taken);
                 stale += w.samples.stale;
                 not_finite += w.samples.not_finite;
-                samples_written += w.sample_count;
-                histograms_written += w.histogram_count;
+                count_written(&w);
                 events.extend(w.samples.events);
             }
             Err(reason) => {
@@ -171,14 +175,17 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     }
     state.resent.remember(&newest);
     // 2.0 senders read what was written from headers. A value that is not finite (a summary's
-    // quantile without observations) is taken as "no value", so it counts as written; exemplars
-    // are not kept, and the header says so. Neither is a refusal: a 400 would make the sender
-    // drop the whole request and count all its samples failed.
+    // quantile without observations) is taken as "no value", so it counts as written; an
+    // exemplar is taken and not kept (no rule reads one), so it counts as written too: the
+    // sender has nothing to send again. Neither is a refusal: a 400 would make the sender drop
+    // the whole request and count all its samples failed.
     let written = [
-        ("x-prometheus-remote-write-samples-written", samples_written),
-        ("x-prometheus-remote-write-histograms-written", histograms_written),
-        ("x-prometheus-remote-write-exemplars-written", 0),
-    ];
+        "x-prometheus-remote-write-samples-written",
+        "x-prometheus-remote-write-histograms-written",
+        "x-prometheus-remote-write-exemplars-written",
+    ]
+    .into_iter()
+    .zip(written);
     let with_written = |mut response: Response| {
         if version == Version::V2 {
             for (name, n) in written {
