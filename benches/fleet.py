@@ -129,16 +129,21 @@ def wait_listening(proc, log_path, timeout=60):
     sys.exit("vigil did not start")
 
 
-def run(args, hosts, proxy, work):
-    vigil_port, prom_port = free_port(), free_port()
-    folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
+def serve(binary, rules, folder):
+    """`vigil serve` on its defaults (SQLite) with everything in `folder`: (process, its URL)."""
     log_path = os.path.join(folder, "vigil.log")
     vigil = subprocess.Popen(
-        [args.vigil, "serve", "--rules", args.rules, "--http-addr", f"127.0.0.1:{vigil_port}",
+        [binary, "serve", "--rules", rules, "--http-addr", f"127.0.0.1:{free_port()}",
          "--database-url", f"sqlite://{folder}/vigil.db", "--spool-dir", f"{folder}/spool",
          "--ingest-log-dir", f"{folder}/ingest"],
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
-    base = wait_listening(vigil, log_path)
+    return vigil, wait_listening(vigil, log_path)
+
+
+def run(args, hosts, proxy, work):
+    prom_port = free_port()
+    folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
+    vigil, base = serve(args.vigil, args.rules, folder)
     targets = "".join(
         f"      - targets: ['127.0.0.1:{proxy.port}']\n        labels: {{instance: 'host-{i:04d}'}}\n"
         for i in range(hosts))
