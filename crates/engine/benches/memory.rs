@@ -85,13 +85,26 @@ fn sample(round: u64, s: u64, series: u64) -> Event {
 }
 
 fn measure_metric_folder(series: u64, samples: u64) -> f64 {
-    let what = format!("rules/metrics, the whole folder, {samples} samples");
+    measure_folder_of(series, samples, "", |round, s| sample(round, s, series))
+}
+
+/// The same for series that never move (most of a node_exporter host's: limits, sizes, flags).
+fn measure_flat_series(series: u64, samples: u64) -> f64 {
+    measure_folder_of(series, samples, ", flat series", |round, s| {
+        let mut e = sample(round, s, series);
+        e.set("value", Value::Num(s as f64 / 7.0));
+        e
+    })
+}
+
+fn measure_folder_of(series: u64, samples: u64, kind: &str, event: impl Fn(u64, u64) -> Event) -> f64 {
+    let what = format!("rules/metrics, the whole folder, {samples} samples{kind}");
     let mut engine = metric_folder();
     let mut out = Vec::new();
     let before = LIVE.load(Ordering::Relaxed);
     for round in 0..samples {
         for s in 0..series {
-            engine.push(sample(round, s, series), &mut out);
+            engine.push(event(round, s), &mut out);
         }
         out.clear();
     }
@@ -179,9 +192,11 @@ fn main() {
         // Three hours, then past every window.
         measure_metric_folder(500, 36);
         measure_metric_folder(500, 4_400);
+        measure_flat_series(500, 4_400);
         measure_many_series(1_000_000, 3, 1024);
     } else {
         measure_metric_folder(20, 288);
+        measure_flat_series(20, 288);
         measure_many_series(2_000, 2, 8);
     }
 }

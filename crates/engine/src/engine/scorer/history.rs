@@ -7,13 +7,21 @@
 pub struct History {
     /// Values kept at most: the longest window among the scorers that read them.
     cap: usize,
-    /// The last `cap` values taken, oldest first.
+    /// The last `cap` values taken, oldest first; while `flat`, the one value every one was.
     values: Vec<f32>,
+    /// Whether every value taken was the same (a series that never varied, as most of a
+    /// node_exporter host's): `values` holds it once, and `run` says how many are kept.
+    flat: bool,
+    run: usize,
     /// Values taken since the group began: the last one's sequence number is `taken - 1`.
     taken: u64,
     /// Whether the value being judged now was taken (a value beyond `f32`'s range is not, and
     /// its readers give it no score).
     current: bool,
+    /// Whether the value being judged now is the first unlike the ones before it, which were
+    /// kept as one until then.
+    #[serde(skip)]
+    unflattened: bool,
     /// Whether the window being judged has not given its value yet.
     #[serde(skip)]
     expecting: bool,
@@ -21,7 +29,23 @@ pub struct History {
 
 impl History {
     pub fn new(cap: usize) -> Self {
-        History { cap: cap.max(1), values: Vec::new(), taken: 0, current: false, expecting: false }
+        History {
+            cap: cap.max(1),
+            values: Vec::new(),
+            flat: true,
+            run: 0,
+            taken: 0,
+            current: false,
+            unflattened: false,
+            expecting: false,
+        }
+    }
+
+    /// One that keeps every value even while they are all the same, to check that keeping a
+    /// flat series as one value changes no score.
+    #[cfg(test)]
+    pub fn never_flat(cap: usize) -> Self {
+        History { flat: false, ..History::new(cap) }
     }
 
     /// A window closed: its value is taken by the first of [`History::take_once`], as every
@@ -39,14 +63,30 @@ impl History {
     /// The window is judged: a value that did not come (no reader had one) is not waited for.
     pub fn settle(&mut self) {
         self.expecting = false;
+        self.unflattened = false;
     }
 
     /// Takes the value the window that just closed is judged by, before any reader reads it.
     pub fn take(&mut self, x: f64) {
         let v = x as f32;
         self.current = v.is_finite();
+        self.unflattened = false;
         if !self.current {
             return;
+        }
+        self.taken += 1;
+        if self.flat {
+            if self.values.first().is_none_or(|c| *c == v) {
+                if self.values.is_empty() {
+                    self.values = vec![v];
+                }
+                self.run = (self.run + 1).min(self.cap);
+                return;
+            }
+            // The first value unlike the others: the run is written out, and kept from now on.
+            self.values = vec![self.values[0]; self.run];
+            self.flat = false;
+            self.unflattened = true;
         }
         if self.values.len() == self.cap {
             self.values.remove(0);
@@ -57,12 +97,36 @@ impl History {
             self.values.reserve_exact(more);
         }
         self.values.push(v);
-        self.taken += 1;
     }
 
-    /// The values kept, the one being judged last when it was taken.
+    /// The values kept, the one being judged last when it was taken; for a flat history, see
+    /// [`History::flat`].
     pub fn values(&self) -> &[f32] {
         &self.values
+    }
+
+    /// The one value every value kept is, while they are all the same.
+    pub fn flat(&self) -> Option<f32> {
+        if self.flat {
+            self.values.first().copied()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the values before the one being judged were all the same (kept as one until it
+    /// came): a reader that kept nothing of its own for them then builds it.
+    pub fn unflattened(&self) -> bool {
+        self.unflattened
+    }
+
+    /// How many values are kept.
+    pub fn kept(&self) -> usize {
+        if self.flat {
+            self.run
+        } else {
+            self.values.len()
+        }
     }
 
     /// Whether the value being judged is the last of [`History::values`].
@@ -76,7 +140,7 @@ impl History {
     }
 
     pub fn bytes(&self) -> usize {
-        self.values.capacity() * std::mem::size_of::<f32>() + 48
+        self.values.capacity() * std::mem::size_of::<f32>() + 64
     }
 }
 
@@ -85,8 +149,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn it_keeps_the_last_values_and_grows_only_to_its_window() {
+    fn a_flat_series_is_one_value_until_it_moves() {
         let mut h = History::new(20);
+        for _ in 0..50 {
+            h.take(3.0);
+        }
+        assert_eq!((h.flat(), h.kept(), h.taken(), h.values.capacity()), (Some(3.0), 20, 50, 1));
+        h.take(4.0);
+        assert!(h.unflattened());
+        assert_eq!(h.flat(), None);
+        let mut want = vec![3.0; 19];
+        want.push(4.0);
+        assert_eq!(h.values(), want.as_slice());
+        h.take(3.0);
+        assert!(!h.unflattened() && h.flat().is_none(), "once it moved, every value is kept");
+    }
+
+    #[test]
+    fn it_keeps_the_last_values_and_grows_only_to_its_window() {
+        let mut h = History::never_flat(20);
         for x in 0..50 {
             h.take(f64::from(x));
             assert!(h.current());

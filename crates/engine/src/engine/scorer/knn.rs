@@ -22,8 +22,10 @@ pub struct Knn {
     k: usize,
     window: usize,
     calibration: usize,
-    /// The non-conformities of the last vectors, oldest first, as [`code`]s.
+    /// The non-conformities of the last vectors, oldest first, as [`code`]s, after the first
+    /// `flat_scores`, which are 0 (those of a series before it first moved), counted, not kept.
     scores: VecDeque<u16>,
+    flat_scores: usize,
     /// The last vector's non-conformity and p-value.
     pub alpha: f64,
     pub p_value: f64,
@@ -71,6 +73,7 @@ impl Knn {
             window,
             calibration: calibration.max(MIN_CALIBRATION),
             scores: VecDeque::new(),
+            flat_scores: 0,
             alpha: f64::NAN,
             p_value: f64::NAN,
         }
@@ -87,14 +90,53 @@ impl Knn {
         if !history.current() {
             return None;
         }
-        let all = history.values();
-        let values = &all[all.len().saturating_sub(self.history_len())..];
-        let n = values.len();
+        let n = history.kept().min(self.history_len());
         // Reference vectors start at 0..=n - 2 dim, so that none overlaps the current one.
         let references = (n + 1).checked_sub(2 * self.dim)?;
         if references < self.k {
             return None;
         }
+        // A flat series' vectors are all the same: every distance is 0.
+        let alpha = match history.flat() {
+            Some(_) => 0.0,
+            None => self.non_conformity(&history.values()[history.kept() - n..], references),
+        };
+        self.alpha = f64::from(alpha);
+        let calibrated = self.flat_scores + self.scores.len();
+        let out = (calibrated >= MIN_CALIBRATION).then(|| {
+            // Counted in 16-bit lanes, eight to an instruction.
+            let alpha = code(alpha);
+            let (a, b) = self.scores.as_slices();
+            let at_least = |xs: &[u16]| xs.iter().map(|s| u32::from(*s >= alpha)).sum::<u32>();
+            let flat = if alpha == 0 { self.flat_scores } else { 0 };
+            let larger = (at_least(a) + at_least(b)) as usize + flat;
+            self.p_value = (larger + 1) as f64 / (calibrated + 1) as f64;
+            1.0 - self.p_value
+        });
+        if calibrated == self.calibration {
+            if self.flat_scores > 0 {
+                self.flat_scores -= 1;
+            } else {
+                self.scores.pop_front();
+            }
+        }
+        if self.scores.is_empty() && alpha == 0.0 {
+            self.flat_scores += 1;
+            return out;
+        }
+        if self.scores.len() == self.scores.capacity() {
+            // Grows as the series lives, never past the calibration set.
+            let n = self.scores.len();
+            self.scores.reserve_exact((n.max(8) * 2).min(self.calibration - self.flat_scores) - n);
+        }
+        self.scores.push_back(code(alpha));
+        out
+    }
+
+    /// The mean distance of the current vector, the last `dim` of `values`, to its `k` nearest
+    /// among the `references` vectors before it.
+    fn non_conformity(&self, values: &[f32], references: usize) -> f32 {
+        let n = values.len();
         let current = &values[n - self.dim..];
         let mut nearest = [f32::INFINITY; 64];
         let k = self.k.min(nearest.len());
@@ -124,26 +166,7 @@ impl Knn {
                 }
             }
         });
-        let alpha = (nearest[..k].iter().map(|d| f64::from(d.sqrt())).sum::<f64>() / k as f64) as f32;
-        self.alpha = f64::from(alpha);
-        let out = (self.scores.len() >= MIN_CALIBRATION).then(|| {
-            // Counted in 16-bit lanes, eight to an instruction.
-            let alpha = code(alpha);
-            let (a, b) = self.scores.as_slices();
-            let at_least = |xs: &[u16]| xs.iter().map(|s| u32::from(*s >= alpha)).sum::<u32>();
-            let larger = (at_least(a) + at_least(b)) as usize;
-            self.p_value = (larger + 1) as f64 / (self.scores.len() + 1) as f64;
-            1.0 - self.p_value
-        });
-        if self.scores.len() == self.calibration {
-            self.scores.pop_front();
-        } else if self.scores.len() == self.scores.capacity() {
-            // Grows as the series lives, never past the calibration set.
-            let n = self.scores.len();
-            self.scores.reserve_exact((n.max(8) * 2).min(self.calibration) - n);
-        }
-        self.scores.push_back(code(alpha));
-        out
+        (nearest[..k].iter().map(|d| f64::from(d.sqrt())).sum::<f64>() / k as f64) as f32
     }
 
     pub fn bytes(&self) -> usize {

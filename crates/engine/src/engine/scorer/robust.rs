@@ -11,7 +11,8 @@ pub struct RobustZ {
     window: usize,
     warmup: usize,
     /// Sequence numbers in the history (modulo 2^16: windows are at most 4,096) of the last
-    /// `window` values, in increasing order of value.
+    /// `window` values, in increasing order of value; none while the history is flat (all its
+    /// values the same, in any order).
     order: Vec<u16>,
     /// The median and scale the last value was judged against.
     pub median: f64,
@@ -41,13 +42,28 @@ impl RobustZ {
     }
 
     /// The robust z-score of `x` (the history's last value) against the values before it, once
-    /// `warmup` have been seen.
+    /// `warmup` have been seen. `x` is judged as kept, in `f32`, like the values before it, so
+    /// that a series that never moves is 0 from its median.
     pub fn update(&mut self, x: f64, history: &History) -> Option<f64> {
         if !history.current() {
             return None;
         }
-        let values = history.values();
+        let x = f64::from(x as f32);
+        let before = (history.kept() - 1).min(self.window);
+        if let Some(c) = history.flat() {
+            let c = f64::from(c);
+            return (before >= self.warmup).then(|| {
+                self.median = c;
+                self.scale = scale_by(before, |_| c, c);
+                (x - self.median) / self.scale
+            });
+        }
         let last = history.taken() as u16;
+        if history.unflattened() {
+            // The values before this one were all the same: their order is their arrival.
+            self.order = (1..=before as u16).rev().map(|back| last.wrapping_sub(1).wrapping_sub(back)).collect();
+        }
+        let values = history.values();
         // The value of sequence number `seq`: `last - seq` back from the end, the judged one 1.
         let value = |seq: u16| f64::from(values[values.len() - usize::from(last.wrapping_sub(seq))]);
         let n = self.order.len();
@@ -68,8 +84,7 @@ impl RobustZ {
         } else if self.order.len() == self.order.capacity() {
             self.order.reserve_exact((n.max(8) * 2).min(self.window) - n);
         }
-        let kept = f64::from(values[values.len() - 1]);
-        let at = self.order.partition_point(|s| value(*s) < kept);
+        let at = self.order.partition_point(|s| value(*s) < x);
         self.order.insert(at, last.wrapping_sub(1));
         out
     }

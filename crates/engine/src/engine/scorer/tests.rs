@@ -104,6 +104,35 @@ fn ks_uniform(mut p: Vec<f64>) -> f64 {
     p.iter().enumerate().map(|(i, &x)| (x - i as f64 / n).abs().max(((i + 1) as f64 / n - x).abs())).fold(0.0, f64::max)
 }
 
+proptest! {
+    /// A series that never moved keeps its history as one value: the scores are those of a
+    /// history that kept every value, before it moves and after.
+    #[test]
+    fn a_flat_history_kept_as_one_value_scores_as_one_kept_whole(
+        flat in 0usize..80,
+        level in -5i32..5,
+        rest in proptest::collection::vec(value(), 0..120),
+    ) {
+        let values: Vec<f64> = std::iter::repeat_n(f64::from(level) / 3.0, flat).chain(rest).collect();
+        let specs = [
+            ScorerSpec::RobustZ { window: 16, warmup: 4 },
+            ScorerSpec::Knn { dim: 3, k: 2, window: 16, calibration: 20 },
+        ];
+        for spec in specs {
+            let with = |history: fn(usize) -> History| {
+                let scorer = Scorer::new(&spec);
+                let history = scorer.history_len().map(history);
+                Lone(scorer, history)
+            };
+            let (mut kept_flat, mut kept_whole) = (with(History::new), with(History::never_flat));
+            for &x in &values {
+                let (a, b) = (kept_flat.update(x), kept_whole.update(x));
+                prop_assert_eq!(a.map(f64::to_bits), b.map(f64::to_bits), "{:?} at {}", spec, x);
+            }
+        }
+    }
+}
+
 /// The p-values of the values after `skip`, once the scorer gives them.
 fn p_values(knn: &mut Fed, values: impl Iterator<Item = f64>, skip: usize) -> Vec<f64> {
     values.enumerate().filter_map(|(i, x)| knn.update(x).filter(|_| i >= skip).map(|_| knn.0.p_value)).collect()
