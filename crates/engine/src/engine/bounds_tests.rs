@@ -273,3 +273,34 @@ fn the_state_budget_says_at_once_that_it_dropped_scored_series() {
     let first = own[0].values.get("dropped").and_then(serde_json::Value::as_u64).unwrap_or(0);
     assert!(first >= 1 && first <= engine.evicted()[&("deviation".to_string(), "memory")]);
 }
+
+#[test]
+fn under_a_flood_of_new_series_the_learned_baselines_stay() {
+    let mut engine = Engine::new(plans(SCORED), EngineConfig::default());
+    let mut out = Vec::new();
+    // Fifty series learn for half an hour (a window a minute), then miss a few minutes (idler
+    // than any new series) while a thousand new ones come.
+    for minute in 0..30 {
+        for i in 0..50 {
+            engine.push(series_sample(i, minute * MINUTE), &mut out);
+        }
+    }
+    let learned = engine.state_bytes();
+    for i in 1_000..2_000 {
+        engine.push(series_sample(i, 33 * MINUTE), &mut out);
+    }
+    engine.enforce_budget(learned + (engine.state_bytes() - learned) / 4, &mut out);
+    assert!(engine.evicted()[&("deviation".to_string(), "memory")] > 0);
+    assert!(out.iter().any(|a| &*a.rule == STATE_EVICTED_RULE), "the drops are said");
+    // Every learned series still judges: a jump of each fires at once, which a series that
+    // started again could not (its warm-up is 4 windows).
+    out.clear();
+    for i in 0..50 {
+        let mut e = series_sample(i, 34 * MINUTE);
+        e.set("value", Value::Num(5.0));
+        engine.push(e, &mut out);
+    }
+    engine.advance_to(36 * MINUTE, &mut out);
+    let fired = out.iter().filter(|a| &*a.rule == "deviation" && a.status == Status::Firing).count();
+    assert_eq!(fired, 50, "a learned series was dropped for a new one");
+}

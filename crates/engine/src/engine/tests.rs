@@ -527,10 +527,10 @@ fn scorers_whose_state_changed_give_their_rule_a_new_state_identity_once() {
     };
     let versioned = plans(&rule("a := knn(ss.v), b := knn(ss.v, k = 4), c := change_rate(ss.v)"));
     let vigil_lang::plan::ModelPlan::Scored(_, score) = &versioned[0].model else { panic!("a scored rule") };
-    assert_eq!(score.state_versions(), vec![("knn", 2), ("change_rate", 1)]);
+    assert_eq!(score.state_versions(), vec![("scores", 1), ("knn", 2), ("change_rate", 1)]);
     let plain = plans(&rule("a := novelty(ss.v)"));
     let vigil_lang::plan::ModelPlan::Scored(_, score) = &plain[0].model else { panic!("a scored rule") };
-    assert!(score.state_versions().is_empty(), "a scorer of version 0 leaves the identity as it was");
+    assert_eq!(score.state_versions(), vec![("scores", 1)], "the block's layout alone");
 }
 
 /// Two files compiled together: a declaration of `pods` with `count` of type `ty`, and a

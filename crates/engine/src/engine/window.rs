@@ -172,20 +172,28 @@ impl WindowOperator {
         self.evicted += self.drop_idlest("cap") as u64;
     }
 
-    /// Drops the sixteenth of the groups idle longest, for `reason` (`cap` or `memory`); returns
-    /// how many went. A scored rule notes them for its self-alert.
+    /// Drops the sixteenth of the groups that lose least by it (no active alert, least learned,
+    /// idle longest), for `reason` (`cap` or `memory`); returns how many went. A scored rule
+    /// notes them for its self-alert.
     fn drop_idlest(&mut self, reason: &'static str) -> usize {
         let n = (self.groups.len() / 16).max(1);
         let dependents = &self.dependents;
-        let mut ranked: Vec<(bool, u32, &Key)> =
-            self.groups.iter().map(|(k, g)| (dependents.iter().any(|d| d.alerting.is_active(k)), g.idle, k)).collect();
-        let order = |a: &(bool, u32, &Key), b: &(bool, u32, &Key)| {
-            a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then_with(|| compare_keys(a.2, b.2))
+        // Dropped first: groups with no active alert, then those whose scores learned least (a
+        // series seen once before a baseline of two weeks: under a flood of new series, the new
+        // ones wait), then the idlest.
+        let learned = |g: &Group| g.scores.iter().flatten().map(Scores::learned).max().unwrap_or(0);
+        let mut ranked: Vec<(bool, u64, u32, &Key)> = self
+            .groups
+            .iter()
+            .map(|(k, g)| (dependents.iter().any(|d| d.alerting.is_active(k)), learned(g), g.idle, k))
+            .collect();
+        let order = |a: &(bool, u64, u32, &Key), b: &(bool, u64, u32, &Key)| {
+            a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)).then_with(|| compare_keys(a.3, b.3))
         };
         if n < ranked.len() {
             ranked.select_nth_unstable_by(n - 1, order);
         }
-        let victims: Vec<Key> = ranked.into_iter().take(n).map(|(_, _, k)| k.clone()).collect();
+        let victims: Vec<Key> = ranked.into_iter().take(n).map(|(.., k)| k.clone()).collect();
         for k in victims {
             self.groups.remove(&k);
         }

@@ -11,9 +11,11 @@ pub struct ScorePlan {
 }
 
 impl ScorePlan {
-    /// The scorers whose state has a version above 0, each once ([`ScorerSpec::state_version`]).
+    /// The versions of what a group's scores keep: the whole block's (`scores`), then each
+    /// scorer whose state has a version above 0, once ([`ScorerSpec::state_version`]).
     pub fn state_versions(&self) -> Vec<(&'static str, u32)> {
-        let mut out: Vec<(&'static str, u32)> = Vec::new();
+        // 1: the recent values the scorers read, kept once per input beside them.
+        let mut out: Vec<(&'static str, u32)> = vec![("scores", 1)];
         for slot in &self.slots {
             if let ScoreStep::Scorer(spec, _) = &slot.step {
                 let version = (spec.name(), spec.state_version());

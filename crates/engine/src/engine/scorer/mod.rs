@@ -254,6 +254,12 @@ impl Scores {
         json!({ "scores": scores, "scorers": baselines, "thresholds": tests })
     }
 
+    /// How many values the scorers that keep recent values have learned from: what dropping
+    /// the group would lose.
+    pub fn learned(&self) -> u64 {
+        self.histories.iter().map(History::taken).max().unwrap_or(0)
+    }
+
     pub fn bytes(&self) -> usize {
         self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>()
             + self.histories.iter().map(History::bytes).sum::<usize>()
