@@ -29,19 +29,21 @@ use serde_json::{json, Value as Json};
 use vigil_lang::ast::BinOp;
 use vigil_lang::plan::{ScorePlan, ScoreStep, ScorerSpec, TExpr, TExprKind};
 
-/// One scorer's state.
+/// One scorer's state. The larger ones are boxed, so that a rule of small scorers
+/// (`metric_stuck`'s) does not pay the largest's size in every slot of every series; a box
+/// serialises as what it holds, so checkpoints are the same.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Scorer {
     RobustZ(robust::RobustZ),
-    Knn(knn::Knn),
-    Shift(shift::Shift),
-    Likelihood(likelihood::Likelihood),
-    Novelty(novelty::Novelty),
+    Knn(Box<knn::Knn>),
+    Shift(Box<shift::Shift>),
+    Likelihood(Box<likelihood::Likelihood>),
+    Novelty(Box<novelty::Novelty>),
     Unchanged(change::Unchanged),
-    ChangeRate(change::ChangeRate),
+    ChangeRate(Box<change::ChangeRate>),
     Streak(change::Streak),
-    Spot(spot::Spot),
-    Changepoint(changepoint::Changepoint),
+    Spot(Box<spot::Spot>),
+    Changepoint(Box<changepoint::Changepoint>),
 }
 
 impl Scorer {
@@ -50,23 +52,25 @@ impl Scorer {
         match *spec {
             ScorerSpec::RobustZ { window, warmup } => Scorer::RobustZ(robust::RobustZ::new(n(window), n(warmup))),
             ScorerSpec::Knn { dim, k, window, calibration } => {
-                Scorer::Knn(knn::Knn::new(n(dim), n(k), n(window), n(calibration)))
+                Scorer::Knn(Box::new(knn::Knn::new(n(dim), n(k), n(window), n(calibration))))
             }
             ScorerSpec::Shift { window, bins, warmup } => {
-                Scorer::Shift(shift::Shift::new(n(window), n(bins), n(warmup)))
+                Scorer::Shift(Box::new(shift::Shift::new(n(window), n(bins), n(warmup))))
             }
             ScorerSpec::Likelihood { short, long, warmup } => {
-                Scorer::Likelihood(likelihood::Likelihood::new(n(short), n(long), n(warmup)))
+                Scorer::Likelihood(Box::new(likelihood::Likelihood::new(n(short), n(long), n(warmup))))
             }
-            ScorerSpec::Novelty { window, warmup } => Scorer::Novelty(novelty::Novelty::new(n(window), n(warmup))),
+            ScorerSpec::Novelty { window, warmup } => {
+                Scorer::Novelty(Box::new(novelty::Novelty::new(n(window), n(warmup))))
+            }
             ScorerSpec::Unchanged => Scorer::Unchanged(change::Unchanged::default()),
-            ScorerSpec::ChangeRate { window } => Scorer::ChangeRate(change::ChangeRate::new(n(window))),
+            ScorerSpec::ChangeRate { window } => Scorer::ChangeRate(Box::new(change::ChangeRate::new(n(window)))),
             ScorerSpec::Streak => Scorer::Streak(change::Streak::default()),
             ScorerSpec::Spot { level, warmup, peaks, risk } => {
-                Scorer::Spot(spot::Spot::new(n(level), n(warmup), n(peaks), n(risk)))
+                Scorer::Spot(Box::new(spot::Spot::new(n(level), n(warmup), n(peaks), n(risk))))
             }
             ScorerSpec::Changepoint { expected, runs, warmup } => {
-                Scorer::Changepoint(changepoint::Changepoint::new(n(expected), n(runs), n(warmup)))
+                Scorer::Changepoint(Box::new(changepoint::Changepoint::new(n(expected), n(runs), n(warmup))))
             }
         }
     }
