@@ -15,8 +15,9 @@
 //!
 //! Refused with the reason, the request's other points kept: delta sums and delta histograms
 //! (their running total is the sender's to keep: configure the SDK or the Collector's
-//! `deltatocumulative` processor for cumulative temporality) and metrics without a name. Points flagged "no recorded value" and points that are not finite are
-//! skipped and counted, as remote-write's stale markers are.
+//! `deltatocumulative` processor for cumulative temporality) and metrics without a name. Points
+//! flagged "no recorded value" and points that are not finite are skipped and counted, as
+//! remote-write's stale markers are.
 
 use crate::event::{DecodeError, Event, Millis, Value};
 use crate::metric_kind::{COUNTER, GAUGE};

@@ -123,7 +123,7 @@ impl ApiError {
 }
 
 /// Seconds a sender is asked to wait before it sends again after a 503.
-pub(super) const RETRY_AFTER_SECONDS: u32 = 1;
+const RETRY_AFTER_SECONDS: u32 = 1;
 
 impl IntoResponse for ApiError {
     /// A 503 says when to try again: every 503 of Vigil's is one a retry can cure (a queue
@@ -131,13 +131,16 @@ impl IntoResponse for ApiError {
     /// `Retry-After` (Prometheus with `retry_on_http_429`, the OpenTelemetry Collector) wait
     /// that long rather than their own backoff.
     fn into_response(self) -> Response {
-        let retry = self.0 == StatusCode::SERVICE_UNAVAILABLE;
-        let mut response = (self.0, Json(self.1)).into_response();
-        if retry {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECONDS.into());
-        }
-        response
+        with_retry_after((self.0, Json(self.1)).into_response())
     }
+}
+
+/// `response`, with `Retry-After` when it is a 503 (see [`ApiError`]'s answers).
+pub(super) fn with_retry_after(mut response: Response) -> Response {
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECONDS.into());
+    }
+    response
 }
 
 impl From<super::store::StoreError> for ApiError {

@@ -57,12 +57,8 @@ fn answer_error(e: ApiError, encoding: Encoding) -> Response {
         Encoding::Json => ApiError(e.0, json!({ "code": code, "message": message, "error": message })).into_response(),
         Encoding::Protobuf => {
             let body = prost::Message::encode_to_vec(&Status { code, message });
-            let mut response = (e.0, [(header::CONTENT_TYPE, "application/x-protobuf")], body).into_response();
-            if e.0 == StatusCode::SERVICE_UNAVAILABLE {
-                // The OTLP exporters wait what Retry-After says before they send again.
-                response.headers_mut().insert(header::RETRY_AFTER, super::RETRY_AFTER_SECONDS.into());
-            }
-            response
+            // The OTLP exporters wait what Retry-After says before they send again.
+            super::with_retry_after((e.0, [(header::CONTENT_TYPE, "application/x-protobuf")], body).into_response())
         }
     }
 }

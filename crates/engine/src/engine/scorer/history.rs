@@ -22,9 +22,6 @@ pub struct History {
     /// kept as one until then.
     #[serde(skip)]
     unflattened: bool,
-    /// Whether the window being judged has not given its value yet.
-    #[serde(skip)]
-    expecting: bool,
 }
 
 impl History {
@@ -37,7 +34,6 @@ impl History {
             taken: 0,
             current: false,
             unflattened: false,
-            expecting: false,
         }
     }
 
@@ -46,24 +42,6 @@ impl History {
     #[cfg(test)]
     pub fn never_flat(cap: usize) -> Self {
         History { flat: false, ..History::new(cap) }
-    }
-
-    /// A window closed: its value is taken by the first of [`History::take_once`], as every
-    /// reader of one input is given the same value.
-    pub fn expect(&mut self) {
-        self.expecting = true;
-    }
-
-    pub fn take_once(&mut self, x: f64) {
-        if std::mem::take(&mut self.expecting) {
-            self.take(x);
-        }
-    }
-
-    /// The window is judged: a value that did not come (no reader had one) is not waited for.
-    pub fn settle(&mut self) {
-        self.expecting = false;
-        self.unflattened = false;
     }
 
     /// Takes the value the window that just closed is judged by, before any reader reads it.

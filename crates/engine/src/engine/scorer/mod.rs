@@ -193,8 +193,6 @@ impl Scores {
 
     /// The window that just closed had events: every slot in order, each seeing the ones before.
     pub fn update(&mut self, plan: &ScorePlan, env: &Env) {
-        // Each history takes this window's value from its first reader.
-        self.histories.iter_mut().for_each(History::expect);
         for (i, slot) in plan.slots.iter().enumerate() {
             let value = {
                 let env = Env { scores: Some(&self.values[..i]), ..*env };
@@ -208,8 +206,10 @@ impl Scores {
                         v => v.as_f64(),
                     };
                     let history = self.reads[i].map(usize::from);
-                    if let (Some(h), Some(x)) = (history, x) {
-                        self.histories[h].take_once(x);
+                    // Every reader of one input is given the same value: the first takes it.
+                    let first = !self.reads[..i].contains(&self.reads[i]);
+                    if let (Some(h), Some(x), true) = (history, x, first) {
+                        self.histories[h].take(x);
                     }
                     let history = history.map(|h| &self.histories[h]);
                     x.and_then(|x| scorer.update(x, history)).map_or(Value::Null, Value::Num)
@@ -217,7 +217,6 @@ impl Scores {
                 _ => value,
             };
         }
-        self.histories.iter_mut().for_each(History::settle);
     }
 
     /// The window that just closed had no events: nothing is judged.
