@@ -40,6 +40,10 @@ type SequenceState = (
 /// recent intervals, and the keys in their refractory period. Checkpoints of builds before these
 /// end at the state above.
 type SequenceExtension = (Vec<(Key, Cadence)>, Vec<(Key, Millis)>);
+/// What follows the extension: the partitions silent now, with the wait that called each
+/// silence, so that the gap ending it is remembered as it would have been without the restart.
+/// Checkpoints of builds before this end at the extension.
+type HeldWaits = Vec<(Key, Millis)>;
 
 /// How often a partition's first-step events come: the last one's time and the gaps before it.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -52,8 +56,8 @@ struct Cadence {
     sorted: std::cell::RefCell<Vec<Millis>>,
     /// The wait after which the rule called the partition silent, while that silence lasts: the
     /// gap that ends it is remembered as at most [`HELD_GAP_FACTOR`] times that wait, so that
-    /// one outage does not hide the next while it is remembered. Not in checkpoints: across a
-    /// restart the gap is remembered whole.
+    /// one outage does not hide the next while it is remembered. Checkpointed apart, in
+    /// [`HeldWaits`].
     #[serde(skip)]
     held: Option<Millis>,
 }
@@ -572,15 +576,26 @@ impl Operator for SequenceOperator {
             return Ok(bytes);
         }
         let cadence: Vec<(&Key, &Cadence)> = self.cadence.iter().collect();
-        postcard::to_extend(&(cadence, quiet), bytes)
+        let held: Vec<(&Key, Millis)> = self.cadence.iter().filter_map(|(k, c)| Some((k, c.held?))).collect();
+        let bytes = postcard::to_extend(&(cadence, quiet), bytes)?;
+        if held.is_empty() {
+            return Ok(bytes);
+        }
+        postcard::to_extend(&held, bytes)
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), postcard::Error> {
         let ((partitions, locate, timers, next_id, next_sweep, alerting, blind), rest): (SequenceState, &[u8]) =
             postcard::take_from_bytes(state)?;
-        let (cadence, quiet): SequenceExtension =
-            if rest.is_empty() { Default::default() } else { postcard::from_bytes(rest)? };
+        let ((cadence, quiet), rest): (SequenceExtension, &[u8]) =
+            if rest.is_empty() { (Default::default(), rest) } else { postcard::take_from_bytes(rest)? };
+        let held: HeldWaits = if rest.is_empty() { Vec::new() } else { postcard::from_bytes(rest)? };
         self.cadence = cadence.into_iter().collect();
+        for (key, wait) in held {
+            if let Some(c) = self.cadence.get_mut(&key) {
+                c.held = Some(wait);
+            }
+        }
         self.alerting.restore_quiet(quiet);
         self.blind = blind;
         self.partitions = partitions;
