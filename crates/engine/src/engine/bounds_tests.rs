@@ -304,3 +304,48 @@ fn under_a_flood_of_new_series_the_learned_baselines_stay() {
     let fired = out.iter().filter(|a| &*a.rule == "deviation" && a.status == Status::Firing).count();
     assert_eq!(fired, 50, "a learned series was dropped for a new one");
 }
+
+#[test]
+fn the_estimate_counts_each_series_scores_as_they_grew() {
+    const GROWING: &str = r#"rule deviation {
+        metric s sample as e #time(1 min)
+        state ss { v := avg(e.value) } group by s
+        score { z := robust_z(ss.v, window = 256, warmup = 4), p := knn(ss.v, window = 256, calibration = 256) }
+        alert abs(z) > 100 }"#;
+    let sample = |i: i64, minute: i64| {
+        let mut e = series_sample(i, minute * MINUTE);
+        e.set("value", Value::Num(((i * 7 + minute * 3) % 11) as f64));
+        e
+    };
+    let learn = |engine: &mut Engine, out: &mut Vec<Alert>| {
+        for minute in 0..120 {
+            for i in 0..50 {
+                engine.push(sample(i, minute), out);
+            }
+        }
+    };
+    let flood = |engine: &mut Engine, out: &mut Vec<Alert>| {
+        for i in 1_000..2_000 {
+            engine.push(sample(i, 123), out);
+        }
+        engine.advance_to(125 * MINUTE, out);
+    };
+    let mut out = Vec::new();
+    let mut learned = Engine::new(plans(GROWING), EngineConfig::default());
+    learn(&mut learned, &mut out);
+    learned.advance_to(125 * MINUTE, &mut out);
+    let mut young = Engine::new(plans(GROWING), EngineConfig::default());
+    flood(&mut young, &mut out);
+    let mut both = Engine::new(plans(GROWING), EngineConfig::default());
+    learn(&mut both, &mut out);
+    flood(&mut both, &mut out);
+    // Fifty series of two hours and a thousand of one window, together, hold what each holds
+    // alone: no one group's scores stand for the others'.
+    let (apart, together) = (learned.state_bytes() + young.state_bytes(), both.state_bytes());
+    assert!(learned.state_bytes() / 50 > 2 * young.state_bytes() / 1_000, "a learned series holds more");
+    assert!(apart.abs_diff(together) * 50 < together, "apart {apart}, together {together}");
+    // Dropping the new series gives back what they held.
+    both.enforce_budget(learned.state_bytes() + learned.state_bytes() / 20, &mut out);
+    let after = both.state_bytes();
+    assert!(after * 20 <= learned.state_bytes() * 21 && after * 10 >= learned.state_bytes() * 9, "{after}");
+}

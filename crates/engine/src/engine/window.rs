@@ -67,6 +67,12 @@ struct Group {
     scores: Box<[Option<Scores>]>,
 }
 
+impl Group {
+    fn scores_bytes(&self) -> usize {
+        self.scores.iter().flatten().map(Scores::bytes).sum()
+    }
+}
+
 impl Dependent {
     /// A scored rule judges a group: its scorers learn from the window if it had events (a
     /// quiet window is not judged), and the alert reads the scores.
@@ -121,6 +127,12 @@ pub struct WindowOperator {
     /// Empty windows after which an idle group is forgotten.
     remember: usize,
     groups: KeyMap<Group>,
+    /// What the groups' scores hold ([`Scores::bytes`], summed), kept as they grow, are made
+    /// and dropped: a series' scores grow with its life, so no one group stands for the rest.
+    scores_bytes: usize,
+    /// Room for the next snapshot: the last one's size and an eighth, so that serialising a
+    /// large state writes it once instead of growing (and copying) the buffer as it goes.
+    snapshot_room: std::sync::atomic::AtomicUsize,
     has_invariant: bool,
     has_scores: bool,
     /// Where each key value goes in a stand-in event, when every group key is a plain field.
@@ -195,7 +207,9 @@ impl WindowOperator {
         }
         let victims: Vec<Key> = ranked.into_iter().take(n).map(|(.., k)| k.clone()).collect();
         for k in victims {
-            self.groups.remove(&k);
+            if let Some(g) = self.groups.remove(&k) {
+                self.scores_bytes = self.scores_bytes.saturating_sub(g.scores_bytes());
+            }
         }
         for d in self.dependents.iter_mut().filter(|d| d.scores.is_some()) {
             d.blind.dropped_many(reason, n as u64);
@@ -227,6 +241,7 @@ impl WindowOperator {
         } else {
             Box::default()
         };
+        self.scores_bytes += scores.iter().flatten().map(Scores::bytes).sum::<usize>();
         // Quiet closes count from the newest group, so that every group has been through them
         // (its history full of empty windows) before any are skipped.
         self.quiet_closes = 0;
@@ -286,7 +301,7 @@ impl WindowOperator {
         }
         let clusters: Vec<HashMap<Key, ClusterResult>> = (0..self.dependents.len()).map(|d| self.cluster(d)).collect();
         let (size, slide) = (self.size, self.slide);
-        let Self { groups, dependents, source, rebuild, regexes, field_names: names, .. } = self;
+        let Self { groups, dependents, source, rebuild, regexes, field_names: names, scores_bytes, .. } = self;
         let mut scratch = Event::new(source[0].stream, 0);
         // Each group's alerts, to be put in key order once every group is judged: groups are
         // judged in the map's order, which differs from run to run, and most closes alert for
@@ -321,7 +336,9 @@ impl WindowOperator {
                 };
                 if let Some(Some(group_scores)) = scores.get_mut(d) {
                     let windows = || evidence(names, history, end, size, slide, None, cluster);
+                    let before = group_scores.bytes();
                     dependent.judge_scored(key, end, active, group_scores, &env, windows, out);
+                    *scores_bytes = (*scores_bytes + group_scores.bytes()).saturating_sub(before);
                     continue;
                 }
                 let alerting = &mut dependent.alerting;
@@ -376,6 +393,7 @@ impl WindowOperator {
         let dependents = &self.dependents;
         let pending = &self.pending;
         let mut expired = 0;
+        let mut freed = 0;
         self.groups.retain(|key, g| {
             let active = dependents.iter().any(|d| d.alerting.is_active(key));
             // A judging operator's group has summaries of windows to come instead.
@@ -383,9 +401,14 @@ impl WindowOperator {
             let remembered = g.idle < remember || open || active;
             let idle_out = g.idle >= idle_windows && !open && !active;
             expired += u64::from(remembered && idle_out);
-            remembered && !idle_out
+            let kept = remembered && !idle_out;
+            if !kept {
+                freed += g.scores_bytes();
+            }
+            kept
         });
         self.evicted_idle += expired;
+        self.scores_bytes = self.scores_bytes.saturating_sub(freed);
     }
 
     /// Runs dependent `d`'s cluster step over the groups that had events in the window.
@@ -589,10 +612,10 @@ impl Operator for WindowOperator {
             + open * (fields + 1) * std::mem::size_of::<Slot>()
             + self.history * (fields * value + 40)
             + if self.rebuild.is_none() { super::operator::event_bytes(self.source[0].stream) } else { 0 }
+            + if self.has_scores { self.dependents.len() * std::mem::size_of::<Option<Scores>>() } else { 0 }
             + 32;
-        // Scores take the same in every group of a rule; the first group's stand for all.
-        let scores = self.groups.values().next().map_or(0, |g| g.scores.iter().flatten().map(Scores::bytes).sum());
-        self.groups.len() * (per_group + scores)
+        self.groups.len() * per_group
+            + self.scores_bytes
             + self.dependents.iter().map(|d| d.alerting.state_bytes()).sum::<usize>()
     }
 

@@ -77,7 +77,7 @@ impl ChangeRate {
     }
 
     pub fn bytes(&self) -> usize {
-        self.window + 40
+        super::heap(&self.changed)
     }
 }
 

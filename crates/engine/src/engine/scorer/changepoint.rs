@@ -169,7 +169,7 @@ impl Changepoint {
     }
 
     pub fn bytes(&self) -> usize {
-        self.cap * 32 + 96
+        super::heap(&self.runs)
     }
 }
 

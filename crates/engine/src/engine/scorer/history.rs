@@ -118,7 +118,7 @@ impl History {
     }
 
     pub fn bytes(&self) -> usize {
-        self.values.capacity() * std::mem::size_of::<f32>() + 64
+        super::heap(&self.values)
     }
 }
 

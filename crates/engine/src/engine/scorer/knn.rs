@@ -170,7 +170,7 @@ impl Knn {
     }
 
     pub fn bytes(&self) -> usize {
-        self.scores.capacity() * std::mem::size_of::<u16>() + 96
+        super::heap(&self.scores)
     }
 }
 

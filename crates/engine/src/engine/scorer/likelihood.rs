@@ -70,7 +70,7 @@ impl Likelihood {
     }
 
     pub fn bytes(&self) -> usize {
-        self.short * 8 + 64
+        super::heap(&self.recent)
     }
 }
 

@@ -26,6 +26,7 @@ const MAX_SURPRISE: f64 = 16.0;
 use super::eval::{eval, Env};
 use crate::event::Value;
 use serde_json::{json, Value as Json};
+use std::collections::VecDeque;
 use vigil_lang::ast::BinOp;
 use vigil_lang::plan::{ScorePlan, ScoreStep, ScorerSpec, TExpr, TExprKind};
 
@@ -129,18 +130,20 @@ impl Scorer {
         }
     }
 
-    /// An estimate of the state's size in bytes.
+    /// What the scorer holds on the heap beyond its slot: a boxed scorer's record, and the
+    /// capacity of its buffers.
     pub fn bytes(&self) -> usize {
+        use std::mem::size_of_val;
         match self {
             Scorer::RobustZ(s) => s.bytes(),
-            Scorer::Knn(s) => s.bytes(),
-            Scorer::Shift(s) => s.bytes(),
-            Scorer::Likelihood(s) => s.bytes(),
-            Scorer::Novelty(s) => s.bytes(),
-            Scorer::Unchanged(_) | Scorer::Streak(_) => 24,
-            Scorer::ChangeRate(s) => s.bytes(),
-            Scorer::Spot(s) => s.bytes(),
-            Scorer::Changepoint(s) => s.bytes(),
+            Scorer::Knn(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Shift(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Likelihood(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Novelty(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Unchanged(_) | Scorer::Streak(_) => 0,
+            Scorer::ChangeRate(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Spot(s) => size_of_val(&**s) + s.bytes(),
+            Scorer::Changepoint(s) => size_of_val(&**s) + s.bytes(),
         }
     }
 }
@@ -263,11 +266,16 @@ impl Scores {
         self.histories.iter().map(History::taken).max().unwrap_or(0)
     }
 
+    /// What the scores hold on the heap: their vectors' capacity, what each scorer and history
+    /// holds, and the text of any text value. The record itself is in its group's slice.
     pub fn bytes(&self) -> usize {
-        self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>()
+        heap(&self.scorers)
+            + self.scorers.iter().flatten().map(Scorer::bytes).sum::<usize>()
+            + heap(&self.histories)
             + self.histories.iter().map(History::bytes).sum::<usize>()
-            + self.values.len() * 25
-            + 72
+            + heap(&self.reads)
+            + heap(&self.values)
+            + self.values.iter().map(|v| if let Value::Str(s) = v { text_bytes(s) } else { 0 }).sum::<usize>()
     }
 }
 
@@ -307,3 +315,33 @@ fn reads_score(e: &TExpr) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// A text's heap bytes: none when it is kept inline, else the text and its reference counts.
+fn text_bytes(s: &smol_str::SmolStr) -> usize {
+    if s.is_heap_allocated() {
+        s.len() + 16
+    } else {
+        0
+    }
+}
+
+/// What a collection holds on the heap: its capacity in elements, as the allocator sees it.
+fn heap<C: Capacity>(c: &C) -> usize {
+    c.capacity_bytes()
+}
+
+trait Capacity {
+    fn capacity_bytes(&self) -> usize;
+}
+
+impl<T> Capacity for Vec<T> {
+    fn capacity_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T> Capacity for VecDeque<T> {
+    fn capacity_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>()
+    }
+}

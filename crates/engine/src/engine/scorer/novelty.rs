@@ -63,7 +63,7 @@ impl Novelty {
     }
 
     pub fn bytes(&self) -> usize {
-        BLOCKS * 16 + 64
+        super::heap(&self.blocks)
     }
 }
 

@@ -90,7 +90,7 @@ impl RobustZ {
     }
 
     pub fn bytes(&self) -> usize {
-        self.order.capacity() * 2 + 64
+        super::heap(&self.order)
     }
 }
 

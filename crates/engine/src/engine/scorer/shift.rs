@@ -113,7 +113,12 @@ impl Shift {
     }
 
     pub fn bytes(&self) -> usize {
-        self.window + self.warmup * 8 + (MAX_KNOWN + 2) * self.bins * 8
+        super::heap(&self.learning)
+            + super::heap(&self.edges)
+            + super::heap(&self.recent)
+            + super::heap(&self.counts)
+            + super::heap(&self.known)
+            + self.known.iter().map(|(d, _)| super::heap(d)).sum::<usize>()
     }
 }
 

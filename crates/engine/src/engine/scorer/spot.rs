@@ -133,7 +133,7 @@ impl Spot {
     }
 
     pub fn bytes(&self) -> usize {
-        self.cap * 8 + self.first.capacity() * 4 + 96
+        super::heap(&self.first) + super::heap(&self.peaks)
     }
 }
 

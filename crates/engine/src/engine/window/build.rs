@@ -148,6 +148,8 @@ impl WindowOperatorBuilder {
             history,
             remember,
             groups: KeyMap::default(),
+            scores_bytes: 0,
+            snapshot_room: Default::default(),
             next_close: None,
             dependents,
             regexes: self.regexes,

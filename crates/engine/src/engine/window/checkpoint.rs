@@ -5,6 +5,7 @@ use super::super::blind::BlindSpot;
 use super::{Group, Scores, WindowOperator};
 use crate::engine::keys::{Key, KeyMap};
 use crate::event::Millis;
+use std::sync::atomic::Ordering;
 
 /// What a window operator's snapshot holds.
 type WindowState = (KeyMap<Group>, Option<Millis>, Vec<crate::engine::alerting::AlertingState>);
@@ -22,7 +23,8 @@ type BlindExtension = Vec<BlindSpot>;
 impl WindowOperator {
     pub(super) fn snapshot_bytes(&self) -> Result<Vec<u8>, postcard::Error> {
         let alerting: Vec<_> = self.dependents.iter().map(|d| d.alerting.snapshot()).collect();
-        let mut bytes = postcard::to_stdvec(&(&self.groups, self.next_close, alerting))?;
+        let room = Vec::with_capacity(self.snapshot_room.load(Ordering::Relaxed));
+        let mut bytes = postcard::to_extend(&(&self.groups, self.next_close, alerting), room)?;
         let quiet: Vec<Vec<(Key, Millis)>> = self.dependents.iter().map(|d| d.alerting.quiet_snapshot()).collect();
         let rollups: RollupExtension = self.dependents.iter().map(|d| d.alerting.rollup_snapshot()).collect();
         let rolled_up = rollups.iter().any(Option::is_some);
@@ -38,6 +40,7 @@ impl WindowOperator {
             let blind: Vec<&BlindSpot> = self.dependents.iter().map(|d| &d.blind).collect();
             bytes = postcard::to_extend(&blind, bytes)?;
         }
+        self.snapshot_room.store(bytes.len() + bytes.len() / 8, Ordering::Relaxed);
         Ok(bytes)
     }
 
@@ -76,6 +79,7 @@ impl WindowOperator {
         for (d, q) in self.dependents.iter_mut().zip(quiet) {
             d.alerting.restore_quiet(q);
         }
+        self.scores_bytes = self.groups.values().map(Group::scores_bytes).sum();
         Ok(())
     }
 }
