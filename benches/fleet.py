@@ -4,6 +4,7 @@ path costs per sample and per series.
 
     python3 benches/fleet.py VIGIL_BINARY [--hosts 50,500] [--minutes 10] [--scrape 10]
         [--rules rules] [--node-exporter prometheus-node-exporter] [--prometheus prometheus]
+        [--serve-arg=--checkpoint-interval=1h ...]
 
 One real node_exporter (Debian's) is scraped once every scrape interval by a small caching
 proxy, which serves that text to every target: N targets of one address, each with its own
@@ -16,7 +17,8 @@ minutes (series created, checkpoints begun), over the rest of the run:
 - samples/s taken by Vigil (`vigil_samples_in_total`);
 - Vigil's CPU per sample (user + system time from /proc, over the same span);
 - Vigil's RSS, and RSS growth per series (series = hosts x the exporter's series);
-- `vigil_state_bytes` per series; Prometheus' failed samples (must be 0).
+- `vigil_state_bytes` per series; Prometheus' failed samples (must be 0);
+- the last checkpoint's size, and the mean time of a checkpoint's snapshot and store steps.
 
 Prints one table row per N (markdown), the numbers of BENCHMARKS.md ("A real fleet").
 """
@@ -53,6 +55,24 @@ def metric(text, name):
             except ValueError:
                 pass
     return total
+
+
+def step_means(before, after, name="vigil_checkpoint_seconds", steps=("snapshot", "store")):
+    """Mean of a histogram's observations by `step` label between two expositions."""
+    def sums(text):
+        out = {}
+        for line in text.splitlines():
+            for step in steps:
+                for part in ("sum", "count"):
+                    if line.startswith(f'{name}_{part}{{step="{step}"}}'):
+                        out[(step, part)] = float(line.rsplit(" ", 1)[1])
+        return out
+    a, b = sums(before), sums(after)
+    means = {}
+    for step in steps:
+        n = b.get((step, "count"), 0) - a.get((step, "count"), 0)
+        means[step] = (b.get((step, "sum"), 0) - a.get((step, "sum"), 0)) / n if n else float("nan")
+    return means
 
 
 def cpu_seconds(pid):
@@ -129,13 +149,14 @@ def wait_listening(proc, log_path, timeout=60):
     sys.exit("vigil did not start")
 
 
-def serve(binary, rules, folder):
-    """`vigil serve` on its defaults (SQLite) with everything in `folder`: (process, its URL)."""
+def serve(binary, rules, folder, extra=()):
+    """`vigil serve` on its defaults (SQLite) with everything in `folder`, and `extra` flags:
+    (process, its URL)."""
     log_path = os.path.join(folder, "vigil.log")
     vigil = subprocess.Popen(
         [binary, "serve", "--rules", rules, "--http-addr", f"127.0.0.1:{free_port()}",
          "--database-url", f"sqlite://{folder}/vigil.db", "--spool-dir", f"{folder}/spool",
-         "--ingest-log-dir", f"{folder}/ingest"],
+         "--ingest-log-dir", f"{folder}/ingest", *extra],
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     return vigil, wait_listening(vigil, log_path)
 
@@ -143,7 +164,7 @@ def serve(binary, rules, folder):
 def run(args, hosts, proxy, work):
     prom_port = free_port()
     folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
-    vigil, base = serve(args.vigil, args.rules, folder)
+    vigil, base = serve(args.vigil, args.rules, folder, args.serve_arg)
     targets = "".join(
         f"      - targets: ['127.0.0.1:{proxy.port}']\n        labels: {{instance: 'host-{i:04d}'}}\n"
         for i in range(hosts))
@@ -159,11 +180,13 @@ def run(args, hosts, proxy, work):
     try:
         rss_start = rss_bytes(vigil.pid)
         time.sleep(120)
-        start = (time.time(), metric(get(f"{base}/metrics"), "vigil_samples_in_total"), cpu_seconds(vigil.pid))
+        first = get(f"{base}/metrics")
+        start = (time.time(), metric(first, "vigil_samples_in_total"), cpu_seconds(vigil.pid))
         time.sleep(args.minutes * 60 - 120)
         text = get(f"{base}/metrics")
         end = (time.time(), metric(text, "vigil_samples_in_total"), cpu_seconds(vigil.pid))
         state = metric(text, "vigil_state_bytes")
+        checkpoint = (metric(text, "vigil_checkpoint_bytes"), step_means(first, text))
         failed = metric(get(f"http://127.0.0.1:{prom_port}/metrics"), "prometheus_remote_storage_samples_failed_total")
         rss = rss_bytes(vigil.pid)
     finally:
@@ -184,6 +207,9 @@ def run(args, hosts, proxy, work):
         "rss_per_series": (rss - rss_start) / series,
         "state_per_series": state / series,
         "failed": failed,
+        "checkpoint_mb": checkpoint[0] / 2**20,
+        "snapshot_ms": checkpoint[1]["snapshot"] * 1e3,
+        "store_ms": checkpoint[1]["store"] * 1e3,
     }
 
 
@@ -196,6 +222,8 @@ def main():
     p.add_argument("--rules", default="rules")
     p.add_argument("--node-exporter", default="prometheus-node-exporter")
     p.add_argument("--prometheus", default="prometheus")
+    p.add_argument("--serve-arg", action="append", default=[],
+                   help="a flag for `vigil serve` (repeat it), e.g. --serve-arg=--checkpoint-interval=1h")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="vigil-fleet-")
     exporter_port = free_port()
@@ -207,13 +235,14 @@ def main():
         print(f"one node_exporter of {proxy.series()} series, scraped every {args.scrape} s; "
               f"{args.minutes} min a run, measured after the first 2")
         print("| hosts | series | samples/s | CPU per sample | CPU (share of a core) | RSS | RSS growth per series "
-              "| state estimate per series | Prometheus failed |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| state estimate per series | Prometheus failed | checkpoint | snapshot | store |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for hosts in [int(h) for h in args.hosts.split(",")]:
             r = run(args, hosts, proxy, work)
             print(f"| {r['hosts']} | {r['series']:,} | {r['samples_per_s']:,.0f} | {r['cpu_us_per_sample']:.1f} us "
                   f"| {r['cpu_share']:.2f} | {r['rss_mb']:,.0f} MB | {r['rss_per_series']:,.0f} B "
-                  f"| {r['state_per_series']:,.0f} B | {r['failed']:.0f} |", flush=True)
+                  f"| {r['state_per_series']:,.0f} B | {r['failed']:.0f} | {r['checkpoint_mb']:,.1f} MB "
+                  f"| {r['snapshot_ms']:,.0f} ms | {r['store_ms']:,.0f} ms |", flush=True)
         proxy.close()
     finally:
         exporter.terminate()

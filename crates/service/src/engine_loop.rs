@@ -418,8 +418,14 @@ impl EngineLoop {
     }
 
     fn checkpoint(&mut self, r: &mut Running) -> Option<Output> {
+        let started = Instant::now();
         match self.engine.checkpoint(&mut r.out) {
             Ok(bytes) => {
+                self.telemetry
+                    .checkpoint_seconds
+                    .with_label_values(&["snapshot"])
+                    .observe(started.elapsed().as_secs_f64());
+                self.telemetry.checkpoint_bytes.set(bytes.len() as i64);
                 let mut next: Vec<Position> = r
                     .positions
                     .iter()

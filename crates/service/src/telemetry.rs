@@ -28,6 +28,10 @@ pub struct Telemetry {
     pub samples: SampleMetrics,
     pub notifications: NotificationMetrics,
     pub state_bytes: IntGauge,
+    /// The last checkpoint's size, and the time of each of its two steps: `snapshot` (the
+    /// engine's state serialised, on the engine's thread) and `store` (written and committed).
+    pub checkpoint_bytes: IntGauge,
+    pub checkpoint_seconds: HistogramVec,
     /// Sources that hold event time back ([`super::event_time`]).
     pub live_sources: IntGauge,
     pub workers: IntGauge,
@@ -272,6 +276,13 @@ impl Telemetry {
         )
         .expect("valid histogram");
         registry.register(Box::new(webhook_latency.clone())).expect("registered once");
+        let checkpoint_seconds = HistogramVec::new(
+            HistogramOpts::new("vigil_checkpoint_seconds", "Time of a checkpoint's steps: snapshot, store")
+                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
+            &["step"],
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(checkpoint_seconds.clone())).expect("registered once");
         let watermark_lag_ms =
             IntGauge::new("vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark")
                 .expect("valid gauge");
@@ -294,6 +305,8 @@ impl Telemetry {
         Telemetry {
             group: GroupMetrics::new(&registry),
             state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
+            checkpoint_bytes: gauge(&registry, "vigil_checkpoint_bytes", "Size of the last checkpoint of the engine's state"),
+            checkpoint_seconds,
             live_sources: gauge(
                 &registry,
                 "vigil_event_time_sources",

@@ -179,7 +179,10 @@ impl Writer {
     /// Stores a checkpoint, then commits its Kafka offsets.
     async fn save_checkpoint(&self, bytes: &[u8], positions: &[Position]) -> bool {
         let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
-        if let Err(e) = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await {
+        let started = std::time::Instant::now();
+        let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
+        self.telemetry.checkpoint_seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
+        if let Err(e) = saved {
             self.health.store_ok.store(false, Ordering::Relaxed);
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
             return false;

@@ -267,7 +267,7 @@ impl Engine {
     pub fn snapshot(&self) -> Result<Snapshot, postcard::Error> {
         let mut operators = Vec::with_capacity(self.operators.len());
         for (op, served) in self.operators.iter().zip(&self.layout.served) {
-            operators.push((served.id.clone(), op.snapshot()?));
+            operators.push((served.id.clone(), serde_bytes::ByteBuf::from(op.snapshot()?)));
         }
         // Times alone are left out: `max_ts` holds how far they moved time, and a timer they
         // would have fired fires with the next event instead (its alert's detection time may

@@ -10,6 +10,7 @@ use super::{merge, Crew, DEPTH};
 use crate::alert::Alert;
 use crate::engine::{Clock, Engine, EngineConfig, EngineError, EngineStats, Snapshot};
 use crate::event::{Event, Millis};
+use serde_bytes::ByteBuf;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -269,23 +270,23 @@ impl Engines {
     /// The state of every engine, for a checkpoint: one engine's snapshot as it always was, or
     /// the workers' snapshots together.
     pub fn checkpoint(&mut self, out: &mut Vec<Alert>) -> Result<Vec<u8>, postcard::Error> {
-        let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()));
-        let mut parts = parts.into_iter().collect::<Result<Vec<Vec<u8>>, _>>()?;
+        let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()).map(ByteBuf::from));
+        let mut parts = parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?;
         if parts.len() == 1 {
-            return Ok(parts.swap_remove(0));
+            return Ok(parts.swap_remove(0).into_vec());
         }
-        let mut bytes = SPLIT_MAGIC.to_vec();
-        bytes.extend(postcard::to_stdvec(&parts)?);
-        Ok(bytes)
+        let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.len() + 8).sum::<usize>() + 16);
+        bytes.extend_from_slice(SPLIT_MAGIC);
+        postcard::to_extend(&parts, bytes)
     }
 
     /// Continues from [`Engines::checkpoint`]'s bytes. State split for another number of
     /// workers is not split again: the engines take the checkpoint's number instead (said in
     /// the log), so that no state is lost. Returns the rules whose state was restored.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<Vec<String>, EngineError> {
-        let parts: Vec<Vec<u8>> = match bytes.strip_prefix(SPLIT_MAGIC) {
+        let parts: Vec<ByteBuf> = match bytes.strip_prefix(SPLIT_MAGIC) {
             Some(rest) => postcard::from_bytes(rest)?,
-            None => vec![bytes.to_vec()],
+            None => vec![ByteBuf::from(bytes)],
         };
         if parts.len() != self.count() {
             tracing::warn!(
