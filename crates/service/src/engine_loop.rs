@@ -422,10 +422,11 @@ impl EngineLoop {
         match self.engine.checkpoint(&mut r.out) {
             Ok(bytes) => {
                 self.telemetry
-                    .checkpoint_seconds
+                    .checkpoint
+                    .seconds
                     .with_label_values(&["snapshot"])
                     .observe(started.elapsed().as_secs_f64());
-                self.telemetry.checkpoint_bytes.set(bytes.len() as i64);
+                self.telemetry.checkpoint.bytes.set(bytes.len() as i64);
                 let mut next: Vec<Position> = r
                     .positions
                     .iter()

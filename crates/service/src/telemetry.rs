@@ -28,10 +28,7 @@ pub struct Telemetry {
     pub samples: SampleMetrics,
     pub notifications: NotificationMetrics,
     pub state_bytes: IntGauge,
-    /// The last checkpoint's size, and the time of each of its two steps: `snapshot` (the
-    /// engine's state serialised, on the engine's thread) and `store` (written and committed).
-    pub checkpoint_bytes: IntGauge,
-    pub checkpoint_seconds: HistogramVec,
+    pub checkpoint: CheckpointMetrics,
     /// Sources that hold event time back ([`super::event_time`]).
     pub live_sources: IntGauge,
     pub workers: IntGauge,
@@ -228,6 +225,39 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
+/// Buckets for the times of store writes, webhook calls and checkpoints.
+const SECONDS: [f64; 9] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
+
+/// What a checkpoint costs: the last one's size, and the time of each of its two steps,
+/// `snapshot` (the engine's state serialised, on the engine's thread) and `store` (written and
+/// committed).
+pub struct CheckpointMetrics {
+    pub bytes: IntGauge,
+    pub seconds: HistogramVec,
+}
+
+impl CheckpointMetrics {
+    fn new(registry: &Registry) -> Self {
+        let seconds = HistogramVec::new(
+            HistogramOpts::new("vigil_checkpoint_seconds", "Time of a checkpoint's steps: snapshot, store")
+                .buckets(SECONDS.to_vec()),
+            &["step"],
+        )
+        .expect("valid histogram");
+        registry.register(Box::new(seconds.clone())).expect("metric registered once");
+        CheckpointMetrics {
+            bytes: gauge(registry, "vigil_checkpoint_bytes", "Size of the last checkpoint of the engine's state"),
+            seconds,
+        }
+    }
+}
+
+fn histogram(registry: &Registry, opts: HistogramOpts) -> Histogram {
+    let h = Histogram::with_opts(opts).expect("valid histogram");
+    registry.register(Box::new(h.clone())).expect("metric registered once");
+    h
+}
+
 fn plain_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid counter");
     registry.register(Box::new(c.clone())).expect("metric registered once");
@@ -264,29 +294,18 @@ pub fn otlp_reject_reason(e: &vigil_engine::event::DecodeError, host_attribute: 
 impl Telemetry {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let eval_latency = Histogram::with_opts(
+        let eval_latency = histogram(
+            &registry,
             HistogramOpts::new("vigil_eval_latency_seconds", "Time to evaluate one event against all rules")
                 .buckets(vec![1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5]),
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(eval_latency.clone())).expect("registered once");
-        let webhook_latency = Histogram::with_opts(
-            HistogramOpts::new("vigil_webhook_latency_seconds", "Time of one webhook call")
-                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(webhook_latency.clone())).expect("registered once");
-        let checkpoint_seconds = HistogramVec::new(
-            HistogramOpts::new("vigil_checkpoint_seconds", "Time of a checkpoint's steps: snapshot, store")
-                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
-            &["step"],
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(checkpoint_seconds.clone())).expect("registered once");
+        );
+        let seconds = SECONDS.to_vec();
+        let webhook_latency = histogram(
+            &registry,
+            HistogramOpts::new("vigil_webhook_latency_seconds", "Time of one webhook call").buckets(seconds),
+        );
         let watermark_lag_ms =
-            IntGauge::new("vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark")
-                .expect("valid gauge");
-        registry.register(Box::new(watermark_lag_ms.clone())).expect("registered once");
+            gauge(&registry, "vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark");
         let kafka_lag = IntGaugeVec::new(
             Opts::new("vigil_kafka_consumer_lag", "Messages behind the end of each partition"),
             &["topic", "partition"],
@@ -305,8 +324,7 @@ impl Telemetry {
         Telemetry {
             group: GroupMetrics::new(&registry),
             state_bytes: gauge(&registry, "vigil_state_bytes", "Estimated memory of the engine's state (--max-state-mb bounds it)"),
-            checkpoint_bytes: gauge(&registry, "vigil_checkpoint_bytes", "Size of the last checkpoint of the engine's state"),
-            checkpoint_seconds,
+            checkpoint: CheckpointMetrics::new(&registry),
             live_sources: gauge(
                 &registry,
                 "vigil_event_time_sources",

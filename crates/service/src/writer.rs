@@ -181,7 +181,7 @@ impl Writer {
         let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
         let started = std::time::Instant::now();
         let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
-        self.telemetry.checkpoint_seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
+        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
         if let Err(e) = saved {
             self.health.store_ok.store(false, Ordering::Relaxed);
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
