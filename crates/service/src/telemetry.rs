@@ -61,13 +61,12 @@ pub struct NotificationMetrics {
 
 impl NotificationMetrics {
     fn new(registry: &Registry) -> NotificationMetrics {
-        let latency = HistogramVec::new(
+        let latency = histograms(
+            registry,
             HistogramOpts::new("vigil_notifications_latency_seconds", "Time of one request to Alertmanager")
-                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
+                .buckets(SECONDS.to_vec()),
             &["alertmanager"],
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(latency.clone())).expect("registered once");
+        );
         NotificationMetrics {
             sent: counter(
                 registry,
@@ -150,15 +149,14 @@ impl GroupMetrics {
         )
         .expect("valid gauge");
         registry.register(Box::new(owned_partitions.clone())).expect("registered once");
-        let restore_seconds = Histogram::with_opts(
+        let restore_seconds = histogram(
+            registry,
             HistogramOpts::new(
                 "vigil_group_restore_seconds",
                 "Time to restore one keyed partition's state from the store",
             )
             .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(restore_seconds.clone())).expect("registered once");
+        );
         GroupMetrics {
             owned_partitions,
             rebalances: counter(
@@ -225,7 +223,7 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
-/// Buckets for the times of store writes, webhook calls and checkpoints.
+/// Buckets for the times of requests to Alertmanager, webhook calls and checkpoints.
 const SECONDS: [f64; 9] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
 
 /// What a checkpoint costs: the last one's size, and the time of each of its two steps,
@@ -238,22 +236,26 @@ pub struct CheckpointMetrics {
 
 impl CheckpointMetrics {
     fn new(registry: &Registry) -> Self {
-        let seconds = HistogramVec::new(
-            HistogramOpts::new("vigil_checkpoint_seconds", "Time of a checkpoint's steps: snapshot, store")
-                .buckets(SECONDS.to_vec()),
-            &["step"],
-        )
-        .expect("valid histogram");
-        registry.register(Box::new(seconds.clone())).expect("metric registered once");
         CheckpointMetrics {
             bytes: gauge(registry, "vigil_checkpoint_bytes", "Size of the last checkpoint of the engine's state"),
-            seconds,
+            seconds: histograms(
+                registry,
+                HistogramOpts::new("vigil_checkpoint_seconds", "Time of a checkpoint's steps: snapshot, store")
+                    .buckets(SECONDS.to_vec()),
+                &["step"],
+            ),
         }
     }
 }
 
 fn histogram(registry: &Registry, opts: HistogramOpts) -> Histogram {
     let h = Histogram::with_opts(opts).expect("valid histogram");
+    registry.register(Box::new(h.clone())).expect("metric registered once");
+    h
+}
+
+fn histograms(registry: &Registry, opts: HistogramOpts, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(opts, labels).expect("valid histogram");
     registry.register(Box::new(h.clone())).expect("metric registered once");
     h
 }
@@ -299,10 +301,9 @@ impl Telemetry {
             HistogramOpts::new("vigil_eval_latency_seconds", "Time to evaluate one event against all rules")
                 .buckets(vec![1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5]),
         );
-        let seconds = SECONDS.to_vec();
         let webhook_latency = histogram(
             &registry,
-            HistogramOpts::new("vigil_webhook_latency_seconds", "Time of one webhook call").buckets(seconds),
+            HistogramOpts::new("vigil_webhook_latency_seconds", "Time of one webhook call").buckets(SECONDS.to_vec()),
         );
         let watermark_lag_ms =
             gauge(&registry, "vigil_watermark_lag_milliseconds", "Wall clock minus the engine's watermark");

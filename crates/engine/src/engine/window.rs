@@ -69,8 +69,26 @@ struct Group {
 
 impl Group {
     fn scores_bytes(&self) -> usize {
-        self.scores.iter().flatten().map(Scores::bytes).sum()
+        scores_bytes(&self.scores)
     }
+}
+
+/// What a group's scores hold ([`Scores::bytes`], summed).
+fn scores_bytes(scores: &[Option<Scores>]) -> usize {
+    scores.iter().flatten().map(Scores::bytes).sum()
+}
+
+/// Keeps the groups `keep` says to keep, taking what the others' scores held off `held`.
+fn retain_groups(groups: &mut KeyMap<Group>, held: &mut usize, mut keep: impl FnMut(&Key, &Group) -> bool) {
+    let mut freed = 0;
+    groups.retain(|key, g| {
+        let kept = keep(key, g);
+        if !kept {
+            freed += g.scores_bytes();
+        }
+        kept
+    });
+    *held = held.saturating_sub(freed);
 }
 
 impl Dependent {
@@ -241,7 +259,7 @@ impl WindowOperator {
         } else {
             Box::default()
         };
-        self.scores_bytes += scores.iter().flatten().map(Scores::bytes).sum::<usize>();
+        self.scores_bytes += scores_bytes(&scores);
         // Quiet closes count from the newest group, so that every group has been through them
         // (its history full of empty windows) before any are skipped.
         self.quiet_closes = 0;
@@ -393,22 +411,16 @@ impl WindowOperator {
         let dependents = &self.dependents;
         let pending = &self.pending;
         let mut expired = 0;
-        let mut freed = 0;
-        self.groups.retain(|key, g| {
+        retain_groups(&mut self.groups, &mut self.scores_bytes, |key, g| {
             let active = dependents.iter().any(|d| d.alerting.is_active(key));
             // A judging operator's group has summaries of windows to come instead.
             let open = !g.open.is_empty() || pending.awaits(key);
             let remembered = g.idle < remember || open || active;
             let idle_out = g.idle >= idle_windows && !open && !active;
             expired += u64::from(remembered && idle_out);
-            let kept = remembered && !idle_out;
-            if !kept {
-                freed += g.scores_bytes();
-            }
-            kept
+            remembered && !idle_out
         });
         self.evicted_idle += expired;
-        self.scores_bytes = self.scores_bytes.saturating_sub(freed);
     }
 
     /// Runs dependent `d`'s cluster step over the groups that had events in the window.

@@ -138,15 +138,7 @@ impl WindowOperator {
             let peers = Key(per.iter().map(|e| eval(e, &env)).collect());
             groups.push(Summarised { peers, key: key.clone(), results });
         }
-        let mut freed = 0;
-        self.groups.retain(|_, g| {
-            let kept = !g.open.is_empty();
-            if !kept {
-                freed += g.scores_bytes();
-            }
-            kept
-        });
-        self.scores_bytes = self.scores_bytes.saturating_sub(freed);
+        super::retain_groups(&mut self.groups, &mut self.scores_bytes, |_, g| !g.open.is_empty());
         if groups.is_empty() {
             return;
         }
