@@ -28,6 +28,12 @@ use vigil_lang::schema::Stream;
 /// beyond one instance's intake.
 const MOST_SOURCES: usize = 1_000_000;
 
+/// How many times a scan of every source's clock took, the next scan waits: the scans then take
+/// at most a fiftieth of the engine's thread. With a few thousand sources that is every tick;
+/// with a million series (a scan of several milliseconds, twenty ticks a second), scanning on
+/// every tick was most of the thread's time.
+const SCAN_SPACING: u32 = 50;
+
 /// Where an input came from, as far as event time is concerned.
 pub enum Origin<'a> {
     /// A Kafka partition.
@@ -58,6 +64,12 @@ pub struct SourceClocks {
     hold: Option<Instant>,
     /// A source was added since the last [`SourceClocks::slowest`].
     added: bool,
+    /// What the last scan of every clock found (`None`: no live source), and when the next may
+    /// run.
+    scanned: Option<Millis>,
+    next_scan: Option<Instant>,
+    /// The oldest newest time among the sources added since that scan.
+    added_since: Option<Millis>,
 }
 
 impl SourceClocks {
@@ -71,6 +83,9 @@ impl SourceClocks {
             series: [field("host"), field("name"), field("labels")],
             hold: restored.then(|| now + idle_after),
             added: false,
+            scanned: None,
+            next_scan: None,
+            added_since: None,
         }
     }
 
@@ -101,6 +116,7 @@ impl SourceClocks {
             None if !full => {
                 self.clocks.insert(source, (event.ts, now));
                 self.added = true;
+                self.added_since = Some(self.added_since.map_or(event.ts, |t| t.min(event.ts)));
             }
             None => {}
         }
@@ -117,6 +133,10 @@ impl SourceClocks {
     }
 
     /// How far the sources let time move; sources idle for `idle_after` are forgotten first.
+    ///
+    /// Between scans of every clock (spaced by [`SCAN_SPACING`]), the last scan's minimum stands,
+    /// lowered by the sources added since: a source's newest time only moves forward, so it is
+    /// never later than the true minimum, and holds time back a little longer at most.
     pub fn slowest(&mut self, now: Instant) -> Slowest {
         self.added = false;
         if !self.enabled() {
@@ -127,9 +147,20 @@ impl SourceClocks {
             Some(_) => self.hold = None,
             None => {}
         }
-        let idle_after = self.idle_after;
-        self.clocks.retain(|_, (_, heard)| now.duration_since(*heard) < idle_after);
-        self.clocks.values().map(|(newest, _)| *newest).min().map_or(Slowest::Free, Slowest::At)
+        let added = self.added_since.take();
+        if self.next_scan.is_some_and(|next| now < next) {
+            self.scanned = match (self.scanned, added) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        } else {
+            let started = Instant::now();
+            let idle_after = self.idle_after;
+            self.clocks.retain(|_, (_, heard)| now.duration_since(*heard) < idle_after);
+            self.scanned = self.clocks.values().map(|(newest, _)| *newest).min();
+            self.next_scan = Some(now + started.elapsed() * SCAN_SPACING);
+        }
+        self.scanned.map_or(Slowest::Free, Slowest::At)
     }
 }
 
@@ -187,6 +218,24 @@ mod tests {
             Slowest::At(2_000),
             "a source's newest time never goes back"
         );
+    }
+
+    #[test]
+    fn between_scans_the_last_minimum_stands_lowered_by_new_sources() {
+        let t0 = Instant::now() - Duration::from_secs(100);
+        let mut clocks = SourceClocks::new(Duration::from_secs(10), false, t0);
+        clocks.heard(Origin::Pushed, &sample("a", 5_000), t0);
+        clocks.heard(Origin::Pushed, &sample("b", 6_000), t0);
+        assert_eq!(clocks.slowest(t0), Slowest::At(5_000));
+        // As if the scan had taken long: the next one is a while off.
+        clocks.next_scan = Some(t0 + Duration::from_secs(5));
+        clocks.heard(Origin::Pushed, &sample("a", 8_000), t0 + Duration::from_secs(1));
+        assert_eq!(clocks.slowest(t0 + Duration::from_secs(1)), Slowest::At(5_000), "not scanned: a's move waits");
+        clocks.heard(Origin::Pushed, &sample("c", 2_000), t0 + Duration::from_secs(2));
+        assert_eq!(clocks.slowest(t0 + Duration::from_secs(2)), Slowest::At(2_000), "a new source counts at once");
+        clocks.heard(Origin::Pushed, &sample("c", 9_000), t0 + Duration::from_secs(3));
+        assert_eq!(clocks.slowest(t0 + Duration::from_secs(3)), Slowest::At(2_000));
+        assert_eq!(clocks.slowest(t0 + Duration::from_secs(5)), Slowest::At(6_000), "scanned again: b is slowest");
     }
 
     #[test]
