@@ -389,8 +389,10 @@ impl Store {
              positions = excluded.positions",
         )
         .bind(now)
-        .bind(snapshot.to_vec())
-        .bind(positions.to_string())
+        // Borrowed: a copy of the snapshot (hundreds of MB for a large fleet) would be one more
+        // buffer of its size while it is written; the database driver still takes its own.
+        .bind(snapshot)
+        .bind(positions)
         .execute(&self.pool)
         .await?;
         Ok(())
