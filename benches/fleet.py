@@ -5,6 +5,7 @@ path costs per sample and per series.
     python3 benches/fleet.py VIGIL_BINARY [--hosts 50,500] [--minutes 10] [--scrape 10]
         [--rules rules] [--node-exporter prometheus-node-exporter] [--prometheus prometheus]
         [--serve-arg=--checkpoint-interval=1h ...]
+        [--sender target/release/examples/fleet_send [--fill-hours H] [--fill-step S]]
 
 One real node_exporter (Debian's) is scraped once every scrape interval by a small caching
 proxy, which serves that text to every target: N targets of one address, each with its own
@@ -20,10 +21,19 @@ minutes (series created, checkpoints begun), over the rest of the run:
 - `vigil_state_bytes` per series; Prometheus' failed samples (must be 0);
 - the last checkpoint's size, and the mean time of a checkpoint's snapshot and store steps.
 
+With `--sender`, `examples/fleet_send.rs` takes the place of the proxy and Prometheus: it
+scrapes the same node_exporter once per interval and remote-writes it as N hosts itself, each at
+its own offset in the interval with its own counter offsets (Prometheus and a Python proxy cannot
+scrape 1,000 targets every 10 s beside Vigil on two cores). `--fill-hours` has it first send that
+many hours of history, one scrape per `--fill-step` seconds per host, as fast as Vigil takes it;
+the measured span begins when the live scrapes do. "Prometheus failed" is then the sender's
+requests refused for good.
+
 Prints one table row per N (markdown), the numbers of BENCHMARKS.md ("A real fleet").
 """
 import argparse
 import http.server
+import json
 import os
 import shutil
 import socketserver
@@ -161,10 +171,10 @@ def serve(binary, rules, folder, extra=()):
     return vigil, wait_listening(vigil, log_path)
 
 
-def run(args, hosts, proxy, work):
+def prometheus(args, hosts, proxy, folder, base):
+    """Prometheus scraping `hosts` targets of the proxy and remote-writing to `base`: (process, a
+    function giving its failed samples)."""
     prom_port = free_port()
-    folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
-    vigil, base = serve(args.vigil, args.rules, folder, args.serve_arg)
     targets = "".join(
         f"      - targets: ['127.0.0.1:{proxy.port}']\n        labels: {{instance: 'host-{i:04d}'}}\n"
         for i in range(hosts))
@@ -177,8 +187,41 @@ def run(args, hosts, proxy, work):
         [args.prometheus, f"--config.file={config}", f"--storage.tsdb.path={folder}/tsdb",
          f"--web.listen-address=127.0.0.1:{prom_port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    failed = lambda: metric(get(f"http://127.0.0.1:{prom_port}/metrics"),  # noqa: E731
+                            "prometheus_remote_storage_samples_failed_total")
+    return prom, failed
+
+
+def sender(args, hosts, upstream, folder, base):
+    """`fleet_send` sending `hosts` hosts to `base` once its history (if any) is sent: (process,
+    a function giving its requests refused for good)."""
+    log_path = os.path.join(folder, "sender.log")
+    command = [args.sender, "--url", f"{base}/api/v1/write", "--source", upstream, "--hosts", str(hosts),
+               "--scrape", str(args.scrape), "--seconds", str(int(args.minutes * 60)),
+               "--fill-hours", str(args.fill_hours), "--fill-step", str(args.fill_step)]
+    report = os.path.join(folder, "sender.json")
+    proc = subprocess.Popen(command, stdout=open(report, "w"), stderr=open(log_path, "w"))
+    while "fleet_send: live" not in open(log_path).read():
+        if proc.poll() is not None:
+            sys.exit(f"fleet_send exited: see {log_path}")
+        time.sleep(1)
+    print(open(log_path).read().strip(), file=sys.stderr)
+
+    def failed():
+        proc.wait()
+        return json.load(open(report))["failed_requests"]
+    return proc, failed
+
+
+def run(args, hosts, proxy, work):
+    folder = tempfile.mkdtemp(prefix=f"fleet-{hosts}-", dir=work)
+    vigil, base = serve(args.vigil, args.rules, folder, args.serve_arg)
+    rss_start = rss_bytes(vigil.pid)
+    if args.sender:
+        prom, failed_of = sender(args, hosts, proxy.upstream, folder, base)
+    else:
+        prom, failed_of = prometheus(args, hosts, proxy, folder, base)
     try:
-        rss_start = rss_bytes(vigil.pid)
         time.sleep(120)
         first = get(f"{base}/metrics")
         start = (time.time(), metric(first, "vigil_samples_in_total"), cpu_seconds(vigil.pid))
@@ -187,8 +230,8 @@ def run(args, hosts, proxy, work):
         end = (time.time(), metric(text, "vigil_samples_in_total"), cpu_seconds(vigil.pid))
         state = metric(text, "vigil_state_bytes")
         checkpoint = (metric(text, "vigil_checkpoint_bytes"), step_means(first, text))
-        failed = metric(get(f"http://127.0.0.1:{prom_port}/metrics"), "prometheus_remote_storage_samples_failed_total")
         rss = rss_bytes(vigil.pid)
+        failed = failed_of()
     finally:
         prom.terminate()
         vigil.terminate()
@@ -224,6 +267,9 @@ def main():
     p.add_argument("--prometheus", default="prometheus")
     p.add_argument("--serve-arg", action="append", default=[],
                    help="a flag for `vigil serve` (repeat it), e.g. --serve-arg=--checkpoint-interval=1h")
+    p.add_argument("--sender", help="examples/fleet_send's binary: send the hosts without Prometheus")
+    p.add_argument("--fill-hours", type=float, default=0, help="with --sender: hours of history sent first")
+    p.add_argument("--fill-step", type=int, default=60, help="with --sender: seconds between the history's scrapes")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="vigil-fleet-")
     exporter_port = free_port()
