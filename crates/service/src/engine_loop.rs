@@ -28,8 +28,8 @@ use vigil_lang::plan::RulePlan;
 
 /// How many times its snapshot took, the next checkpoint waits at least: snapshots then take at
 /// most a fifth of the engine's thread. A whole-state snapshot of a large fleet takes seconds
-/// (four at 1,000 node_exporter hosts), and every `--checkpoint-interval` of 10 s would leave
-/// the engine too little of its thread to keep up with the input.
+/// (four to six at 1,000 node_exporter hosts), and every `--checkpoint-interval` of 10 s would
+/// leave the engine too little of its thread to keep up with the input.
 const CHECKPOINT_SPACING: u32 = 5;
 
 /// Events waiting for the engine; sources block when it is full.
