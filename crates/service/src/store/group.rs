@@ -69,8 +69,8 @@ impl Store {
             "UPDATE group_partitions SET snapshot = $1, state = $2, taken_at_ms = $3 \
              WHERE group_name = $4 AND part = $5 AND epoch = $6",
         )
-        .bind(checkpoint.snapshot.as_slice())
-        .bind(checkpoint.state.as_str())
+        .bind(checkpoint.snapshot.clone())
+        .bind(checkpoint.state.clone())
         .bind(now)
         .bind(fence.group.clone())
         .bind(fence.partition)
