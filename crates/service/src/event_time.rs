@@ -62,13 +62,12 @@ pub struct SourceClocks {
     series: [usize; 3],
     /// After a restart: time holds until then.
     hold: Option<Instant>,
-    /// A source was added since the last [`SourceClocks::slowest`].
-    added: bool,
     /// What the last scan of every clock found (`None`: no live source), and when the next may
     /// run.
     scanned: Option<Millis>,
     next_scan: Option<Instant>,
-    /// The oldest newest time among the sources added since that scan.
+    /// The oldest newest time among the sources added since the last
+    /// [`SourceClocks::slowest`]; `None` when none was.
     added_since: Option<Millis>,
 }
 
@@ -82,7 +81,6 @@ impl SourceClocks {
             clocks: HashMap::default(),
             series: [field("host"), field("name"), field("labels")],
             hold: restored.then(|| now + idle_after),
-            added: false,
             scanned: None,
             next_scan: None,
             added_since: None,
@@ -115,7 +113,6 @@ impl SourceClocks {
             }
             None if !full => {
                 self.clocks.insert(source, (event.ts, now));
-                self.added = true;
                 self.added_since = Some(self.added_since.map_or(event.ts, |t| t.min(event.ts)));
             }
             None => {}
@@ -124,7 +121,7 @@ impl SourceClocks {
 
     /// Whether a source came that [`SourceClocks::slowest`] has not seen yet.
     pub fn added(&self) -> bool {
-        self.added
+        self.added_since.is_some()
     }
 
     /// How many sources hold time back.
@@ -138,7 +135,8 @@ impl SourceClocks {
     /// lowered by the sources added since: a source's newest time only moves forward, so it is
     /// never later than the true minimum, and holds time back a little longer at most.
     pub fn slowest(&mut self, now: Instant) -> Slowest {
-        self.added = false;
+        // Time is held only before the first scan, which reads the sources added meanwhile.
+        let added = self.added_since.take();
         if !self.enabled() {
             return Slowest::Free;
         }
@@ -147,7 +145,6 @@ impl SourceClocks {
             Some(_) => self.hold = None,
             None => {}
         }
-        let added = self.added_since.take();
         if self.next_scan.is_some_and(|next| now < next) {
             self.scanned = match (self.scanned, added) {
                 (Some(a), Some(b)) => Some(a.min(b)),
