@@ -136,6 +136,25 @@ impl Forwarder {
         self.owned.len()
     }
 
+    /// Whether this instance forwards the input partition (it has claimed it).
+    pub fn forwards(&self, topic: &str, partition: i32) -> bool {
+        self.owned.contains_key(&(topic.to_string(), partition))
+    }
+
+    /// The owned input partitions with this owner's epoch of each.
+    pub fn epochs(&self) -> Vec<(String, i32, i64)> {
+        self.owned.iter().map(|((t, p), o)| (t.clone(), *p, o.epoch)).collect()
+    }
+
+    /// Takes a new epoch of an owned input partition (claimed again), reported to every keyed
+    /// partition in the next report.
+    pub fn set_epoch(&mut self, topic: &str, partition: i32, epoch: i64) {
+        if let Some(o) = self.owned.get_mut(&(topic.to_string(), partition)) {
+            o.epoch = epoch;
+            o.reported = None;
+        }
+    }
+
     /// Sends `event`, read at `offset` of an input partition, to the keyed partitions of its
     /// key groups (none when no rule takes it); returns how many records that made.
     pub fn forward(&mut self, topic: &str, partition: i32, offset: i64, payload: &[u8], event: &Event) -> u64 {

@@ -14,6 +14,7 @@
 //! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
 //! the instance holds the partition's epoch.
 
+mod claims;
 mod ends;
 mod forward;
 pub mod keyed;
@@ -30,6 +31,7 @@ use super::store::{DeadLetter, Store, Stored};
 use super::telemetry::Telemetry;
 use ends::Ends;
 use forward::Forwarder;
+pub use forward::PROGRESS;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
 use outage::{Saved, StoreGate};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -41,7 +43,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
-use vigil_engine::engine::{Engine, EngineConfig, Shard};
+use vigil_engine::engine::{Engine, EngineConfig};
 use vigil_lang::plan::RulePlan;
 use vigil_lang::schema::Stream;
 use watermarks::{PartitionId, Watermarks};
@@ -87,11 +89,16 @@ pub struct Member {
     pub health: Arc<EngineHealth>,
 }
 
-/// What the rebalance callbacks and the member's loop share: the partitions it owns.
+/// What the rebalance callbacks and the member's loop share: the partitions it owns, and
+/// those changing hands ([`claims`]).
 struct Owned {
     keyed: BTreeMap<i32, KeyedPartition>,
     forwarder: Forwarder,
     plans: Vec<RulePlan>,
+    /// Assigned by Kafka, paused until the loop claims them in the store.
+    pending: Vec<claims::Pending>,
+    /// Revoked keyed partitions whose checkpoint the loop is still to save.
+    leaving: Vec<claims::Leaving>,
 }
 
 impl Owned {
@@ -152,23 +159,23 @@ impl ClientContext for Ctx {
 }
 
 impl ConsumerContext for Ctx {
+    /// Lets revoked partitions go without store I/O: a keyed partition leaves with its state
+    /// for the loop to checkpoint ([`claims`]), unless it was lost (another instance may run it
+    /// already); an input partition's forwarded offsets are committed first unless it was lost.
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(list) = rebalance else { return };
         let lost = consumer.assignment_lost();
         let kind = if lost { "lost" } else { "revoked" };
         let mut owned = self.owned.lock().expect("owned");
-        // The summaries a checkpoint's stage one has sent must be delivered before it is stored.
-        let delivered = lost || owned.forwarder.delivered();
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
+            owned.pending.retain(|p| p.topic != e.topic() || p.partition != e.partition());
             if e.topic() == self.keyed_topic {
-                let Some(mut p) = owned.keyed.remove(&e.partition()) else { continue };
-                // Without a checkpoint (the store fails), the next owner restores the last one
-                // and derives again what came after, the alerts held here included.
-                if !lost && delivered && self.save(&mut p) == Saved::Yes {
-                    commit_keyed(consumer, &self.keyed_topic, &p, CommitMode::Sync);
+                let Some(p) = owned.keyed.remove(&e.partition()) else { continue };
+                if !lost {
+                    owned.leaving.push(claims::Leaving { partition: p, since: Instant::now() });
                 }
-                tracing::info!(partition = e.partition(), lost, "keyed partition handed over");
+                tracing::info!(partition = e.partition(), lost, "keyed partition revoked");
             } else {
                 owned.forwarder.released(consumer, e.topic(), e.partition(), lost);
                 tracing::info!(topic = e.topic(), partition = e.partition(), lost, "input partition handed over");
@@ -177,9 +184,10 @@ impl ConsumerContext for Ctx {
         self.gauges(&owned);
     }
 
-    /// As the default (cooperative: incremental), with each assigned partition read from where
-    /// this member takes it over: an input partition from the group's committed offset, a keyed
-    /// partition from its checkpoint's next offset (from the beginning when there is none).
+    /// As the default (cooperative: incremental), with each assigned partition paused until the
+    /// loop has claimed it in the store and sought it to where this member takes it over: an
+    /// input partition to the group's committed offset, a keyed partition to its checkpoint's
+    /// next offset ([`claims`]).
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, list: &mut TopicPartitionList) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
@@ -190,14 +198,12 @@ impl ConsumerContext for Ctx {
                         TopicPartitionList::new()
                     }
                 };
-                for (topic, partition, from) in self.assigned(list, &committed) {
-                    let from = if from > 0 { Offset::Offset(from) } else { Offset::Beginning };
-                    if let Err(e) = list.set_partition_offset(&topic, partition, from) {
-                        tracing::warn!(%topic, partition, error = %e, "cannot set the start offset");
-                    }
-                }
+                self.note_assigned(list, &committed);
                 if let Err(e) = consumer.incremental_assign(list) {
                     tracing::error!(error = %e, "cannot take the assigned partitions");
+                }
+                if let Err(e) = consumer.pause(list) {
+                    tracing::error!(error = %e, "cannot pause the assigned partitions until they are claimed");
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
@@ -213,81 +219,6 @@ impl ConsumerContext for Ctx {
 }
 
 impl Shared {
-    /// Takes assigned partitions over; `committed` has the group's committed offsets. Returns
-    /// where to read each from: the next offset it has not taken (0 when none is known).
-    fn assigned(&self, list: &TopicPartitionList, committed: &TopicPartitionList) -> Vec<(String, i32, i64)> {
-        let mut owned = self.owned.lock().expect("owned");
-        let mut starts = Vec::new();
-        for e in list.elements() {
-            self.telemetry.group.rebalances.with_label_values(&["assigned"]).inc();
-            if e.topic() == self.keyed_topic {
-                let p = self.claim(e.partition(), &owned.plans);
-                starts.push((e.topic().to_string(), e.partition(), p.next_offset()));
-                owned.keyed.insert(e.partition(), p);
-            } else {
-                let from = committed.find_partition(e.topic(), e.partition()).and_then(|c| c.offset().to_raw());
-                let from = from.filter(|o| *o >= 0);
-                // An epoch per input partition, so that the keyed partitions can tell its
-                // owner's progress reports from a former owner's.
-                let name = format!("{} {}", self.group, e.topic());
-                let (fence, _) = self.retry("claim_partition", || self.store.claim_partition(&name, e.partition()));
-                owned.forwarder.assigned(e.topic(), e.partition(), from, fence.epoch);
-                starts.push((e.topic().to_string(), e.partition(), from.unwrap_or(0)));
-                tracing::info!(
-                    topic = e.topic(),
-                    partition = e.partition(),
-                    from,
-                    epoch = fence.epoch,
-                    "forwarding input partition"
-                );
-            }
-        }
-        self.gauges(&owned);
-        starts
-    }
-
-    /// Takes a keyed partition over: its epoch raised, its state restored from the store.
-    fn claim(&self, partition: i32, plans: &[RulePlan]) -> KeyedPartition {
-        let started = Instant::now();
-        let (fence, checkpoint) = self.retry("claim_partition", || self.store.claim_partition(&self.group, partition));
-        let shard = Shard { index: partition as usize, count: self.keyed_partitions as usize };
-        let config = EngineConfig { shard, ..self.engine.clone() };
-        let mut p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
-        p.set_catalog(&self.catalog);
-        let bytes = checkpoint.as_ref().map_or(0, |c| c.snapshot.len() + c.state.len());
-        self.telemetry.group.restore_seconds.observe(started.elapsed().as_secs_f64());
-        self.telemetry.group.restore_bytes.inc_by(bytes as u64);
-        tracing::info!(
-            partition,
-            epoch = p.fence.epoch,
-            restored_bytes = bytes,
-            next_offset = p.next_offset(),
-            ms = started.elapsed().as_millis() as u64,
-            "keyed partition taken over"
-        );
-        p
-    }
-
-    /// Runs a store operation until it succeeds: the store is shared by the group, and a
-    /// partition cannot be handed over without it.
-    fn retry<T, F: std::future::Future<Output = super::store::Result<T>>>(
-        &self,
-        what: &'static str,
-        mut op: impl FnMut() -> F,
-    ) -> T {
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match self.runtime.block_on(op()) {
-                Ok(v) => return v,
-                Err(e) => {
-                    self.telemetry.emit(super::telemetry::StoreFailed { operation: what, error: &e });
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-
     /// Drops the keyed partitions another instance claimed: that instance writes for them now.
     fn drop_fenced(&self, owned: &mut Owned, fenced: &[i32]) {
         for partition in fenced {
@@ -331,7 +262,13 @@ impl Member {
         Ends::spawn(&ends, super::kafka::offsets_client(&self.brokers, &self.kafka_options)?)
             .expect("the end offsets' thread starts");
         let ctx = Ctx(Arc::new(Shared {
-            owned: Mutex::new(Owned { keyed: BTreeMap::new(), forwarder, plans: self.plans.clone() }),
+            owned: Mutex::new(Owned {
+                keyed: BTreeMap::new(),
+                forwarder,
+                plans: self.plans.clone(),
+                pending: Vec::new(),
+                leaving: Vec::new(),
+            }),
             watermarks: Mutex::new(BTreeMap::new()),
             ends: ends.clone(),
             keyed_topic: keyed_topic.clone(),
@@ -375,6 +312,8 @@ struct Looping {
     /// Whether the consumers are subscribed: not while the instance is held
     /// ([`EngineHealth::held`]: its rules differ from the group's).
     subscribed: bool,
+    /// Partitions found assigned here but held by another instance in the last survey.
+    suspects: claims::Suspects,
 }
 
 impl Looping {
@@ -393,11 +332,12 @@ impl Looping {
             last_checkpoint: Instant::now(),
             last_survey: None,
             subscribed: false,
+            suspects: claims::Suspects::default(),
         }
     }
 
     /// Joins the consumer groups, or leaves them while the instance is held: the others take
-    /// its partitions (the revoke callbacks checkpoint them on the way out).
+    /// its partitions (the loop checkpoints them on the way out).
     fn follow_hold(&mut self) {
         let held = self.m.health.held();
         if held.is_some() && self.subscribed {
@@ -430,8 +370,13 @@ impl Looping {
             if self.last_survey.is_none_or(|t| t.elapsed() >= SURVEY_EVERY) {
                 self.last_survey = Some(Instant::now());
                 self.survey();
+                let mut suspects = std::mem::take(&mut self.suspects);
+                self.reconcile(&mut suspects);
+                self.suspects = suspects;
             }
+            self.claim_pending();
             self.round();
+            self.settle_leaving();
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
                 self.last_report = Instant::now();
@@ -452,10 +397,29 @@ impl Looping {
             self.m.health.progressed(1);
         }
         self.report();
+        self.leave_groups();
+    }
+
+    /// Leaves both consumer groups: the revoke callbacks commit what was forwarded and hand the
+    /// keyed partitions to the loop, which checkpoints each once before the consumers close.
+    /// Messages read meanwhile are not taken: the next owners read them again.
+    fn leave_groups(self) {
         tracing::info!("leaving the consumer groups");
-        // Closing a consumer revokes what it owns: the callbacks commit what was forwarded and
-        // checkpoint every keyed partition, once, before the partitions are let go.
-        let Looping { input, keyed, .. } = self;
+        self.input.unsubscribe();
+        self.keyed.unsubscribe();
+        let ctx = self.input.context().clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let held = || {
+            let owned = ctx.owned.lock().expect("owned");
+            !owned.keyed.is_empty() || owned.forwarder.owns() > 0
+        };
+        while held() && Instant::now() < deadline {
+            let _ = self.input.poll(Duration::from_millis(50));
+            let _ = self.keyed.poll(Duration::from_millis(50));
+        }
+        let mut looping = self;
+        looping.settle_leaving();
+        let Looping { input, keyed, .. } = looping;
         drop(input);
         drop(keyed);
     }
@@ -714,9 +678,9 @@ fn take(
         }
         return;
     }
-    // Read before: forwarded by an earlier owner, or by this one before the partition was read
-    // again from its beginning.
-    if next.is_some_and(|next| offset < next) {
+    // Not claimed yet (read before its pause took hold), or read before: forwarded by an
+    // earlier owner, or by this one before the partition was read again from its beginning.
+    if !owned.forwarder.forwards(topic, partition) || next.is_some_and(|next| offset < next) {
         return;
     }
     match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {

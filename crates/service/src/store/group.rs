@@ -46,6 +46,20 @@ impl Store {
         Ok((Fence { group: group.to_string(), partition, epoch }, checkpoint))
     }
 
+    /// The epoch of every partition kept under one of `groups`, as (group, partition, epoch).
+    pub async fn partition_epochs(&self, groups: &[String]) -> Result<Vec<(String, i32, i64)>> {
+        let mut all = Vec::new();
+        for group in groups {
+            let rows: Vec<(i32, i64)> =
+                sqlx::query_as("SELECT part, epoch FROM group_partitions WHERE group_name = $1")
+                    .bind(group.clone())
+                    .fetch_all(&self.pool)
+                    .await?;
+            all.extend(rows.into_iter().map(|(part, epoch)| (group.clone(), part, epoch)));
+        }
+        Ok(all)
+    }
+
     /// When the owner of a partition last claimed it or stored its checkpoint (wall clock),
     /// if ever: an owner that runs the partition stores a checkpoint every interval.
     pub async fn partition_saved_at(&self, group: &str, partition: i32) -> Result<Option<Millis>> {
