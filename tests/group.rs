@@ -55,7 +55,7 @@ fn chunks_by_minute(timed: &[(i64, String)], n: usize) -> Vec<Vec<String>> {
 
 /// A rule folder for the metric case: the shipped metric rules and a fleet-wide outlier over
 /// every host's CPU, which a group runs in two stages.
-fn metric_rules() -> std::path::PathBuf {
+pub fn metric_rules() -> std::path::PathBuf {
     let dir = temp_dir("group_metric_rules");
     for file in vigil::ruleset::files_under(&std::path::Path::new(&rules_dir()).join("metrics")).expect("rules") {
         std::fs::copy(&file, dir.join(file.file_name().expect("name"))).expect("copy");
@@ -96,10 +96,10 @@ fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
         .expect("producer")
 }
 
-/// Produces a chunk of events without keys, and waits until the broker has taken them all.
-async fn send_chunk(producer: &rdkafka::producer::FutureProducer, topic: &str, chunk: Vec<String>) {
-    let sends = chunk.iter().map(|line| {
-        let record = rdkafka::producer::FutureRecord::<(), _>::to(topic).payload(line);
+/// Produces a chunk of messages without keys, and waits until the broker has taken them all.
+async fn send_chunk<P: AsRef<[u8]>>(producer: &rdkafka::producer::FutureProducer, topic: &str, chunk: Vec<P>) {
+    let sends = chunk.iter().map(|payload| {
+        let record = rdkafka::producer::FutureRecord::<(), [u8]>::to(topic).payload(payload.as_ref());
         producer.send(record, Duration::from_secs(120))
     });
     for sent in futures_util::future::join_all(sends).await {
@@ -135,7 +135,7 @@ fn signal(service: &Service, sig: &str) {
 
 /// A cluster of three Apache Kafka brokers of the test's own (scripts/kafka.sh), stopped when
 /// dropped.
-struct Cluster {
+pub struct Cluster {
     dir: std::path::PathBuf,
     brokers: String,
 }
@@ -206,22 +206,26 @@ async fn settled(members: &[Service], inputs: f64) {
 static ONE_CASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One run of a group through faults.
-struct Case {
-    label: &'static str,
-    timed: Vec<(i64, String)>,
-    rules: std::path::PathBuf,
+pub struct Case {
+    pub label: &'static str,
+    /// The input topic's format (`--kafka-topic-format`): the events are produced in it, several
+    /// to a message ([`crate::group_formats::encode`]); Vigil's JSON lines, one to a message,
+    /// when none.
+    pub format: Option<&'static str>,
+    pub timed: Vec<(i64, String)>,
+    pub rules: std::path::PathBuf,
     /// The streams of the workload: each is read from the case's input topic.
-    streams: &'static [&'static str],
+    pub streams: &'static [&'static str],
     /// The fleet-wide rule, which runs in two stages.
-    fleet_rule: &'static str,
+    pub fleet_rule: &'static str,
     /// A three-broker cluster of the case's own, one broker of which is killed and started again.
-    cluster: Option<Cluster>,
+    pub cluster: Option<Cluster>,
     /// The faults' cousins instead: the `kill -9` lands in the rebalance a join starts, and two
     /// members are stopped at once.
-    cousins: bool,
+    pub cousins: bool,
     /// After the other faults, every partition is claimed behind its owner's back, as by a
     /// member served a stale assignment after a pause ([`claim_behind_the_owners_back`]).
-    stale_claims: bool,
+    pub stale_claims: bool,
 }
 
 /// What a member does when Kafka serves it an assignment from a rebalance it missed (it was
@@ -271,7 +275,7 @@ async fn claim_behind_the_owners_back(db_url: &str, group: &str, topic: &str, br
 /// stopped (`SIGSTOP`) past its session timeout and continued, and in the three-broker case a
 /// broker is killed and started again. The alerts stored, and the webhook's calls, must be
 /// those of a clean `vigil replay` of the same events.
-async fn run_case(case: Case) {
+pub async fn run_case(case: Case) {
     // One case at a time: three instances, a broker and PostgreSQL are what two cores hold.
     // Run side by side, the cases' twelve instances stood still for up to 20 s at a time.
     let _one_case_at_a_time = ONE_CASE.lock().await;
@@ -317,10 +321,13 @@ async fn run_case(case: Case) {
     for stream in case.streams {
         args.extend(["--topic".to_string(), format!("{stream}={topic}")]);
     }
+    if let Some(format) = case.format {
+        args.extend(["--kafka-topic-format".to_string(), format!("{topic}={format}")]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
     let producer = producer(&brokers);
-    let produce = |chunk: &[String]| send_chunk(&producer, &topic, chunk.to_vec());
+    let produce = |chunk: &[String]| send_chunk(&producer, &topic, crate::group_formats::encode(case.format, chunk));
 
     let chunks = chunks_by_minute(&case.timed, 40);
     let mut a = Service::start(&args);
@@ -478,6 +485,7 @@ async fn run_case(case: Case) {
 async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
     let rules = std::path::PathBuf::from(rules_dir());
     let case = Case {
+        format: None,
         label: "task events",
         timed: workload(),
         rules,
@@ -497,6 +505,7 @@ async fn three_instances_share_a_group_through_joins_a_kill_and_a_pause() {
 #[ignore = "needs Apache Kafka, PostgreSQL and ../shared/data: run scripts/test.sh"]
 async fn metrics_of_a_group_through_a_kill_and_a_pause_raise_no_false_silence() {
     let case = Case {
+        format: None,
         label: "NAB CloudWatch metrics",
         timed: cloudwatch_workload(),
         rules: metric_rules(),
@@ -514,6 +523,7 @@ async fn metrics_of_a_group_through_a_kill_and_a_pause_raise_no_false_silence() 
 #[ignore = "needs Apache Kafka, PostgreSQL and ../shared/data: run scripts/test.sh"]
 async fn a_group_through_a_kill_in_a_rebalance_and_two_pauses_at_once_is_exact() {
     let case = Case {
+        format: None,
         label: "NAB CloudWatch metrics, a kill in a rebalance, two paused at once",
         timed: cloudwatch_workload(),
         rules: metric_rules(),
@@ -532,6 +542,7 @@ async fn a_group_through_a_kill_in_a_rebalance_and_two_pauses_at_once_is_exact()
 #[ignore = "needs Apache Kafka (three brokers of its own), PostgreSQL and ../shared/data: run scripts/test.sh"]
 async fn a_group_through_a_broker_killed_of_three_loses_and_invents_nothing() {
     let case = Case {
+        format: None,
         label: "NAB CloudWatch metrics, a broker of three killed",
         timed: cloudwatch_workload(),
         rules: metric_rules(),

@@ -15,6 +15,7 @@ mod faults;
 mod fleet;
 mod fuzz;
 mod group;
+mod group_formats;
 mod hostile;
 mod monitoring;
 mod node_mixin;

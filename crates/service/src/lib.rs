@@ -343,6 +343,8 @@ async fn join_group(
         kafka_options: config.kafka_options.clone(),
         instance_id: config.kafka_instance_id.clone(),
         topics: config.topics.clone(),
+        formats: config.topic_formats.clone(),
+        collectors: collectors(config),
         keyed_partitions: config.kafka_keyed_partitions,
         workers: config.engine.workers,
         checkpoint_every: config.checkpoint_interval,
@@ -361,6 +363,15 @@ async fn join_group(
     member
         .spawn(control, w.stop.clone())
         .map_err(|source| ServiceError::JoinGroup { group: config.kafka_group.clone(), source })
+}
+
+/// How the collectors' formats read from Kafka become samples.
+fn collectors(config: &ServeConfig) -> sources::kafka::Collectors {
+    sources::kafka::Collectors {
+        influx: vigil_engine::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
+        otlp_host_attribute: config.otlp_host_attribute.clone(),
+        remote_write_hosts: config.remote_write_hosts(),
+    }
 }
 
 /// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`group::push`]).
@@ -538,14 +549,7 @@ fn spawn_sources(
                 declared: config.declared_topics.clone(),
             },
             formats: config.topic_formats.clone(),
-            collectors: sources::kafka::Collectors {
-                influx: vigil_engine::influx::Mapping {
-                    host_tag: config.influx_host_tag.clone(),
-                    ..Default::default()
-                },
-                otlp_host_attribute: config.otlp_host_attribute.clone(),
-                remote_write_hosts: config.remote_write_hosts(),
-            },
+            collectors: collectors(config),
             start: resume.to_vec(),
             engine: w.engine.clone(),
             dead: w.dead.clone(),

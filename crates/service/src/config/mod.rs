@@ -649,12 +649,6 @@ impl ServeConfig {
                 )),
                 Some(_) => {}
             }
-            if self.kafka_join_group {
-                problems.push(format!(
-                    "--kafka-topic-format {topic}={}: a group (--kafka-join-group) reads JSON lines only so far",
-                    format.name()
-                ));
-            }
         }
         if self.api_read_token.is_some() && self.api_token.is_none() {
             problems.push(

@@ -30,6 +30,13 @@ pub const SUMMARY: &str = "vigil-summary";
 /// Header of a stage one's report, whose payload is a
 /// [`StageReport`](super::keyed::StageReport) (postcard).
 pub const STAGE: &str = "vigil-stage";
+/// Header of a forwarded record whose payload is several events, one canonical JSON line
+/// each ([`Event::to_json`]): the events of one input message in a collector's format that go
+/// to one keyed partition, taken together.
+pub const LINES: &str = "vigil-lines";
+/// Header of an input topic's message that holds Vigil's JSON lines whatever the topic's
+/// format: events a member's HTTP ingest forwarded ([`super::push`]).
+pub const VIGIL_LINES: &str = "vigil-jsonl";
 /// An input partition with no new message for this long, read to its end, is idle.
 const IDLE: Duration = Duration::from_secs(1);
 /// How often every owned input partition is reported, changed or not: a report that an
@@ -169,6 +176,38 @@ impl Forwarder {
         }
         self.read(topic, partition, offset, Some(event.ts));
         targets.len() as u64
+    }
+
+    /// Sends the events of one message, read at `offset` of an input partition, to the keyed
+    /// partitions of their key groups: one record per keyed partition, holding its events as
+    /// JSON lines ([`LINES`]). Returns how many records that made.
+    pub fn forward_all(&mut self, topic: &str, partition: i32, offset: i64, events: &[Event]) -> u64 {
+        let mut by_partition: BTreeMap<i32, Vec<u8>> = BTreeMap::new();
+        let mut targets = Vec::new();
+        for event in events {
+            self.router.key_groups(event, &mut self.groups);
+            targets.clear();
+            targets.extend(self.groups.iter().map(|g| (g % self.partitions) as i32));
+            targets.sort_unstable();
+            targets.dedup();
+            let line = event.to_json().to_string();
+            for &p in &targets {
+                let payload = by_partition.entry(p).or_default();
+                if !payload.is_empty() {
+                    payload.push(b'\n');
+                }
+                payload.extend_from_slice(line.as_bytes());
+            }
+        }
+        let from = format!("{offset} {}", upstream_id(topic, partition));
+        for (p, payload) in &by_partition {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: FROM, value: Some(&from) })
+                .insert(Header { key: LINES, value: Some(&[][..]) });
+            self.send(*p, payload, headers);
+        }
+        self.read(topic, partition, offset, events.iter().map(|e| e.ts).max());
+        by_partition.len() as u64
     }
 
     /// Notes a message read that is not forwarded (not an event: a dead letter).

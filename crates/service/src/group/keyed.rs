@@ -136,9 +136,9 @@ enum Queued {
     Summary(Vec<u8>),
     /// A stage one's report ([`StageReport`]).
     Stage(Vec<u8>),
-    /// A forwarded event: its upstream partition and offset there, its topic's stream and its
-    /// line.
-    Event { upstream: UpstreamId, offset: i64, stream: Option<Stream>, line: Vec<u8> },
+    /// A forwarded record: its upstream partition and offset there, its topic's stream and its
+    /// payload, one event or (with `lines`) several as JSON lines.
+    Event { upstream: UpstreamId, offset: i64, stream: Option<Stream>, line: Vec<u8>, lines: bool },
 }
 
 /// What became of the records a partition took since it was last asked: for the counters.
@@ -264,10 +264,11 @@ impl KeyedPartition {
         self.queued.push(Queued::Progress(json.to_vec()));
     }
 
-    /// Queues an event forwarded from `upstream` (where it was at `offset`), to be taken by
-    /// [`KeyedPartition::work`].
-    pub fn queue_event(&mut self, upstream: &str, offset: i64, stream: Option<Stream>, line: &[u8]) {
-        self.queued.push(Queued::Event { upstream: upstream.to_string(), offset, stream, line: line.to_vec() });
+    /// Queues a record forwarded from `upstream` (where it was at `offset`), to be taken by
+    /// [`KeyedPartition::work`]: one event, or with `lines` several as JSON lines.
+    pub fn queue_event(&mut self, upstream: &str, offset: i64, stream: Option<Stream>, line: &[u8], lines: bool) {
+        let line = line.to_vec();
+        self.queued.push(Queued::Event { upstream: upstream.to_string(), offset, stream, line, lines });
     }
 
     /// How many records are queued.
@@ -361,21 +362,23 @@ impl KeyedPartition {
                         tracing::warn!(error = %e, "a stage report that cannot be read");
                     }
                 },
-                Queued::Event { upstream, offset, stream, line } => match self.decoder.decode_bytes(&line, stream) {
-                    Ok(event) => match self.take(upstream, offset, event) {
-                        Took::Taken => self.tally.taken += 1,
-                        Took::Duplicate => self.tally.duplicates += 1,
-                        Took::Late => {
-                            self.tally.taken += 1;
-                            let late = self.late_since();
-                            self.tally.late.extend(late);
-                        }
-                    },
-                    Err(e) => {
-                        self.tally.unreadable += 1;
-                        tracing::warn!(error = %e, "a forwarded event that cannot be read");
+                Queued::Event { upstream, offset, stream, line, lines } => {
+                    let events = self.decode_record(&line, stream, lines);
+                    if events.is_empty() {
+                        continue;
                     }
-                },
+                    for took in self.take(upstream, offset, events) {
+                        match took {
+                            Took::Taken => self.tally.taken += 1,
+                            Took::Duplicate => self.tally.duplicates += 1,
+                            Took::Late => {
+                                self.tally.taken += 1;
+                                let late = self.late_since();
+                                self.tally.late.extend(late);
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -385,31 +388,55 @@ impl KeyedPartition {
         std::mem::take(&mut self.tally)
     }
 
-    /// Takes a forwarded event, unless this partition took it (or a later one of its upstream
-    /// partition) already.
-    fn take(&mut self, upstream: UpstreamId, offset: i64, event: Event) -> Took {
-        let u = self.kept.upstream.entry(upstream).or_default();
-        if u.taken.is_some_and(|t| offset <= t) {
-            return Took::Duplicate;
-        }
-        u.taken = Some(offset);
-        u.ts = Some(u.ts.map_or(event.ts, |t| t.max(event.ts)));
-        u.idle_at = None;
-        let ts = event.ts;
-        match self.engine.push(event, &mut self.out) {
-            true => Took::Taken,
-            false => {
-                tracing::debug!(
-                    partition = self.fence.partition,
-                    offset,
-                    ts,
-                    watermark = ?self.engine.watermark(),
-                    upstream = ?self.kept.upstream,
-                    "a forwarded event is late"
-                );
-                Took::Late
+    /// The events of a forwarded record: one, or with `lines` one per line; those that cannot
+    /// be read are counted and logged.
+    fn decode_record(&mut self, payload: &[u8], stream: Option<Stream>, lines: bool) -> Vec<Event> {
+        let pieces: Vec<&[u8]> = match lines {
+            true => payload.split(|b| *b == b'\n').filter(|l| !l.is_empty()).collect(),
+            false => vec![payload],
+        };
+        let mut events = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            match self.decoder.decode_bytes(piece, stream) {
+                Ok(event) => events.push(event),
+                Err(e) => {
+                    self.tally.unreadable += 1;
+                    tracing::warn!(error = %e, "a forwarded event that cannot be read");
+                }
             }
         }
+        events
+    }
+
+    /// Takes the events of a forwarded record, unless this partition took it (or a later one
+    /// of its upstream partition) already; what became of each.
+    fn take(&mut self, upstream: UpstreamId, offset: i64, events: Vec<Event>) -> Vec<Took> {
+        let u = self.kept.upstream.entry(upstream).or_default();
+        if u.taken.is_some_and(|t| offset <= t) {
+            return vec![Took::Duplicate; events.len()];
+        }
+        u.taken = Some(offset);
+        u.idle_at = None;
+        let newest = events.iter().map(|e| e.ts).max();
+        u.ts = u.ts.max(newest);
+        let mut took = Vec::with_capacity(events.len());
+        for event in events {
+            let ts = event.ts;
+            if self.engine.push(event, &mut self.out) {
+                took.push(Took::Taken);
+                continue;
+            }
+            tracing::debug!(
+                partition = self.fence.partition,
+                offset,
+                ts,
+                watermark = ?self.engine.watermark(),
+                upstream = ?self.kept.upstream,
+                "a forwarded event is late"
+            );
+            took.push(Took::Late);
+        }
+        took
     }
 
     /// The late events of each rule since the last call.
@@ -599,7 +626,7 @@ mod tests {
         p.advance(&inputs, &EndOffsets::default());
         let event = vigil_engine::event::decode(r#"{"stream":"metric","ts":60,"host":"h","name":"m","value":1}"#, None)
             .expect("event");
-        assert_eq!(p.take("t/1".into(), 4, event), Took::Taken);
+        assert_eq!(p.take("t/1".into(), 4, vec![event]), [Took::Taken]);
         p.advance(&inputs, &ends(&[("t/1", 4)]));
         assert_eq!(p.watermark(), Some(59), "the claim is dropped: t/1 is no longer idle at 4");
     }
@@ -616,11 +643,11 @@ mod tests {
         };
         assert!(p.fresh(7));
         assert!(!p.fresh(7), "a record read again");
-        assert_eq!(p.take("t/0".into(), 3, event(10)), Took::Taken);
-        assert_eq!(p.take("t/0".into(), 3, event(20)), Took::Duplicate);
-        assert_eq!(p.take("t/0".into(), 2, event(30)), Took::Duplicate);
+        assert_eq!(p.take("t/0".into(), 3, vec![event(10)]), [Took::Taken]);
+        assert_eq!(p.take("t/0".into(), 3, vec![event(20)]), [Took::Duplicate]);
+        assert_eq!(p.take("t/0".into(), 2, vec![event(30)]), [Took::Duplicate]);
         assert_eq!(p.kept.upstream["t/0"].ts, Some(10), "offsets 3 and 2 again are not taken");
-        assert_eq!(p.take("t/0".into(), 4, event(40)), Took::Taken);
+        assert_eq!(p.take("t/0".into(), 4, vec![event(40), event(35)]), [Took::Taken, Took::Taken]);
         assert_eq!(p.kept.upstream["t/0"], Upstream { ts: Some(40), taken: Some(4), idle_at: None, epoch: 0 });
         let restored = KeyedPartition::new(
             Vec::new(),

@@ -20,6 +20,7 @@ mod forward;
 pub mod keyed;
 mod outage;
 pub mod push;
+mod read;
 pub mod rules;
 #[cfg(test)]
 mod tests;
@@ -35,9 +36,8 @@ pub use forward::PROGRESS;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
 use outage::{Saved, StoreGate};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -72,6 +72,9 @@ pub struct Member {
     /// Static membership (`--kafka-instance-id`): Kafka's `group.instance.id` of both consumers.
     pub instance_id: Option<String>,
     pub topics: BTreeMap<Stream, String>,
+    /// Topics whose messages are a collector's format, not Vigil's JSON lines.
+    pub formats: BTreeMap<String, crate::config::TopicFormat>,
+    pub collectors: crate::sources::kafka::Collectors,
     pub keyed_partitions: u32,
     /// Threads that run the owned keyed partitions (`--workers`).
     pub workers: usize,
@@ -473,7 +476,7 @@ impl Looping {
         for n in 0..512 {
             let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
             match polled {
-                Ok(message) => take(m, by_topic, decoder, consumer.context(), &message),
+                Ok(message) => read::take(m, by_topic, decoder, consumer.context(), &message),
                 Err(e) => {
                     tracing::warn!(error = %e, "Kafka receive failed");
                     std::thread::sleep(Duration::from_millis(100));
@@ -629,80 +632,5 @@ fn caught_up(ctx: &Shared, topic: &str, partition: i32, next: Option<i64>) -> Op
         ((_, Some(high)), Some(next)) => (next >= high).then_some(next),
         ((Some(low), Some(high)), None) => (low == high).then_some(high),
         _ => None,
-    }
-}
-
-/// Takes one message: an input partition's event is forwarded, a keyed partition's record
-/// goes to its engine.
-fn take(
-    m: &Member,
-    by_topic: &BTreeMap<String, Stream>,
-    decoder: &mut vigil_engine::event::LineDecoder,
-    ctx: &Ctx,
-    message: &BorrowedMessage<'_>,
-) {
-    let payload = message.payload().unwrap_or_default();
-    let mut owned = ctx.owned.lock().expect("owned");
-    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
-    let next = owned.next(topic == ctx.keyed_topic, topic, partition);
-    if topic == ctx.keyed_topic {
-        let skipped = |reason: &str| m.telemetry.group.skipped.with_label_values(&[reason]).inc();
-        let Some(p) = owned.keyed.get_mut(&partition) else {
-            skipped("not_owned");
-            return;
-        };
-        if !p.fresh(offset) {
-            skipped("before_checkpoint");
-            return;
-        }
-        let Some(headers) = message.headers() else {
-            skipped("no_header");
-            return;
-        };
-        for h in headers.iter() {
-            match (h.key, h.value) {
-                (forward::PROGRESS, _) => p.queue_progress(payload),
-                (forward::SUMMARY, _) => p.queue_summary(payload),
-                (forward::STAGE, _) => p.queue_stage_report(payload),
-                (forward::FROM, Some(from)) => {
-                    let Some((offset, upstream)) = std::str::from_utf8(from).ok().and_then(|f| f.split_once(' '))
-                    else {
-                        continue;
-                    };
-                    let Ok(offset) = offset.parse::<i64>() else { continue };
-                    let stream = upstream.rsplit_once('/').and_then(|(t, _)| by_topic.get(t)).copied();
-                    p.queue_event(upstream, offset, stream, payload);
-                }
-                _ => {}
-            }
-        }
-        return;
-    }
-    // Not claimed yet (read before its pause took hold), or read before: forwarded by an
-    // earlier owner, or by this one before the partition was read again from its beginning.
-    if !owned.forwarder.forwards(topic, partition) || next.is_some_and(|next| offset < next) {
-        return;
-    }
-    match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
-        Ok(event) => {
-            m.telemetry.events_in.with_label_values(&[event.stream.name()]).inc();
-            let sent = owned.forwarder.forward(topic, partition, offset, payload, &event);
-            m.telemetry.group.forwarded.inc_by(sent);
-        }
-        Err(reason) => {
-            owned.forwarder.read(topic, partition, offset, None);
-            drop(owned);
-            let letter = DeadLetter {
-                source: "kafka".into(),
-                topic: Some(topic.to_string()),
-                partition: Some(partition),
-                offset: Some(offset),
-                line: None,
-                reason: reason.to_string(),
-                payload: super::sources::dead_payload(payload),
-                received_at_ms: vigil_engine::event::now_ms(),
-            };
-            let _ = m.dead.blocking_send(letter);
-        }
     }
 }

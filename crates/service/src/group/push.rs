@@ -13,6 +13,7 @@
 
 use crate::sources::http::{Batch, Logged};
 use futures_util::future::join_all;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -46,7 +47,11 @@ impl Forward {
     async fn forward(&self, batch: &Batch) -> Result<(), String> {
         let keys: Vec<String> = batch.events.iter().map(|(_, e)| key_of(e)).collect();
         let sends = batch.events.iter().zip(&keys).map(|((range, event), key)| {
-            let record = FutureRecord::to(self.topic(event.stream)).payload(&batch.body[range.clone()]).key(key);
+            let headers = OwnedHeaders::new().insert(Header { key: super::forward::VIGIL_LINES, value: Some(&[][..]) });
+            let record = FutureRecord::to(self.topic(event.stream))
+                .payload(&batch.body[range.clone()])
+                .key(key)
+                .headers(headers);
             self.producer.send(record, Duration::from_secs(30))
         });
         for result in join_all(sends).await {

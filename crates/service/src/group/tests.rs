@@ -19,9 +19,9 @@ fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
             let fence = Fence { group: "g".into(), partition: index as i32, epoch: 1 };
             let mut p = KeyedPartition::new(plans.clone(), &config, fence, None);
             for (offset, line) in lines.lines().enumerate() {
-                p.queue_event("t/0", offset as i64, None, line.as_bytes());
+                p.queue_event("t/0", offset as i64, None, line.as_bytes(), false);
             }
-            p.queue_event("t/0", last, None, b"{\"stream\":\"metric\"");
+            p.queue_event("t/0", last, None, b"{\"stream\":\"metric\"", false);
             let end = Progress { upstream: "t/0".into(), ts: Some(i64::MAX / 8), idle: false, next: None, epoch: 1 };
             p.queue_progress(serde_json::to_string(&[end]).expect("report").as_bytes());
             (index as i32, p)
@@ -66,8 +66,8 @@ fn a_checkpoint_takes_what_was_read_first() {
     let fence = p.fence.clone();
     let mut restored = KeyedPartition::new(Vec::new(), &EngineConfig::default(), fence, Some(&checkpoint));
     let line = br#"{"stream":"metric","ts":1767225600000,"host":"h","name":"m","value":1}"#;
-    restored.queue_event("t/0", 5992, None, line);
-    restored.queue_event("t/0", 5994, None, line);
+    restored.queue_event("t/0", 5992, None, line, false);
+    restored.queue_event("t/0", 5994, None, line, false);
     restored.work(&[], &Default::default());
     let tally = restored.tally();
     assert_eq!((tally.duplicates, tally.taken), (1, 1), "the checkpoint holds the last offset taken");
@@ -78,7 +78,7 @@ fn a_checkpoint_takes_what_was_read_first() {
 fn fed(p: &mut KeyedPartition, lines: &[&str], from: usize, end: bool) {
     let ts = |line: &str| vigil_engine::event::decode(line, None).map(|e| e.ts).ok();
     for (n, line) in lines.iter().enumerate() {
-        p.queue_event("t/0", (from + n) as i64, None, line.as_bytes());
+        p.queue_event("t/0", (from + n) as i64, None, line.as_bytes(), false);
     }
     let newest = if end { Some(i64::MAX / 8) } else { lines.iter().filter_map(|l| ts(l)).max() };
     let report = Progress { upstream: "t/0".into(), ts: newest, idle: false, next: None, epoch: 1 };

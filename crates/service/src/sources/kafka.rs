@@ -238,13 +238,8 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             format => {
                 let (events, refused) = collectors.samples(&intake, format, payload, &telemetry);
                 let mut sent = true;
-                let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
-                for (line, _, reason, text) in refused.into_iter().take(DEAD_PER_MESSAGE) {
-                    sent &= dead.send(letter(line, reason, text.as_bytes())).await.is_ok();
-                }
-                if more > 0 {
-                    let reason = format!("{more} more refused samples of the same message, not kept one by one");
-                    sent &= dead.send(letter(None, reason, b"")).await.is_ok();
+                for l in dead_letters(refused, letter) {
+                    sent &= dead.send(l).await.is_ok();
                 }
                 if !events.is_empty() {
                     sent &= offer(&tx, Input::Events(events, position), overload, &shed).await != Offered::Closed;
@@ -259,6 +254,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
 }
 
 /// How the collectors' formats become samples.
+#[derive(Debug, Clone)]
 pub struct Collectors {
     /// Line protocol's and Telegraf JSON's: the tag that names the host.
     pub influx: vigil_engine::influx::Mapping,
@@ -270,7 +266,7 @@ pub struct Collectors {
 
 impl Collectors {
     /// The samples of a message in `format`, and what is refused, counted by format and reason.
-    fn samples(
+    pub(crate) fn samples(
         &self,
         intake: &Intake,
         format: TopicFormat,
@@ -314,7 +310,29 @@ const DEAD_PER_MESSAGE: usize = 100;
 
 /// A line refused: its number (none for the whole message), its reason's label, why, and its
 /// text.
-type Refused = (Option<u64>, &'static str, String, String);
+pub(crate) type Refused = (Option<u64>, &'static str, String, String);
+
+/// The dead letters of a message's refused lines, made by `letter` (line, reason, text): the
+/// first [`DEAD_PER_MESSAGE`] one by one, the rest counted in one more.
+pub(crate) fn dead_letters(
+    refused: Vec<Refused>,
+    letter: impl Fn(Option<u64>, String, &[u8]) -> DeadLetter,
+) -> Vec<DeadLetter> {
+    let more = refused.len().saturating_sub(DEAD_PER_MESSAGE);
+    let mut letters: Vec<DeadLetter> = refused
+        .into_iter()
+        .take(DEAD_PER_MESSAGE)
+        .map(|(line, _, reason, text)| letter(line, reason, text.as_bytes()))
+        .collect();
+    if more > 0 {
+        letters.push(letter(
+            None,
+            format!("{more} more refused samples of the same message, not kept one by one"),
+            b"",
+        ));
+    }
+    letters
+}
 
 /// The samples of a message of line protocol, and each line refused.
 fn influx_samples(
