@@ -16,6 +16,7 @@ mod fleet;
 mod fuzz;
 mod group;
 mod group_formats;
+mod group_outage;
 mod hostile;
 mod monitoring;
 mod node_mixin;

@@ -127,6 +127,10 @@ pub struct GroupMetrics {
     pub fenced: IntCounter,
     /// Alert transitions held in memory while the store fails.
     pub held_alerts: IntGauge,
+    /// Partitions assigned here and paused until the store takes their claim, and revoked keyed
+    /// partitions whose checkpoint waits.
+    pub pending_partitions: IntGauge,
+    pub leaving_partitions: IntGauge,
     /// Records sent to the keyed topic (an event goes to each keyed partition of its keys).
     pub forwarded: IntCounter,
     /// Forwarded events the keyed partitions took (those sent again after a hand-over once).
@@ -212,6 +216,16 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_held_alerts",
                 "Alert transitions the keyed partitions hold while the store cannot be written",
+            ),
+            pending_partitions: gauge(
+                registry,
+                "vigil_group_pending_partitions",
+                "Partitions assigned to this instance and paused until the store takes their claim",
+            ),
+            leaving_partitions: gauge(
+                registry,
+                "vigil_group_leaving_partitions",
+                "Keyed partitions revoked from this instance whose checkpoint is still to be stored",
             ),
         }
     }

@@ -200,7 +200,9 @@ impl Looping {
                 Saved::Later => kept.push(l),
             }
         }
-        ctx.owned.lock().expect("owned").leaving.extend(kept);
+        let mut owned = ctx.owned.lock().expect("owned");
+        owned.leaving.extend(kept);
+        ctx.gauges(&owned);
     }
 
     /// Checks that the partitions Kafka assigns this member are the ones it holds in the store,
@@ -237,6 +239,7 @@ impl Looping {
             ctx.telemetry.group.rebalances.with_label_values(&["reclaimed"]).inc();
             owned.forwarder.set_epoch(topic, *partition, epoch);
         }
+        ctx.gauges(&owned);
         suspects.keyed = keyed_fenced;
         suspects.input = input_fenced;
     }

@@ -232,9 +232,12 @@ impl Shared {
     }
 
     fn gauges(&self, owned: &Owned) {
-        let g = &self.telemetry.group.owned_partitions;
+        let group = &self.telemetry.group;
+        let g = &group.owned_partitions;
         g.with_label_values(&[&self.keyed_topic]).set(owned.keyed.len() as i64);
         g.with_label_values(&["input"]).set(owned.forwarder.owns() as i64);
+        group.pending_partitions.set(owned.pending.len() as i64);
+        group.leaving_partitions.set(owned.leaving.len() as i64);
     }
 }
 
