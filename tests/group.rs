@@ -741,3 +741,101 @@ async fn every_member_of_a_group_takes_pushed_events() {
     drop_database(&db_name).await;
     std::fs::remove_dir_all(&rules).ok();
 }
+
+/// A stream declared by a rule change on one member (`PUT /api/v1/rules/NAME`) is read by
+/// every member within 10 s, without a restart: each subscribes to the stream's topic, the
+/// topic's partitions are spread over them, and its events raise their alert.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn a_stream_declared_on_one_member_is_read_by_every_member() {
+    let _one_case_at_a_time = ONE_CASE.lock().await;
+    let brokers = kafka_brokers();
+    let topic = unique("group_streams_input");
+    // The declared stream's topic is named as it, and this test's alone.
+    let stream = unique("pods");
+    let topics = [topic.clone(), stream.clone()];
+    for (t, partitions) in topics.iter().zip([12, 4]) {
+        vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(t), partitions, &Default::default())
+            .await
+            .expect("topic");
+    }
+    let (db_name, db_url) = create_database().await;
+    let rules = temp_dir("group_streams_rules");
+    std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("rule");
+    let rules_arg = rules.display().to_string();
+    let group = unique("group");
+    let mut args: Vec<String> = [
+        "--rules",
+        &rules_arg,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--kafka-join-group",
+        "--kafka-option",
+        "session.timeout.ms=6000",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    for s in ["task_event", "task_usage", "machine_event", "metric"] {
+        args.extend(["--topic".to_string(), format!("{s}={topic}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let members = [Service::start(&args), Service::start(&args)];
+    settled(&members, 12.0).await;
+
+    let declared = std::fs::read_to_string("rules/k8s/streams.saql").expect("streams").replace("k8s_event", &stream);
+    let rule = std::fs::read_to_string("rules/k8s/pod_evicted_then_failed.saql").expect("rule");
+    let changed = std::time::Instant::now();
+    let put = reqwest::Client::new()
+        .put(format!("{}/api/v1/rules/pod_evicted_then_failed", members[0].url))
+        .body(format!("{declared}\n{rule}"))
+        .send()
+        .await
+        .expect("PUT");
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap_or_default());
+    let every = eventually("every member reads the declared stream's topic", || async {
+        let reading = |s: &Service| s.log().lines().any(|l| l.contains("reading their topics") && l.contains(&stream));
+        let mut owned = 0.0;
+        for s in &members {
+            owned += sum_of(&metrics(&s.url).await, "vigil_group_owned_partitions{topic=\"input\"}", |_| true);
+        }
+        (members.iter().all(reading) && owned == 16.0).then(|| changed.elapsed())
+    })
+    .await;
+    println!("a stream declared on one member: every member reads its topic after {} ms", every.as_millis());
+    assert!(every <= Duration::from_secs(10), "read by every member after {every:?}");
+
+    produce(
+        &stream,
+        &[
+            r#"{"ts":"2026-01-01T00:00:00Z","namespace":"shop","pod":"cart","node":"n1","reason":"Evicted"}"#,
+            r#"{"ts":"2026-01-01T00:04:00Z","namespace":"shop","pod":"cart","node":"n2","reason":"Failed"}"#,
+        ],
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = get_json(&format!("{}/api/v1/alerts?rule=pod_evicted_then_failed", members[1].url)).await;
+        if page["alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let mut counters = String::new();
+            for s in &members {
+                let m = metrics(&s.url).await;
+                let wanted = |l: &&str| l.starts_with("vigil_group_") || l.starts_with("vigil_events");
+                counters += &format!("{}:\n{}\n", s.url, m.lines().filter(wanted).collect::<Vec<_>>().join("\n"));
+            }
+            let logs = members.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
+            panic!("no alert of the declared stream\n{counters}\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(members);
+    drop_database(&db_name).await;
+    std::fs::remove_dir_all(&rules).ok();
+}

@@ -342,7 +342,7 @@ async fn join_group(
         brokers,
         kafka_options: config.kafka_options.clone(),
         instance_id: config.kafka_instance_id.clone(),
-        topics: config.topics.clone(),
+        topics: stream_topics(config),
         formats: config.topic_formats.clone(),
         collectors: collectors(config),
         keyed_partitions: config.kafka_keyed_partitions,
@@ -363,6 +363,11 @@ async fn join_group(
     member
         .spawn(control, w.stop.clone())
         .map_err(|source| ServiceError::JoinGroup { group: config.kafka_group.clone(), source })
+}
+
+/// The streams' topics: as configured, and for streams the rules declare.
+fn stream_topics(config: &ServeConfig) -> sources::kafka::StreamTopics {
+    sources::kafka::StreamTopics { start: config.topics.clone(), declared: config.declared_topics.clone() }
 }
 
 /// How the collectors' formats read from Kafka become samples.
@@ -544,10 +549,7 @@ fn spawn_sources(
 ) -> Result<(tokio::task::JoinHandle<()>, mpsc::Sender<sources::http::Batch>), ServiceError> {
     if let Some(consumer) = consumer {
         let source = sources::kafka::KafkaSource {
-            topics: sources::kafka::StreamTopics {
-                start: config.topics.clone(),
-                declared: config.declared_topics.clone(),
-            },
+            topics: stream_topics(config),
             formats: config.topic_formats.clone(),
             collectors: collectors(config),
             start: resume.to_vec(),

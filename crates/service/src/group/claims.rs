@@ -87,7 +87,7 @@ impl Shared {
         let shard = Shard { index: partition as usize, count: self.keyed_partitions as usize };
         let config = EngineConfig { shard, ..self.engine.clone() };
         let mut p = KeyedPartition::new(plans.to_vec(), &config, fence, checkpoint.as_ref());
-        p.set_catalog(&self.catalog);
+        p.set_catalog(&self.catalog.lock().expect("catalog"));
         let bytes = checkpoint.as_ref().map_or(0, |c| c.snapshot.len() + c.state.len());
         self.telemetry.group.restore_seconds.observe(started.elapsed().as_secs_f64());
         self.telemetry.group.restore_bytes.inc_by(bytes as u64);

@@ -45,7 +45,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 use vigil_engine::engine::{Engine, EngineConfig};
 use vigil_lang::plan::RulePlan;
-use vigil_lang::schema::Stream;
 use watermarks::{PartitionId, Watermarks};
 
 /// How often the forwarder reports progress.
@@ -71,7 +70,8 @@ pub struct Member {
     pub kafka_options: BTreeMap<String, String>,
     /// Static membership (`--kafka-instance-id`): Kafka's `group.instance.id` of both consumers.
     pub instance_id: Option<String>,
-    pub topics: BTreeMap<Stream, String>,
+    /// The streams' topics: those of the streams a rule change declares are read too.
+    pub topics: crate::sources::kafka::StreamTopics,
     /// Topics whose messages are a collector's format, not Vigil's JSON lines.
     pub formats: BTreeMap<String, crate::config::TopicFormat>,
     pub collectors: crate::sources::kafka::Collectors,
@@ -143,7 +143,7 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     telemetry: Arc<Telemetry>,
     /// The streams of the group's rules, which forwarded events are of.
-    catalog: vigil_lang::schema::Catalog,
+    catalog: Mutex<vigil_lang::schema::Catalog>,
 }
 
 impl ClientContext for Ctx {
@@ -285,7 +285,7 @@ impl Member {
             gate: StoreGate::default(),
             runtime: self.runtime.clone(),
             telemetry: self.telemetry.clone(),
-            catalog: self.intake.catalog.get(),
+            catalog: Mutex::new(self.intake.catalog.get()),
         }));
         // Two consumers, in two groups: the input topics' partitions, and the keyed topic's,
         // are each spread over the instances. In one group the assignor balances the total
@@ -307,7 +307,8 @@ struct Looping {
     input: BaseConsumer<Ctx>,
     /// In the group named as the keyed topic, over it.
     keyed: BaseConsumer<Ctx>,
-    by_topic: BTreeMap<String, Stream>,
+    /// The input topics and the stream of each, followed as rule changes declare streams.
+    topics: crate::sources::kafka::TopicMap,
     /// Every partition of the input topics: the keyed partitions wait for all of them.
     inputs: Vec<UpstreamId>,
     decoder: vigil_engine::event::LineDecoder,
@@ -323,14 +324,14 @@ struct Looping {
 }
 
 impl Looping {
-    fn new(m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
+    fn new(mut m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
         let decoder = m.intake.catalog.decoder();
-        let by_topic = m.topics.iter().map(|(s, t)| (t.clone(), *s)).collect();
+        let topics = crate::sources::kafka::TopicMap::new(std::mem::take(&mut m.topics), &m.intake.catalog);
         Looping {
             m,
             input,
             keyed,
-            by_topic,
+            topics,
             inputs: Vec::new(),
             decoder,
             last_report: Instant::now(),
@@ -352,9 +353,7 @@ impl Looping {
             self.subscribed = false;
             tracing::warn!(group = %self.m.group, "left the consumer groups while this instance's rules differ from the group's");
         } else if held.is_none() && !self.subscribed {
-            let mut topics: Vec<&str> = self.m.topics.values().map(String::as_str).collect();
-            topics.sort_unstable();
-            topics.dedup();
+            let topics: Vec<&str> = self.topics.names.iter().map(String::as_str).collect();
             let keyed_topic = self.keyed.context().keyed_topic.clone();
             let joined = self.input.subscribe(&topics).and_then(|()| self.keyed.subscribe(&[&keyed_topic]));
             match joined {
@@ -367,11 +366,39 @@ impl Looping {
         }
     }
 
+    /// Follows a change of the rules' streams (a rule change that declares or removes one, on
+    /// this member or another): events are read as the new catalogue has them, and the topics
+    /// of declared streams are subscribed to, within a round.
+    fn follow_catalog(&mut self) {
+        if !self.topics.refresh(&self.m.intake.catalog) {
+            return;
+        }
+        let catalog = self.m.intake.catalog.get();
+        self.decoder = vigil_engine::event::LineDecoder::new(catalog.clone());
+        let ctx = self.input.context().clone();
+        ctx.owned.lock().expect("owned").keyed.values_mut().for_each(|p| p.set_catalog(&catalog));
+        *ctx.catalog.lock().expect("catalog") = catalog;
+        self.last_survey = None;
+        if !self.subscribed {
+            return;
+        }
+        let topics: Vec<&str> = self.topics.names.iter().map(String::as_str).collect();
+        match self.input.subscribe(&topics) {
+            Ok(()) => tracing::info!(topics = ?topics, "the streams changed: reading their topics"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot subscribe to the streams' topics; joining again");
+                self.input.unsubscribe();
+                self.subscribed = false;
+            }
+        }
+    }
+
     fn run(mut self, mut control: mpsc::Receiver<Input>, stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
             while let Ok(input) = control.try_recv() {
                 self.control(input);
             }
+            self.follow_catalog();
             self.follow_hold();
             if self.last_survey.is_none_or(|t| t.elapsed() >= SURVEY_EVERY) {
                 self.last_survey = Some(Instant::now());
@@ -474,7 +501,8 @@ impl Looping {
     /// Reads up to 512 messages of the input consumer, or of the keyed one when `keyed`, waiting
     /// up to `wait` for the first; how many.
     fn read(&mut self, keyed: bool, wait: Duration) -> usize {
-        let Looping { m, by_topic, decoder, input, keyed: keyed_consumer, .. } = self;
+        let Looping { m, topics, decoder, input, keyed: keyed_consumer, .. } = self;
+        let by_topic = &topics.by_topic;
         let consumer = if keyed { keyed_consumer } else { input };
         for n in 0..512 {
             let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
@@ -537,9 +565,11 @@ impl Looping {
         match input {
             Input::Reload(plans, reply) => {
                 let mut owned = self.input.context().owned.lock().expect("owned");
+                // Every keyed partition takes the new rules; what each keeps is the same.
                 let mut kept = None;
                 for p in owned.keyed.values_mut() {
-                    kept.get_or_insert_with(|| p.reload(plans.clone()));
+                    let k = p.reload(plans.clone());
+                    kept.get_or_insert(k);
                 }
                 owned.forwarder.router = Engine::new(plans.clone(), self.m.engine.clone());
                 let kept = kept.unwrap_or_else(|| plans.iter().map(|p| p.name.clone()).collect());
@@ -556,7 +586,7 @@ impl Looping {
     /// The input topics' partitions, the consumer's lag and the state gauges.
     fn survey(&mut self) {
         let mut partitions = Vec::new();
-        for topic in self.by_topic.keys() {
+        for topic in self.topics.by_topic.keys() {
             match self.input.fetch_metadata(Some(topic), Duration::from_secs(5)) {
                 Ok(m) => {
                     for t in m.topics().iter().filter(|t| t.error().is_none()) {

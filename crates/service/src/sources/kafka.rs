@@ -105,6 +105,7 @@ fn add(list: &mut rdkafka::TopicPartitionList, topic: &str, partition: i32, offs
 }
 
 /// The topics of the streams, as configured.
+#[derive(Debug, Clone, Default)]
 pub struct StreamTopics {
     /// The topic of each stream at the start.
     pub start: BTreeMap<Stream, String>,
@@ -115,26 +116,28 @@ pub struct StreamTopics {
 /// The stream of each topic the consumer reads, rebuilt when a reload changes the catalogue:
 /// one that declares a stream adds its topic, one that removes a stream stops naming its
 /// messages' stream by their topic.
-struct TopicMap {
+pub(crate) struct TopicMap {
     topics: StreamTopics,
-    by_topic: BTreeMap<String, Stream>,
-    names: Vec<String>,
+    pub(crate) by_topic: BTreeMap<String, Stream>,
+    /// The topics, sorted.
+    pub(crate) names: Vec<String>,
     /// The catalogue's generation the map was built for.
     seen: u64,
 }
 
 impl TopicMap {
-    fn new(topics: StreamTopics, catalog: &SharedCatalog) -> TopicMap {
+    pub(crate) fn new(topics: StreamTopics, catalog: &SharedCatalog) -> TopicMap {
         let by_topic: BTreeMap<String, Stream> = topics.start.iter().map(|(s, t)| (t.clone(), *s)).collect();
         let names = by_topic.keys().cloned().collect();
         TopicMap { topics, by_topic, names, seen: catalog.generation() }
     }
 
     /// Vigil's own streams' topics as at the start, and those of the streams the catalogue
-    /// declares now: the topic set for each, or else one named as it.
-    fn refresh(&mut self, catalog: &SharedCatalog) {
+    /// declares now: the topic set for each, or else one named as it. Whether the catalogue
+    /// changed since the last call.
+    pub(crate) fn refresh(&mut self, catalog: &SharedCatalog) -> bool {
         if catalog.generation() == self.seen {
-            return;
+            return false;
         }
         self.seen = catalog.generation();
         let declared = catalog.get();
@@ -142,6 +145,7 @@ impl TopicMap {
         let named = |s: Stream| self.topics.declared.get(s.name()).cloned().unwrap_or_else(|| s.name().into());
         self.by_topic = own.chain(declared.declared().map(|s| (named(s), s))).collect();
         self.names = self.by_topic.keys().cloned().collect();
+        true
     }
 }
 
