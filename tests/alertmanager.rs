@@ -1,6 +1,7 @@
 //! Vigil sending to a real Alertmanager, and showing its silences (Debian's `prometheus-alertmanager`, which
 //! scripts/test.sh installs; VIGIL_TEST_ALERTMANAGER names another binary).
 
+use crate::group::sum_of;
 use crate::support::*;
 use serde_json::Value as Json;
 use std::process::{Child, Command, Stdio};
@@ -297,5 +298,90 @@ async fn vigil_killed_and_restarted_makes_alertmanager_notify_nothing_twice() {
     assert!(counts.values().all(|n| *n == 1), "an alert notified twice: {counts:?}");
     let stored = get_json(&format!("{}/api/v1/alerts", service.url)).await;
     assert_eq!(stored["alerts"].as_array().map(Vec::len), Some(4), "{stored}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A group of two members (`--kafka-join-group`) sending to one Alertmanager, one member killed
+/// with `kill -9` while its alerts fire: the other takes its partitions over once Kafka's
+/// session timeout (6 s) has passed and, with them, the resends of their firing alerts, before
+/// Alertmanager's `endsAt` (four resend delays, 16 s) passes. So Alertmanager never sees an
+/// alert resolved: each is notified once, none resolved.
+#[tokio::test]
+#[ignore = "needs Alertmanager, Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn a_group_member_killed_makes_alertmanager_notify_nothing_twice() {
+    let dir = temp_dir("alertmanager-group");
+    let rules = rules_in(&dir);
+    let (pager, chat) = (Receiver::start(0).await, Receiver::start(0).await);
+    let am = Alertmanager::start(&dir, &pager.url, &chat.url, "['...']").await;
+    let brokers = kafka_brokers();
+    let topic = unique("group_alertmanager");
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 4, &Default::default())
+        .await
+        .expect("topic");
+    let (db_name, db_url) = create_database().await;
+    let group = unique("group");
+    let streams = format!("task_event={topic}");
+    let args = [
+        "--rules",
+        &rules,
+        "--database-url",
+        &db_url,
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-group",
+        &group,
+        "--kafka-join-group",
+        "--topic",
+        &streams,
+        "--kafka-option",
+        "session.timeout.ms=6000",
+        "--checkpoint-interval",
+        "1s",
+        "--alertmanager-url",
+        &am.url,
+        "--alertmanager-resend-delay",
+        "4s",
+    ];
+    let mut members = [Service::start(&args), Service::start(&args)];
+    let lines = |text: String| text.lines().map(str::to_string).collect::<Vec<_>>();
+    // Alerts that stay firing: time moves to the newest event at most, which the burst's
+    // window and the evictions' day of keep_firing_for outlast.
+    let first = lines(evict_then_fail("j1", 0) + &burst("b2", 2) + &evict_then_fail("j2", 130));
+    produce(&topic, &first.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while firing_notifications(&[&pager, &chat]).len() < 3 {
+        if std::time::Instant::now() > deadline {
+            let stored = get_json(&format!("{}/api/v1/alerts", members[0].url)).await;
+            let logs = members.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
+            panic!("notified {:?}; stored {stored}\n{logs}", firing_notifications(&[&pager, &chat]));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    // Each firing alert is resent by one member: the owner of its keyed partition.
+    eventually("each firing alert resent by one member", || async {
+        let mut resent = 0.0;
+        for m in &members {
+            resent += sum_of(&metrics(&m.url).await, "vigil_notifications_firing", |_| true);
+        }
+        (resent == 3.0).then_some(())
+    })
+    .await;
+    members[1].kill();
+    // Past the session timeout, the rebalance, and Alertmanager's `endsAt` twice over.
+    tokio::time::sleep(std::time::Duration::from_secs(35)).await;
+    let counts = firing_notifications(&[&pager, &chat]);
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 1), "an alert notified twice: {counts:?}");
+    let resolved: Vec<Json> = [&pager, &chat]
+        .iter()
+        .flat_map(|r| r.bodies())
+        .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["status"] == "resolved")
+        .collect();
+    assert!(resolved.is_empty(), "Alertmanager resolved alerts that still fire: {resolved:?}");
+    let resent = sum_of(&metrics(&members[0].url).await, "vigil_notifications_firing", |_| true);
+    assert_eq!(resent, 3.0, "the survivor resends every firing alert");
+    drop(members);
+    drop_database(&db_name).await;
     std::fs::remove_dir_all(&dir).ok();
 }

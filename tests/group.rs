@@ -452,6 +452,11 @@ pub async fn run_case(case: Case) {
     );
     assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", logs());
     assert_eq!(got.len(), distinct.len(), "no transition stored twice");
+    // Each alert names the keyed partition that raised it: only that partition's owner resends
+    // it to Alertmanager.
+    let (unowned,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM alerts WHERE part IS NULL").fetch_one(&pool).await.expect("count");
+    assert_eq!(unowned, 0, "every alert names its keyed partition");
     let delivered_missing: Vec<&String> = expected.difference(&delivered).collect();
     assert!(delivered_missing.is_empty(), "the webhook missed {delivered_missing:?}");
     assert!(delivered.is_subset(&expected), "the webhook got transitions the clean run does not have");

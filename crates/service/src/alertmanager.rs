@@ -32,6 +32,8 @@ const RESOLVED_RESEND: Duration = Duration::from_secs(15 * 60);
 const BATCH: usize = 64;
 /// How soon a failed send is tried again, when the resend delay is longer.
 const RETRY: Duration = Duration::from_secs(5);
+/// How often a group member looks whether its keyed partitions changed.
+const OWNERSHIP_CHECK: Duration = Duration::from_secs(1);
 
 /// Where and how alerts go.
 #[derive(Debug, Clone)]
@@ -62,6 +64,9 @@ impl Silences {
     }
 }
 
+/// The keyed partitions a group member owns, as its loop keeps them.
+pub type OwnedPartitions = Arc<std::sync::RwLock<Vec<i32>>>;
+
 pub struct Notifier {
     pub settings: Settings,
     pub silences: Arc<Silences>,
@@ -69,6 +74,9 @@ pub struct Notifier {
     pub published: broadcast::Receiver<Arc<Stored>>,
     pub telemetry: Arc<Telemetry>,
     pub client: reqwest::Client,
+    /// In a group, the keyed partitions this member owns: it resends only their alerts, so that
+    /// each alert reaches Alertmanager from one member, the one that would resolve it.
+    pub owned_partitions: Option<OwnedPartitions>,
 }
 
 /// The alerts to send: firing ones, and resolved ones with when they were resolved here.
@@ -105,10 +113,17 @@ impl Notifier {
         let started = now_ms();
         let mut state = State::default();
         let mut next = Instant::now();
+        let mut known: Vec<i32> = Vec::new();
         loop {
             let mut changed = Vec::new();
+            // A group member looks at its keyed partitions every second: one it took over has
+            // firing alerts whose resends were its former owner's.
+            let wake = match self.owned_partitions {
+                Some(_) => next.min(Instant::now() + OWNERSHIP_CHECK),
+                None => next,
+            };
             tokio::select! {
-                _ = tokio::time::sleep_until(next.into()) => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
                 got = self.published.recv() => match got {
                     Ok(stored) => {
                         state.take(&stored.alert);
@@ -124,6 +139,13 @@ impl Notifier {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = stop.changed() => return,
+            }
+            if let Some(owned) = &self.owned_partitions {
+                let parts = owned.read().map(|p| p.clone()).unwrap_or_default();
+                if parts != known {
+                    known = parts;
+                    next = Instant::now();
+                }
             }
             let due = Instant::now() >= next;
             if due {
@@ -145,13 +167,23 @@ impl Notifier {
     }
 
     /// The firing alerts as the store has them, which is what every resend sends: after a
-    /// restart, after missed ones, and in a group, where another member may have resolved one.
+    /// restart, after missed ones, and in a group, where another member may have resolved one
+    /// (a member reads those of the keyed partitions it owns: a partition's new owner takes
+    /// over its alerts' resends at its next resend).
     /// When the store cannot be read, what this instance has seen stands.
     async fn load(&self, state: &mut State) {
-        match self.store.firing_alerts(usize::MAX).await {
+        let firing = match &self.owned_partitions {
+            None => self.store.firing_alerts(usize::MAX).await,
+            Some(owned) => {
+                let parts = owned.read().map(|p| p.clone()).unwrap_or_default();
+                self.store.firing_alerts_in(&parts).await
+            }
+        };
+        match firing {
             Ok(alerts) => {
                 let firing: HashMap<String, Alert> = alerts.into_iter().map(|a| (a.id.clone(), a)).collect();
                 state.resolved.retain(|id, _| !firing.contains_key(id));
+                self.telemetry.notifications.firing.set(firing.len() as i64);
                 state.firing = firing;
             }
             Err(e) => {

@@ -125,6 +125,9 @@ struct Wiring {
     engine_health: Arc<EngineHealth>,
     webhook_wake: Arc<Notify>,
     silences: Arc<alertmanager::Silences>,
+    /// A group member's keyed partitions, as its loop keeps them: the alerts it resends to
+    /// Alertmanager are theirs. None for a single instance, which resends all.
+    owned_partitions: Option<alertmanager::OwnedPartitions>,
     intake: Intake,
     stop: watch::Receiver<bool>,
 }
@@ -173,6 +176,7 @@ pub async fn serve(mut config: ServeConfig) -> Result<(), ServiceError> {
         health: Arc::new(writer::Health::default()),
         intake: intake_of(&config, &engine_health, loaded.catalog()),
         engine_health,
+        owned_partitions: config.kafka_join_group.then(Default::default),
         webhook_wake: Arc::new(Notify::new()),
         silences: Default::default(),
         stop: stop_rx,
@@ -359,6 +363,7 @@ async fn join_group(
         dead: w.dead.clone(),
         intake: w.intake.clone(),
         health: w.engine_health.clone(),
+        owned_partitions: w.owned_partitions.clone().unwrap_or_default(),
     };
     member
         .spawn(control, w.stop.clone())
@@ -531,6 +536,7 @@ fn spawn_writers(
             published: w.published.subscribe(),
             telemetry: w.telemetry.clone(),
             client,
+            owned_partitions: w.owned_partitions.clone(),
         };
         tokio::spawn(notifier.run(w.stop.clone()));
         let urls: Vec<String> = config.alertmanager_url.iter().map(|u| redact(u)).collect();

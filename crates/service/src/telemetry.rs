@@ -54,6 +54,8 @@ pub struct SampleMetrics {
 /// Alerts sent to Alertmanager ([`super::alertmanager`]), by Alertmanager, under the names of
 /// Prometheus' notifier.
 pub struct NotificationMetrics {
+    /// The firing alerts this instance resends (in a group, those of its keyed partitions).
+    pub firing: IntGauge,
     pub sent: IntCounterVec,
     pub errors: IntCounterVec,
     pub latency: HistogramVec,
@@ -68,6 +70,11 @@ impl NotificationMetrics {
             &["alertmanager"],
         );
         NotificationMetrics {
+            firing: gauge(
+                registry,
+                "vigil_notifications_firing",
+                "Firing alerts this instance resends to Alertmanager (a group member: those of its keyed partitions)",
+            ),
             sent: counter(
                 registry,
                 "vigil_notifications_sent_total",

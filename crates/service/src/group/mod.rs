@@ -90,6 +90,8 @@ pub struct Member {
     pub dead: mpsc::Sender<DeadLetter>,
     pub intake: Intake,
     pub health: Arc<EngineHealth>,
+    /// The keyed partitions owned here, for the Alertmanager notifier.
+    pub owned_partitions: crate::alertmanager::OwnedPartitions,
 }
 
 /// What the rebalance callbacks and the member's loop share: the partitions it owns, and
@@ -140,6 +142,8 @@ struct Shared {
     store: Store,
     /// Whether the store may be tried (alerts, checkpoints) while it fails.
     gate: StoreGate,
+    /// The keyed partitions owned here, as [`Shared::gauges`] last saw them.
+    owned_partitions: crate::alertmanager::OwnedPartitions,
     runtime: tokio::runtime::Handle,
     telemetry: Arc<Telemetry>,
     /// The streams of the group's rules, which forwarded events are of.
@@ -229,6 +233,9 @@ impl Shared {
             self.telemetry.group.fenced.inc();
             tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
         }
+        if !fenced.is_empty() {
+            self.gauges(owned);
+        }
     }
 
     fn gauges(&self, owned: &Owned) {
@@ -238,6 +245,9 @@ impl Shared {
         g.with_label_values(&["input"]).set(owned.forwarder.owns() as i64);
         group.pending_partitions.set(owned.pending.len() as i64);
         group.leaving_partitions.set(owned.leaving.len() as i64);
+        if let Ok(mut parts) = self.owned_partitions.write() {
+            *parts = owned.keyed.keys().copied().collect();
+        }
     }
 }
 
@@ -283,6 +293,7 @@ impl Member {
             keyed_partitions: self.keyed_partitions,
             store: self.store.clone(),
             gate: StoreGate::default(),
+            owned_partitions: self.owned_partitions.clone(),
             runtime: self.runtime.clone(),
             telemetry: self.telemetry.clone(),
             catalog: Mutex::new(self.intake.catalog.get()),

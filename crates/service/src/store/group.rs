@@ -115,8 +115,34 @@ impl Store {
             return Ok(None);
         }
         let stored = insert_in(&mut tx, alerts, webhook).await?;
+        for a in alerts {
+            sqlx::query("UPDATE alerts SET part = $1 WHERE id = $2")
+                .bind(fence.partition)
+                .bind(a.id.clone())
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(Some(stored))
+    }
+
+    /// The firing alerts raised in the keyed partitions `parts` of a group (their owner's to
+    /// resend to Alertmanager).
+    pub async fn firing_alerts_in(&self, parts: &[i32]) -> Result<Vec<Alert>> {
+        let mut out = Vec::new();
+        for part in parts {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT body FROM alerts WHERE status = 'firing' AND part = $1 ORDER BY seq")
+                    .bind(*part)
+                    .fetch_all(&self.pool)
+                    .await?;
+            for (body,) in rows {
+                let alert = serde_json::from_str(&body)
+                    .map_err(|e| super::StoreError { message: format!("stored alert: {e}"), retryable: false })?;
+                out.push(alert);
+            }
+        }
+        Ok(out)
     }
 }
 
