@@ -10,6 +10,7 @@
 
 pub mod alertmanager;
 pub mod api;
+pub mod backoff;
 pub mod config;
 pub mod engine_loop;
 pub mod event_time;

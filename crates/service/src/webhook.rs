@@ -7,6 +7,7 @@
 //! (`<alert id>:<status>`), so a receiver can drop the duplicate that a crash between sending
 //! and recording the delivery may cause.
 
+use super::backoff::Backoff;
 use super::store::Store;
 use super::telemetry::{Telemetry, WebhookCalled};
 use serde_json::{json, Value as Json};
@@ -17,7 +18,7 @@ use vigil_engine::alert::Alert;
 use vigil_engine::event::format_time;
 
 /// Backoff: the configured first wait, doubling, at most 5 minutes.
-const BACKOFF_MAX_MS: i64 = 300_000;
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// The body Alertmanager would send for this alert, as a group of one.
 pub fn alertmanager_payload(a: &Alert, external_url: &str) -> Json {
@@ -42,14 +43,6 @@ pub fn alertmanager_payload(a: &Alert, external_url: &str) -> Json {
             "fingerprint": a.id.get(..16).unwrap_or(&a.id),
         }],
     })
-}
-
-/// How long to wait before attempt `attempts + 1`, when the first retry waits `base` ms.
-pub fn backoff_ms(base: i64, attempts: i64) -> i64 {
-    let exp = base.saturating_mul(1i64 << attempts.clamp(0, 20)).min(BACKOFF_MAX_MS);
-    // Up to 20% either way, so that receivers coming back are not hit by every sender at once.
-    let jitter = (fastrand::f64() * 0.4 - 0.2) * exp as f64;
-    (exp as f64 + jitter) as i64
 }
 
 pub struct Deliverer {
@@ -130,8 +123,9 @@ impl Deliverer {
                     }
                     Some(error) => {
                         let dead = attempts >= i64::from(self.settings.max_attempts);
-                        let base = super::config::millis(self.settings.backoff);
-                        let next = now_ms() + backoff_ms(base, item.attempts);
+                        let backoff = Backoff::new(self.settings.backoff, BACKOFF_MAX);
+                        let wait = backoff.nth_with_jitter(u32::try_from(item.attempts).unwrap_or(u32::MAX));
+                        let next = now_ms() + wait.as_millis() as i64;
                         self.store.outbox_failed(item.seq, next, &error, dead).await?;
                         let failure = Some((error.as_str(), dead));
                         self.telemetry.emit(WebhookCalled { delivery, attempts, seconds, failure });
@@ -141,20 +135,6 @@ impl Deliverer {
                     }
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        for attempts in 0..30 {
-            let ms = backoff_ms(1_000, attempts);
-            let exp = (1_000 << attempts.min(20)).min(BACKOFF_MAX_MS);
-            assert!(ms >= exp * 8 / 10 && ms <= exp * 12 / 10, "attempt {attempts}: {ms}");
         }
     }
 }

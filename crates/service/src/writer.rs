@@ -7,6 +7,7 @@
 //! sources. After a crash the service resumes from the last checkpoint and reads again what
 //! came after it (the alerts that come out twice are stored once, by id).
 
+use super::backoff::Backoff;
 use super::engine_loop::Output;
 use super::position::{resume_offset, Position, HTTP_SOURCE};
 use super::spool::{Spool, SpoolError};
@@ -55,7 +56,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
     // A checkpoint waiting for the spool to empty (or for the store); a newer one replaces it.
     let mut checkpoint: Option<(Vec<u8>, Vec<Position>)> = None;
-    let mut delay = RETRY_MIN;
+    let mut delay = Backoff::new(RETRY_MIN, RETRY_MAX);
     let mut closed = false;
     w.report_spool();
     loop {
@@ -67,8 +68,11 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
         let output = if waiting {
             tokio::select! {
                 o = rx.recv(), if !closed => o,
-                _ = tokio::time::sleep(delay) => {
-                    delay = if w.drain(&mut checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
+                _ = tokio::time::sleep(delay.wait()) => {
+                    match w.drain(&mut checkpoint).await {
+                        true => delay.succeeded(),
+                        false => _ = delay.failed(),
+                    }
                     continue;
                 }
             }
@@ -125,7 +129,7 @@ impl Writer {
     /// Puts a batch the store did not take (or that must wait behind the spool) in the spool;
     /// when the spool is full or cannot be written, waits until the store takes enough.
     async fn hold(&mut self, mut batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
-        let mut delay = RETRY_MIN;
+        let mut delay = Backoff::new(RETRY_MIN, RETRY_MAX);
         loop {
             batch = match self.spool.push(batch) {
                 Ok(()) => {
@@ -145,8 +149,11 @@ impl Writer {
                     back
                 }
             };
-            tokio::time::sleep(delay).await;
-            delay = if self.drain(checkpoint).await { RETRY_MIN } else { (delay * 2).min(RETRY_MAX) };
+            tokio::time::sleep(delay.wait()).await;
+            match self.drain(checkpoint).await {
+                true => delay.succeeded(),
+                false => _ = delay.failed(),
+            }
         }
     }
 
@@ -232,14 +239,13 @@ pub async fn write_dead_letters(
         for d in &batch {
             telemetry.malformed.with_label_values(&[&d.source]).inc();
         }
-        let mut delay = Duration::from_millis(200);
+        let mut delay = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
             match store.insert_dead_letters(&batch, max_kept).await {
                 Ok(()) => break,
                 Err(e) => {
                     telemetry.emit(StoreFailed { operation: "insert_dead_letter", error: &e });
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(10));
+                    tokio::time::sleep(delay.failed()).await;
                 }
             }
         }

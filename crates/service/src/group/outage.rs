@@ -7,6 +7,7 @@
 
 use super::keyed::KeyedPartition;
 use super::{count, Looping, Shared};
+use crate::backoff::Backoff;
 use crate::store::Store;
 use crate::telemetry::{InternalEvent, StoreFailed, Telemetry};
 use rdkafka::consumer::Consumer;
@@ -28,12 +29,17 @@ const MAX_WAIT: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub struct StoreGate(Mutex<Failing>);
 
-#[derive(Default)]
 struct Failing {
     /// Since when the store fails, and when to try it next.
     since: Option<Instant>,
     next: Option<Instant>,
-    wait: Duration,
+    backoff: Backoff,
+}
+
+impl Default for Failing {
+    fn default() -> Self {
+        Failing { since: None, next: None, backoff: Backoff::new(FIRST_WAIT, MAX_WAIT) }
+    }
 }
 
 impl StoreGate {
@@ -99,8 +105,7 @@ impl StoreGate {
                  goes on"
             );
         }
-        failing.wait = (failing.wait * 2).clamp(FIRST_WAIT, MAX_WAIT);
-        failing.next = Some(Instant::now() + failing.wait);
+        failing.next = Some(Instant::now() + failing.backoff.failed());
     }
 }
 
