@@ -72,15 +72,17 @@ enum Command {
         /// Unit of line protocol timestamps (`--format influx`): ns, us, ms, s, m, h.
         #[arg(long, default_value = "ns")]
         precision: vigil::influx::Precision,
-        /// The tag of line protocol that names the host (`--format influx`, `telegraf-json`).
-        #[arg(long, default_value = "host")]
+        /// The tag of line protocol that names the host (`--format influx`, `telegraf-json`),
+        /// as `vigil serve` names it (`--host-tag` too).
+        #[arg(long = "influx-host-tag", alias = "host-tag", default_value = "host")]
         host_tag: String,
-        /// The attribute of OTLP metrics that names the host (`--format otlp-json`).
-        #[arg(long, default_value = "host.name")]
+        /// The attribute of OTLP metrics that names the host (`--format otlp-json`), as
+        /// `vigil serve` names it (`--host-attribute` too).
+        #[arg(long = "otlp-host-attribute", alias = "host-attribute", default_value = "host.name")]
         host_attribute: String,
         /// The label that names the host (`--format prometheus-kafka-adapter`), its `:port`
-        /// dropped.
-        #[arg(long, default_value = "instance")]
+        /// dropped, as `vigil serve` names it (`--host-label` too).
+        #[arg(long = "remote-write-host-label", alias = "host-label", default_value = "instance")]
         host_label: String,
         /// Lateness, time bounds, workers and limits. With several workers the alerts are those
         /// of one engine, in detection order within each batch of 1,024 events; 1 keeps the

@@ -320,3 +320,30 @@ fn eval_outages_finds_cut_silences_and_none_in_a_steady_feed() {
     assert_eq!(cells[8], "0", "no silence outside the cuts: {out}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `vigil replay` names the host mappings as `vigil serve` does (`--influx-host-tag`), and takes
+/// its former names (`--host-tag`) too.
+#[test]
+fn replay_maps_hosts_under_serves_flag_names_and_the_former_ones() {
+    let rule = temp_file(
+        "hot.saql",
+        "rule hot {\n  host h report metric s as e where e.name == \"temp\" #time(1 min)\n  \
+         state ss { t := max(e.value) } group by h\n  alert ss.t > 50\n  return h.host\n}\n",
+    );
+    let lines = "temp,node=rack7 value=80 1767225600000000000\ntemp,node=rack7 value=81 1767225720000000000\n";
+    let input = temp_file("temps.lp", lines);
+    let (rule, input) = (rule.to_str().expect("utf-8"), input.to_str().expect("utf-8"));
+    let host_of = |flag: Option<&str>| {
+        let mut args = vec!["replay", "--format", "influx", "--rules", rule, input];
+        if let Some(flag) = flag {
+            args.extend([flag, "node"]);
+        }
+        let (code, stdout, stderr) = vigil(&args);
+        assert_eq!(code, 0, "{flag:?}: {stderr}");
+        let alert: serde_json::Value = serde_json::from_str(stdout.lines().next().expect("an alert")).expect("JSON");
+        alert["key"]["h.host"].as_str().expect("a host").to_string()
+    };
+    assert_eq!(host_of(Some("--influx-host-tag")), "rack7");
+    assert_eq!(host_of(Some("--host-tag")), "rack7");
+    assert_eq!(host_of(None), "fleet", "no `host` tag: the fleet's host");
+}
