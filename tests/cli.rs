@@ -137,7 +137,7 @@ fn replay_with_workers_gives_the_alerts_and_summary_of_one() {
     assert_eq!(code, 0, "{one_summary}");
     let one = sorted(one);
     assert!(one.len() > 10, "the sample raises alerts: {one_summary}");
-    for workers in ["2", "3"] {
+    for workers in ["2", "3", "8"] {
         let (code, split, summary) =
             vigil(&["replay", "--rules", "rules", "samples/datacenter.jsonl", "--workers", workers]);
         assert_eq!(code, 0, "{summary}");
