@@ -1,7 +1,7 @@
 //! Vigil sending to a real Alertmanager, and showing its silences (Debian's `prometheus-alertmanager`, which
 //! scripts/test.sh installs; VIGIL_TEST_ALERTMANAGER names another binary).
 
-use crate::group::sum_of;
+use crate::group::{member_args, sum_of};
 use crate::support::*;
 use serde_json::Value as Json;
 use std::process::{Child, Command, Stdio};
@@ -319,29 +319,11 @@ async fn a_group_member_killed_makes_alertmanager_notify_nothing_twice() {
         .await
         .expect("topic");
     let (db_name, db_url) = create_database().await;
-    let group = unique("group");
+    let mut args = member_args(&rules, &db_url, &brokers, &unique("group"));
     let streams = format!("task_event={topic}");
-    let args = [
-        "--rules",
-        &rules,
-        "--database-url",
-        &db_url,
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-group",
-        &group,
-        "--kafka-join-group",
-        "--topic",
-        &streams,
-        "--kafka-option",
-        "session.timeout.ms=6000",
-        "--checkpoint-interval",
-        "1s",
-        "--alertmanager-url",
-        &am.url,
-        "--alertmanager-resend-delay",
-        "4s",
-    ];
+    let more = ["--topic", &streams, "--checkpoint-interval", "1s", "--alertmanager-url", &am.url];
+    args.extend(more.iter().chain(&["--alertmanager-resend-delay", "4s"]).map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut members = [Service::start(&args), Service::start(&args)];
     let lines = |text: String| text.lines().map(str::to_string).collect::<Vec<_>>();
     // Alerts that stay firing: time moves to the newest event at most, which the burst's

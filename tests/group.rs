@@ -87,6 +87,14 @@ pub fn copy_rules(rules: &std::path::Path) -> std::path::PathBuf {
     copy
 }
 
+/// The arguments every member of a test's group takes: its rules, store, brokers and group,
+/// with a 6 s session timeout (a dead member's partitions move within seconds).
+pub fn member_args(rules: &str, db_url: &str, brokers: &str, group: &str) -> Vec<String> {
+    let args = ["--rules", rules, "--database-url", db_url, "--kafka-brokers", brokers, "--kafka-group", group];
+    let rest = ["--kafka-join-group", "--kafka-option", "session.timeout.ms=6000"];
+    args.iter().chain(&rest).map(|a| a.to_string()).collect()
+}
+
 pub fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
     rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -293,18 +301,8 @@ pub async fn run_case(case: Case) {
     let hook = Receiver::start(0).await;
     let group = unique("group");
     let rules_copy = copy_rules(&case.rules);
-    let mut args: Vec<String> = [
-        "--rules",
-        &rules_copy.display().to_string(),
-        "--database-url",
-        &db_url,
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-group",
-        &group,
-        "--kafka-join-group",
-        "--kafka-option",
-        "session.timeout.ms=6000",
+    let mut args = member_args(&rules_copy.display().to_string(), &db_url, &brokers, &group);
+    let more = [
         "--checkpoint-interval",
         "1s",
         "--webhook-url",
@@ -314,10 +312,8 @@ pub async fn run_case(case: Case) {
         // Each instance runs its keyed partitions on two threads, whatever the machine.
         "--workers",
         "2",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
+    ];
+    args.extend(more.iter().map(|a| a.to_string()));
     for stream in case.streams {
         args.extend(["--topic".to_string(), format!("{stream}={topic}")]);
     }
@@ -768,23 +764,7 @@ async fn a_stream_declared_on_one_member_is_read_by_every_member() {
     let rules = temp_dir("group_streams_rules");
     std::fs::copy("rules/evicted_then_failed.saql", rules.join("evicted_then_failed.saql")).expect("rule");
     let rules_arg = rules.display().to_string();
-    let group = unique("group");
-    let mut args: Vec<String> = [
-        "--rules",
-        &rules_arg,
-        "--database-url",
-        &db_url,
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-group",
-        &group,
-        "--kafka-join-group",
-        "--kafka-option",
-        "session.timeout.ms=6000",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
+    let mut args = member_args(&rules_arg, &db_url, &brokers, &unique("group"));
     for s in ["task_event", "task_usage", "machine_event", "metric"] {
         args.extend(["--topic".to_string(), format!("{s}={topic}")]);
     }

@@ -36,26 +36,8 @@ impl Outage {
             .expect("input topic");
         let (db_name, db_url) = create_database_at(&admin).await;
         let rules_copy = copy_rules(&rules);
-        let mut args: Vec<String> = [
-            "--rules",
-            &rules_copy.display().to_string(),
-            "--database-url",
-            &db_url,
-            "--kafka-brokers",
-            &brokers,
-            "--kafka-group",
-            &unique("group"),
-            "--kafka-join-group",
-            "--kafka-option",
-            "session.timeout.ms=6000",
-            "--checkpoint-interval",
-            "1s",
-            "--workers",
-            "2",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+        let mut args = member_args(&rules_copy.display().to_string(), &db_url, &brokers, &unique("group"));
+        args.extend(["--checkpoint-interval", "1s", "--workers", "2"].map(String::from));
         // Every stream on the test's own topic: a default topic (`metric`) that another test
         // creates during the outage would be new input partitions to claim.
         for stream in ["task_event", "task_usage", "machine_event", "metric"] {
@@ -76,6 +58,19 @@ impl Outage {
             send_chunk(&producer, &self.topic, chunk.clone()).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// The workload in three parts: the first is produced, then the members' first alert is
+    /// awaited and every partition owned (the joins' rebalances over, in both groups); the
+    /// others are for the test to produce.
+    async fn before_during_after(&self, members: &[Service]) -> [Vec<Vec<String>>; 3] {
+        let mut chunks = chunks_by_minute(&self.timed, 30);
+        let after = chunks.split_off(20);
+        let during = chunks.split_off(8);
+        self.produce(&chunks).await;
+        self.first_alert().await;
+        settled(members, 12.0).await;
+        [chunks, during, after]
     }
 
     /// Waits until an alert is stored.
@@ -159,18 +154,12 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     let _one_case_at_a_time = ONE_CASE.lock().await;
     let o = Outage::new().await;
     let members = [o.member(), o.member()];
-    let chunks = chunks_by_minute(&o.timed, 30);
-    let (before, rest) = chunks.split_at(8);
-    let (during, after) = rest.split_at(12);
-    o.produce(before).await;
-    o.first_alert().await;
-    // The rebalances of the second's join are over, in both groups.
-    settled(&members, 12.0).await;
+    let [_, during, after] = o.before_during_after(&members).await;
     let moved_before = moved(&members).await;
 
     let started_again = o.stop_store();
     let stopped = std::time::Instant::now();
-    o.produce(during).await;
+    o.produce(&during).await;
     // Detection went on without the store: the alerts raised meanwhile are held.
     let held = eventually("alerts held by the members while the store is down", || async {
         let held = summed(&members, "vigil_group_held_alerts").await;
@@ -183,7 +172,7 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     tokio::time::sleep(Duration::from_secs(12).saturating_sub(stopped.elapsed())).await;
     pg_ctl(&o.cluster, "start");
     drop(started_again);
-    o.produce(after).await;
+    o.produce(&after).await;
 
     o.assert_exact("PostgreSQL outage under a group", &members).await;
     assert_eq!(moved(&members).await, moved_before, "no partition changed hands in the outage\n{}", logs(&members));
@@ -204,12 +193,7 @@ async fn a_postgres_outage_across_a_rebalance_delays_only_the_partitions_that_mo
     let _one_case_at_a_time = ONE_CASE.lock().await;
     let o = Outage::new().await;
     let mut members = vec![o.member(), o.member(), o.member()];
-    let chunks = chunks_by_minute(&o.timed, 30);
-    let (before, rest) = chunks.split_at(8);
-    let (during, after) = rest.split_at(12);
-    o.produce(before).await;
-    o.first_alert().await;
-    settled(&members, 12.0).await;
+    let [_, during, after] = o.before_during_after(&members).await;
 
     let started_again = o.stop_store();
     let stopped = std::time::Instant::now();
@@ -221,7 +205,7 @@ async fn a_postgres_outage_across_a_rebalance_delays_only_the_partitions_that_mo
     })
     .await;
     let taken_before = summed(survivors, "vigil_group_taken_total").await;
-    o.produce(during).await;
+    o.produce(&during).await;
     let taken_during = eventually("the survivors take events in the outage", || async {
         let taken = summed(survivors, "vigil_group_taken_total").await;
         (taken > taken_before).then_some(taken - taken_before)
@@ -235,7 +219,7 @@ async fn a_postgres_outage_across_a_rebalance_delays_only_the_partitions_that_mo
     assert!(pending > 0.0, "the moved partitions wait for the store\n{}", logs(survivors));
     pg_ctl(&o.cluster, "start");
     drop(started_again);
-    o.produce(after).await;
+    o.produce(&after).await;
 
     o.assert_exact("PostgreSQL outage across a rebalance", survivors).await;
     let all = logs(survivors);
