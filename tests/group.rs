@@ -824,3 +824,44 @@ async fn a_stream_declared_on_one_member_is_read_by_every_member() {
     drop_database(&db_name).await;
     std::fs::remove_dir_all(&rules).ok();
 }
+
+/// A member whose `--kafka-keyed-partitions` differs from its group's keyed topic would route
+/// key groups to partitions where their state is not: it refuses to start, with the reason.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn a_member_whose_keyed_partitions_differ_from_the_topic_is_refused() {
+    let brokers = kafka_brokers();
+    let group = unique("group");
+    let keyed = vigil::service::group::keyed_topic(&group);
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&keyed), 4, &Default::default())
+        .await
+        .expect("keyed topic");
+    let (db_name, db_url) = create_database().await;
+    let topic = format!("task_event={}", unique("group_keyed_input"));
+    let mut args = member_args(&rules_dir(), &db_url, &brokers, &group);
+    args.extend(["--topic".to_string(), topic, "--http-addr".to_string(), "127.0.0.1:0".to_string()]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .arg("serve")
+        .args(&args)
+        .env_remove("VIGIL_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the member started with 12 keyed partitions over a topic of 4");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    assert!(!status.success());
+    assert!(err.contains(&format!("{keyed} has 4 partitions and --kafka-keyed-partitions is 12")), "{err}");
+    drop_database(&db_name).await;
+}

@@ -144,6 +144,18 @@ pub async fn ensure_topics(
     Ok(())
 }
 
+/// How many partitions `topic` has, as the broker says (none when it does not exist).
+pub fn partition_count(
+    brokers: &str,
+    topic: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<Option<usize>, KafkaError> {
+    use rdkafka::consumer::Consumer;
+    let client = offsets_client(brokers, options)?;
+    let metadata = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    Ok(metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len()))
+}
+
 /// `vigil produce`: sends a recorded file's events to Kafka, as JSON, at the chosen speed;
 /// `options` are librdkafka properties over the producer's defaults. With `create_topics`, the
 /// topics that do not exist are created first with that many partitions.

@@ -66,6 +66,13 @@ pub enum ServiceError {
     KafkaConsumer(#[source] kafka::KafkaError),
     #[error("cannot join the Kafka consumer group {group}")]
     JoinGroup { group: String, source: rdkafka::error::KafkaError },
+    #[error(
+        "the group's keyed topic {topic} has {found} partitions and --kafka-keyed-partitions is {configured}: \
+         each key group's state lives in partition (key group mod partitions), so the members must agree with \
+         the topic; set --kafka-keyed-partitions {found} (changing the count of a group's keyed partitions is not \
+         supported yet)"
+    )]
+    KeyedPartitions { topic: String, found: usize, configured: u32 },
     #[error("cannot read the spool in {dir}")]
     Spool { dir: PathBuf, source: std::io::Error },
     #[error("cannot open the ingest log in {dir}")]
@@ -341,6 +348,15 @@ async fn join_group(
     kafka::ensure_topics(&brokers, &topics, partitions, &config.kafka_options)
         .await
         .map_err(ServiceError::KafkaTopics)?;
+    let keyed = group::keyed_topic(&config.kafka_group);
+    let (b, o, t) = (brokers.clone(), config.kafka_options.clone(), keyed.clone());
+    let found = tokio::task::spawn_blocking(move || kafka::partition_count(&b, &t, &o))
+        .await
+        .unwrap_or(Ok(None))
+        .map_err(ServiceError::KafkaTopics)?;
+    if let Some(found) = found.filter(|n| *n != config.kafka_keyed_partitions as usize) {
+        return Err(ServiceError::KeyedPartitions { topic: keyed, found, configured: config.kafka_keyed_partitions });
+    }
     w.telemetry.workers.set(config.engine.workers as i64);
     let member = group::Member {
         group: config.kafka_group.clone(),
