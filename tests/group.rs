@@ -865,3 +865,73 @@ async fn a_member_whose_keyed_partitions_differ_from_the_topic_is_refused() {
     assert!(err.contains(&format!("{keyed} has 4 partitions and --kafka-keyed-partitions is 12")), "{err}");
     drop_database(&db_name).await;
 }
+
+/// Partitions added to an input topic while a group reads it: the members find them (the
+/// input partitions are surveyed every 5 s), Kafka assigns them, and keyed partitions' time
+/// waits for them as for the others. Events written to the new partitions only raise the
+/// alerts of a clean replay.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
+async fn partitions_added_to_an_input_topic_are_read_by_the_group() {
+    let _one_case_at_a_time = ONE_CASE.lock().await;
+    let timed = workload();
+    let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
+    let rules = std::path::PathBuf::from(rules_dir());
+    let (want, _) = replayed(&lines, &rules);
+    let expected: BTreeSet<String> = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    let brokers = kafka_brokers();
+    let topic = unique("group_growing_input");
+    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 4, &Default::default())
+        .await
+        .expect("input topic");
+    let (db_name, db_url) = create_database().await;
+    let rules_copy = copy_rules(&rules);
+    let mut args = member_args(&rules_copy.display().to_string(), &db_url, &brokers, &unique("group"));
+    for s in ["task_event", "task_usage", "machine_event", "metric"] {
+        args.extend(["--topic".to_string(), format!("{s}={topic}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let members = [Service::start(&args), Service::start(&args)];
+    let chunks = chunks_by_minute(&timed, 20);
+    let (first, rest) = chunks.split_at(6);
+    let producer = producer(&brokers);
+    for chunk in first {
+        send_chunk(&producer, &topic, chunk.clone()).await;
+    }
+    settled(&members, 4.0).await;
+
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("admin");
+    let grown = admin
+        .create_partitions(&[rdkafka::admin::NewPartitions::new(&topic, 8)], &rdkafka::admin::AdminOptions::new())
+        .await
+        .expect("partitions added");
+    assert!(grown.iter().all(|r| r.is_ok()), "{grown:?}");
+    settled(&members, 8.0).await;
+    // The rest only to the new partitions, by a producer that knows them.
+    let producer = self::producer(&brokers);
+    for (i, chunk) in rest.iter().enumerate() {
+        let sends = chunk.iter().map(|line| {
+            let record =
+                rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(line).partition(4 + (i % 4) as i32);
+            producer.send(record, Duration::from_secs(60))
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            sent.expect("the broker takes the event");
+        }
+    }
+    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (lost, extra) = loop {
+        let (_, lost, extra) = stored(&pool, &expected).await;
+        if lost.is_empty() || std::time::Instant::now() > deadline {
+            break (lost, extra);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let logs = || members.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
+    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", logs());
+    pool.close().await;
+    drop(members);
+    drop_database(&db_name).await;
+}

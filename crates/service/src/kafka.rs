@@ -72,8 +72,16 @@ pub fn group_consumer<C: rdkafka::consumer::ConsumerContext>(
     context: C,
 ) -> Result<rdkafka::consumer::BaseConsumer<C>, rdkafka::error::KafkaError> {
     // The statistics carry the watermarks of the fetch responses: when an input partition has
-    // been read to its end, and the lag, with no request of its own.
-    let defaults = [("fetch.wait.max.ms", "5"), ("auto.offset.reset", "earliest"), ("statistics.interval.ms", "500")];
+    // been read to its end, and the lag, with no request of its own. Metadata every 5 s, as
+    // the member surveys the input partitions: partitions added to a topic are then assigned
+    // within seconds (librdkafka's default, 5 minutes, would leave every keyed partition's
+    // time waiting that long for partitions nobody reads).
+    let defaults = [
+        ("fetch.wait.max.ms", "5"),
+        ("auto.offset.reset", "earliest"),
+        ("statistics.interval.ms", "500"),
+        ("topic.metadata.refresh.interval.ms", "5000"),
+    ];
     let mut config = client(brokers, &defaults, options);
     if let Some(id) = instance_id {
         config.set("group.instance.id", id);
