@@ -32,6 +32,10 @@ use vigil_engine::engine::{EngineConfig, Shard};
 /// How long a revoked keyed partition may wait for its checkpoint (the store fails, or the
 /// summaries sent are not delivered) before it is dropped.
 const LEAVING_FOR: Duration = Duration::from_secs(30);
+/// How long a claimed partition's seek is tried again (librdkafka refuses to seek a partition
+/// whose fetcher has not started yet) before it is resumed where the consumer stands: the
+/// group's committed offset, which is never past the partition's checkpoint.
+const SEEK_FOR: Duration = Duration::from_secs(10);
 
 /// A partition Kafka assigned, paused until the loop claims it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +44,15 @@ pub(super) struct Pending {
     pub partition: i32,
     /// For an input partition: the group's committed offset, where to read it from.
     pub from: Option<i64>,
+}
+
+/// A claimed partition, still paused, whose seek to where its new owner takes over failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Starting {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: Option<i64>,
+    pub since: Instant,
 }
 
 /// A revoked keyed partition whose checkpoint is still to be saved.
@@ -112,16 +125,18 @@ impl Shared {
 }
 
 /// Seeks an assigned, paused partition to `offset` (its beginning when 0 or unknown) and
-/// resumes it.
-fn start_at(consumer: &BaseConsumer<super::Ctx>, topic: &str, partition: i32, offset: Option<i64>) {
-    let offset = match offset {
+/// resumes it; false, leaving it paused, when the seek fails.
+fn start_at(consumer: &BaseConsumer<super::Ctx>, topic: &str, partition: i32, offset: Option<i64>) -> bool {
+    let to = match offset {
         Some(o) if o > 0 => Offset::Offset(o),
         _ => Offset::Beginning,
     };
-    if let Err(e) = consumer.seek(topic, partition, offset, Duration::from_secs(10)) {
-        tracing::warn!(%topic, partition, error = %e, "cannot seek the partition taken over");
+    if let Err(e) = consumer.seek(topic, partition, to, Duration::from_secs(10)) {
+        tracing::debug!(%topic, partition, error = %e, "cannot seek the partition taken over yet");
+        return false;
     }
     resume(consumer, topic, partition, true);
+    true
 }
 
 /// Pauses (or resumes) one partition: local to the consumer.
@@ -140,6 +155,10 @@ impl Looping {
     pub(super) fn claim_pending(&mut self) {
         let ctx = self.input.context().clone();
         let mut owned = ctx.owned.lock().expect("owned");
+        if !owned.starting.is_empty() {
+            let starting = std::mem::take(&mut owned.starting);
+            owned.starting = starting.into_iter().filter(|s| !self.start(&ctx, s)).collect();
+        }
         if owned.pending.is_empty() {
             return;
         }
@@ -158,13 +177,41 @@ impl Looping {
             let Some(k) = ctx.claim_keyed(p.partition, &owned.plans) else { return false };
             let next = k.next_offset();
             owned.keyed.insert(p.partition, k);
-            start_at(&self.keyed, &p.topic, p.partition, Some(next));
+            self.start_or_wait(ctx, owned, &p.topic, p.partition, Some(next));
             return true;
         }
         let Some(epoch) = ctx.claim_input(&p.topic, p.partition) else { return false };
         owned.forwarder.assigned(&p.topic, p.partition, p.from, epoch);
-        start_at(&self.input, &p.topic, p.partition, p.from);
+        self.start_or_wait(ctx, owned, &p.topic, p.partition, p.from);
         tracing::info!(topic = %p.topic, partition = p.partition, from = p.from, epoch, "forwarding input partition");
+        true
+    }
+
+    /// Starts a claimed partition where its new owner takes it over, or leaves it paused in
+    /// [`Owned::starting`] to be tried again.
+    fn start_or_wait(&self, ctx: &Shared, owned: &mut Owned, topic: &str, partition: i32, offset: Option<i64>) {
+        let s = Starting { topic: topic.to_string(), partition, offset, since: Instant::now() };
+        if !self.start(ctx, &s) {
+            owned.starting.push(s);
+        }
+    }
+
+    /// Tries a starting partition's seek again; true once it runs (sought, or resumed where the
+    /// consumer stands after [`SEEK_FOR`]).
+    fn start(&self, ctx: &Shared, s: &Starting) -> bool {
+        let consumer = if s.topic == ctx.keyed_topic { &self.keyed } else { &self.input };
+        if start_at(consumer, &s.topic, s.partition, s.offset) {
+            return true;
+        }
+        if s.since.elapsed() < SEEK_FOR {
+            return false;
+        }
+        tracing::warn!(
+            topic = %s.topic,
+            partition = s.partition,
+            "cannot seek the partition taken over; it is read from the group's committed offset"
+        );
+        resume(consumer, &s.topic, s.partition, true);
         true
     }
 

@@ -102,6 +102,8 @@ struct Owned {
     plans: Vec<RulePlan>,
     /// Assigned by Kafka, paused until the loop claims them in the store.
     pending: Vec<claims::Pending>,
+    /// Claimed, still paused until they can be sought to where this member takes them over.
+    starting: Vec<claims::Starting>,
     /// Revoked keyed partitions whose checkpoint the loop is still to save.
     leaving: Vec<claims::Leaving>,
 }
@@ -177,6 +179,7 @@ impl ConsumerContext for Ctx {
         for e in list.elements() {
             self.telemetry.group.rebalances.with_label_values(&[kind]).inc();
             owned.pending.retain(|p| p.topic != e.topic() || p.partition != e.partition());
+            owned.starting.retain(|s| s.topic != e.topic() || s.partition != e.partition());
             if e.topic() == self.keyed_topic {
                 let Some(p) = owned.keyed.remove(&e.partition()) else { continue };
                 if !lost {
@@ -283,6 +286,7 @@ impl Member {
                 forwarder,
                 plans: self.plans.clone(),
                 pending: Vec::new(),
+                starting: Vec::new(),
                 leaving: Vec::new(),
             }),
             watermarks: Mutex::new(BTreeMap::new()),
