@@ -929,8 +929,14 @@ async fn partitions_added_to_an_input_topic_are_read_by_the_group() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
+    let mut counters = String::new();
+    for s in &members {
+        let m = metrics(&s.url).await;
+        let wanted = |l: &&str| l.starts_with("vigil_group_") || l.starts_with("vigil_events_late");
+        counters += &format!("{}:\n{}\n", s.url, m.lines().filter(wanted).collect::<Vec<_>>().join("\n"));
+    }
     let logs = || members.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n----\n");
-    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{}", logs());
+    assert!(lost.is_empty() && extra.is_empty(), "lost {lost:?}, extra {extra:?}\n{counters}\n{}", logs());
     pool.close().await;
     drop(members);
     drop_database(&db_name).await;

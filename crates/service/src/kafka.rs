@@ -101,7 +101,9 @@ pub fn offsets_client(
 ) -> Result<rdkafka::consumer::BaseConsumer, rdkafka::error::KafkaError> {
     let mut options = options.clone();
     options.retain(|k, _| k != "group.instance.id");
-    client(brokers, &[], &options).create()
+    // Partitions added to a topic are asked for within seconds, as the group's consumers see
+    // them (librdkafka's default refresh is 5 minutes).
+    client(brokers, &[("topic.metadata.refresh.interval.ms", "5000")], &options).create()
 }
 
 /// The producer that forwards events to a group's keyed topic: it retries without end (the

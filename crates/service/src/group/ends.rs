@@ -24,14 +24,27 @@ use std::time::{Duration, Instant};
 const ASK_EVERY: Duration = Duration::from_millis(50);
 /// How long one request may take before it is given up (and asked again).
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often partitions without an end offset are logged.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// What the member's loop and the asking thread share.
-#[derive(Default)]
 pub struct Ends {
     wanted: AtomicBool,
     /// The input partitions, as topic and partition.
     inputs: Mutex<Vec<(String, i32)>>,
     latest: Mutex<Arc<EndOffsets>>,
+    last_unknown_warning: Mutex<Instant>,
+}
+
+impl Default for Ends {
+    fn default() -> Self {
+        Ends {
+            wanted: AtomicBool::default(),
+            inputs: Mutex::default(),
+            latest: Mutex::default(),
+            last_unknown_warning: Mutex::new(Instant::now().checked_sub(WARN_EVERY).unwrap_or_else(Instant::now)),
+        }
+    }
 }
 
 impl Ends {
@@ -73,15 +86,23 @@ impl Ends {
         let asked = Instant::now();
         match client.offsets_for_times(list, ASK_TIMEOUT) {
             Ok(answer) => {
+                let mut unknown = Vec::new();
                 let offsets = answer
                     .elements()
                     .iter()
-                    .filter(|e| e.error().is_ok())
-                    .filter_map(|e| match e.offset() {
-                        Offset::Offset(o) => Some((upstream_id(e.topic(), e.partition()), o)),
-                        _ => None,
+                    .filter_map(|e| match (e.error(), e.offset()) {
+                        (Ok(()), Offset::Offset(o)) => Some((upstream_id(e.topic(), e.partition()), o)),
+                        _ => {
+                            unknown.push(upstream_id(e.topic(), e.partition()));
+                            None
+                        }
                     })
                     .collect();
+                // Time cannot pass an idle partition whose end is unknown: say which.
+                if !unknown.is_empty() && self.last_unknown_warning.lock().expect("warned").elapsed() >= WARN_EVERY {
+                    *self.last_unknown_warning.lock().expect("warned") = Instant::now();
+                    tracing::warn!(partitions = ?unknown, "the broker gave no end offset for these input partitions; asking again");
+                }
                 *self.latest.lock().expect("ends") = Arc::new(EndOffsets { asked: Some(asked), offsets });
             }
             Err(e) => {
