@@ -10,9 +10,10 @@
 //! Each instance subscribes to the input topics and to the group's keyed topic. For an input
 //! partition it owns, it forwards each event to the keyed partitions of its rules' key groups
 //! ([`forward`]). For a keyed partition it owns, it runs an engine that keeps that partition's
-//! key groups ([`keyed`]): restored from the partition's checkpoint when assigned,
-//! checkpointed when revoked and every `--checkpoint-interval`, its alerts stored only while
-//! the instance holds the partition's epoch.
+//! key groups ([`keyed`]): restored from the partition's checkpoint when the member's loop
+//! claims it, checkpointed when revoked and every `--checkpoint-interval`, its alerts stored
+//! only while the instance holds the partition's epoch. Partitions change hands through the
+//! loop, never in Kafka's callbacks ([`claims`]).
 
 mod claims;
 mod ends;
