@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vigil_engine::engine::{Engine, Gate};
 use vigil_engine::event::{EventPool, LineDecoder};
+use vigil_engine::runtime::{Driven, Runtime};
 use vigil_engine::settings::EngineSettings;
-use vigil_engine::workers::{Driven, Workers};
 use vigil_lang::ruleset::RuleSet;
 use vigil_lang::schema::Catalog;
 
@@ -260,9 +260,9 @@ fn run_on(options: &BenchOptions, input: &Path, started: Instant) -> Result<Benc
     let startup = t0.elapsed().as_secs_f64();
     let rss_before = current_rss();
     let file = std::fs::File::open(input)?;
-    let measured = match settings.workers {
-        0 | 1 => measure(engine, &gate, set.catalog(), file, options)?,
-        n => measure(Workers::start(&plans, &settings.config(), n), &gate, set.catalog(), file, options)?,
+    let measured = match settings.partitions() {
+        1 => measure(engine, &gate, set.catalog(), file, options)?,
+        n => measure(Runtime::new(plans, settings.config(), n, settings.workers), &gate, set.catalog(), file, options)?,
     };
     let grown = match (rss_before, current_rss()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),

@@ -18,8 +18,8 @@
 //!   [`ruleset`] loads files and folders; user mistakes are [`diagnostic::Diagnostic`]s.
 //! - [`vigil_engine`]: [`engine::Engine`] turns plans into operators, takes events and gives
 //!   alerts; [`input`] reads recorded files, [`otlp`], [`remote_write`] and [`influx`] decode
-//!   what collectors send, [`replay`] and [`workers`] run files through one engine or one per
-//!   thread.
+//!   what collectors send, [`replay`] runs files through the [`runtime`]: the rules' keyed
+//!   partitions on threads.
 //! - [`service`] (`vigil-service`): `vigil serve`, the engine between its sources and its
 //!   destinations.
 //! - This crate: [`ruletest`] runs rule test files, [`eval`] scores rules on labelled series
@@ -34,7 +34,7 @@ pub mod eval;
 pub mod ruletest;
 
 pub use vigil_engine::{
-    alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, settings, workers,
+    alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, runtime, settings,
 };
 pub use vigil_lang::{ast, check, compile, compile_all, diagnostic, parser, plan, ruleset, schema, Compiled};
 pub use vigil_service as service;

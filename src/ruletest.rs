@@ -33,8 +33,8 @@ use vigil_engine::alert::{Alert, Status};
 use vigil_engine::engine::{release_target, EngineConfig};
 use vigil_engine::event::{format_time, parse_time, LineDecoder, Millis};
 use vigil_engine::input::{self, Format, InputOptions};
+use vigil_engine::runtime::Runtime;
 use vigil_engine::settings::EngineSettings;
-use vigil_engine::workers::Engines;
 use vigil_lang::plan::RulePlan;
 use vigil_lang::schema::Catalog;
 
@@ -231,7 +231,7 @@ fn run_case(
         None => file_lateness.unwrap_or(settings.lateness_ms()),
     };
     let config = EngineConfig { lateness_ms: lateness, ..settings.config() };
-    let mut engine = Engines::new(plans.to_vec(), config, settings.workers);
+    let mut engine = Runtime::new(plans.to_vec(), config, settings.partitions(), settings.workers);
     let mut alerts: Vec<Alert> = Vec::new();
     let mut events = Vec::new();
     let mut decoder = LineDecoder::new(catalog.clone());

@@ -7,6 +7,7 @@
 
 use vigil::alert::Alert;
 use vigil::engine::{Engine, EngineConfig, Snapshot};
+use vigil::runtime::Runtime;
 
 const CUT: usize = 3_000;
 const SNAPSHOT: &str = "tests/data/checkpoint/snapshot-v2.bin";
@@ -82,42 +83,49 @@ fn a_checkpoint_of_an_earlier_build_restores_and_continues_like_the_uninterrupte
     assert_eq!(of_kept(&continued), of_kept(&after));
 }
 
-/// The shipped rules and the sample through [`vigil::workers::Engines`]: the alerts, in full and
-/// sorted, of pushing `events` in batches of 500.
-fn through(engines: &mut vigil::workers::Engines, events: &[vigil::event::Event], alerts: &mut Vec<Alert>) {
+/// The shipped rules and the sample through a [`Runtime`]: the alerts, in full and sorted, of
+/// pushing `events` in batches of 500.
+fn through(runtime: &mut Runtime, events: &[vigil::event::Event], alerts: &mut Vec<Alert>) {
     for batch in events.chunks(500) {
-        let late = engines.push(batch.to_vec(), Vec::new(), alerts);
+        let late = runtime.push(batch.to_vec(), Vec::new(), alerts);
         assert_eq!(late, 0, "the sorted sample has no late event");
     }
 }
 
+fn sorted(alerts: &mut Vec<Alert>) -> Vec<String> {
+    let mut text: Vec<String> = alerts.drain(..).map(|a| serde_json::to_string(&a).expect("json")).collect();
+    text.sort();
+    text
+}
+
+/// Four keyed partitions checkpointed on two threads go on on three, and on one, with the
+/// alerts of one engine that saw the sample whole: state follows the partitions, not the
+/// threads. Asked for another number of partitions, the restart runs the checkpoint's.
 #[test]
-fn workers_checkpoint_each_share_and_a_restart_asking_for_another_number_keeps_them() {
+fn keyed_partitions_restore_on_any_number_of_threads() {
     let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
     let events = events();
     let config = EngineConfig::default();
-    let sorted = |mut alerts: Vec<Alert>| {
-        let mut text: Vec<String> = alerts.drain(..).map(|a| serde_json::to_string(&a).expect("json")).collect();
-        text.sort();
-        text
-    };
     let mut whole = Vec::new();
-    let mut one = vigil::workers::Engines::new(set.plans(), config.clone(), 1);
+    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
     through(&mut one, &events, &mut whole);
     one.flush(&mut whole);
     assert!(whole.len() > 10, "the sample raises alerts");
+    let whole = sorted(&mut whole);
 
     let mut alerts = Vec::new();
-    let mut two = vigil::workers::Engines::new(set.plans(), config.clone(), 2);
-    through(&mut two, &events[..CUT], &mut alerts);
-    let bytes = two.checkpoint(&mut alerts).expect("a checkpoint");
-    drop(two);
-    // Asked for one worker, the engines take the checkpoint's two: no state is dropped.
-    let mut restarted = vigil::workers::Engines::new(set.plans(), config, 1);
-    let restored = restarted.restore(&bytes).expect("restored");
-    assert_eq!(restarted.count(), 2);
-    assert_eq!(restored.len(), set.plans().len(), "{restored:?}");
-    through(&mut restarted, &events[CUT..], &mut alerts);
-    restarted.flush(&mut alerts);
-    assert_eq!(sorted(alerts), sorted(whole));
+    let mut four = Runtime::new(set.plans(), config.clone(), 4, 2);
+    through(&mut four, &events[..CUT], &mut alerts);
+    let bytes = four.checkpoint(&mut alerts).expect("a checkpoint");
+    drop(four);
+    for (asked, threads) in [(1, 3), (8, 1)] {
+        let mut alerts = alerts.clone();
+        let mut restarted = Runtime::new(set.plans(), config.clone(), asked, threads);
+        let restored = restarted.restore(&bytes).expect("restored");
+        assert_eq!((restarted.partitions(), restarted.count()), (4, threads));
+        assert_eq!(restored.len(), set.plans().len(), "{restored:?}");
+        through(&mut restarted, &events[CUT..], &mut alerts);
+        restarted.flush(&mut alerts);
+        assert_eq!(sorted(&mut alerts), whole, "on {threads} threads");
+    }
 }

@@ -257,11 +257,11 @@ fn the_generated_streams_do_raise_alerts() {
 }
 
 /// The alerts, in full and sorted, and the counts of `lines` decoded through the gate and run by
-/// `driven`: one engine, or several workers splitting the keys.
+/// `driven`: one engine, or the runtime's keyed partitions on threads.
 fn run_driven(
     lines: &[String],
     plans: &[vigil::plan::RulePlan],
-    driven: &mut dyn vigil::workers::Driven,
+    driven: &mut dyn vigil::runtime::Driven,
 ) -> (Vec<String>, String) {
     let gate = engine(plans).gate();
     let (mut decoder, mut pool) = (vigil::event::LineDecoder::default(), vigil::event::EventPool::default());
@@ -280,10 +280,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
     #[test]
-    fn workers_splitting_the_keys_give_the_alerts_and_counts_of_one_engine(
+    fn keyed_partitions_on_threads_give_the_alerts_and_counts_of_one_engine(
         raw in proptest::collection::vec((0i64..4 * 3600, any::<u8>(), any::<u8>(), any::<u8>()), 1..400),
         delays in proptest::collection::vec(0i64..2 * LATENESS_MS, 400),
-        count in 2usize..=4,
+        partitions in 2usize..=8,
+        threads in 1usize..=3,
     ) {
         // Every shipped rule, the fleet-wide outlier rules among them; some events late.
         let plans = shipped_plans();
@@ -294,8 +295,8 @@ proptest! {
         let lines: Vec<String> = arrivals.iter().map(|&(_, i)| json_line(&events[i])).collect();
         let one = run_driven(&lines, &plans, &mut engine(&plans));
         let config = vigil::engine::EngineConfig { lateness_ms: LATENESS_MS, ..Default::default() };
-        let mut workers = vigil::workers::Workers::start(&plans, &config, count);
-        let split = run_driven(&lines, &plans, &mut workers);
+        let mut runtime = vigil::runtime::Runtime::new(plans.clone(), config, partitions, threads);
+        let split = run_driven(&lines, &plans, &mut runtime);
         prop_assert_eq!(split, one);
     }
 }

@@ -15,10 +15,11 @@
 //!   out. Windowed rules score their series with [`engine`]'s scorers and roll them up by host;
 //!   its state is checkpointed by structural identity.
 //! - [`alert`]: what a rule raises, with the values and scores that say why.
-//! - [`workers`]: one engine per thread, the keys split between them.
+//! - [`runtime`]: the rule set as keyed partitions on threads, events routed to the
+//!   partitions that keep their keys, and the checkpoint record of them all.
 //! - [`settings`]: lateness, time bounds, workers and limits, as every command takes them.
 //! - [`input`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017, collector dumps) to
-//!   events; [`replay`] runs them through an engine or the workers.
+//!   events; [`replay`] runs them through the runtime.
 //! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events, with
 //!   [`metric_kind`] telling counters from gauges.
 
@@ -31,5 +32,5 @@ pub mod metric_kind;
 pub mod otlp;
 pub mod remote_write;
 pub mod replay;
+pub mod runtime;
 pub mod settings;
-pub mod workers;

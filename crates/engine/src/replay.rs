@@ -6,11 +6,11 @@
 //! `strict` asks to stop at the first one.
 
 use crate::alert::Alert;
-use crate::engine::{Engine, EngineStats};
+use crate::engine::EngineStats;
 use crate::event::{Decoded, Millis};
 use crate::input::{Input, Record};
+use crate::runtime::{Driven, Runtime};
 use crate::settings::EngineSettings;
-use crate::workers::Driven;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use vigil_lang::plan::RulePlan;
@@ -47,17 +47,12 @@ pub struct ReplayOptions {
     pub engine: EngineSettings,
 }
 
-/// The engines a replay drives as `settings` say: one, or workers splitting the keys; with the
-/// gate by which the decoders skip lines no rule takes.
+/// The runtime a replay drives as `settings` say, with the gate by which the decoders skip
+/// lines no rule takes.
 pub fn engines(plans: Vec<RulePlan>, settings: &EngineSettings) -> (Box<dyn Driven>, crate::engine::Gate) {
-    let config = settings.config();
-    let engine = Engine::new(plans.clone(), config.clone());
-    let gate = engine.gate();
-    let driven: Box<dyn Driven> = match settings.workers {
-        0 | 1 => Box::new(engine),
-        n => Box::new(crate::workers::Workers::start(&plans, &config, n)),
-    };
-    (driven, gate)
+    let runtime = Runtime::new(plans, settings.config(), settings.partitions(), settings.workers);
+    let gate = runtime.gate();
+    (Box::new(runtime), gate)
 }
 
 /// What a replay did.

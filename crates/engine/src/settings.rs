@@ -22,6 +22,9 @@ pub struct EngineSettings {
     pub max_event_jump: Duration,
     /// Threads that split the rules' keys between them (key groups).
     pub workers: usize,
+    /// Keyed partitions that split the key groups at the first start (a checkpoint keeps its
+    /// own count); `None`: as many as workers.
+    pub partitions: Option<usize>,
     /// Most live keys (window groups, partial matches) a rule holds.
     pub max_keys_per_rule: usize,
     /// A partial match or window group without progress for this long is dropped (zero: never).
@@ -39,6 +42,7 @@ impl EngineSettings {
             max_event_future: Duration::from_secs(300),
             max_event_jump: Duration::ZERO,
             workers: 1,
+            partitions: None,
             max_keys_per_rule: Limits::default().max_keys,
             idle_timeout: Duration::ZERO,
         }
@@ -51,6 +55,11 @@ impl EngineSettings {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_WORKERS),
             ..EngineSettings::batch()
         }
+    }
+
+    /// The keyed partitions a first start runs.
+    pub fn partitions(&self) -> usize {
+        self.partitions.unwrap_or(self.workers).max(1)
     }
 
     pub fn lateness_ms(&self) -> Millis {
@@ -98,6 +107,10 @@ pub struct EngineArgs {
     /// rules that cost much per event (scorers) [default: 1; serve: the number of cores]
     #[arg(long, env = "VIGIL_WORKERS", value_parser = parse_workers)]
     pub workers: Option<usize>,
+    /// Keyed partitions that split the rules' keys, 1 to 256, run on the workers: the most
+    /// workers a later start can use, since a checkpoint keeps its count [default: --workers]
+    #[arg(long, env = "VIGIL_PARTITIONS", value_parser = parse_workers)]
+    pub partitions: Option<usize>,
     /// Most live keys (window groups, partial matches) a rule holds; past it the least recently
     /// active are evicted [default: 1000000]
     #[arg(long, env = "VIGIL_MAX_KEYS_PER_RULE", value_parser = parse_positive::<usize>)]
@@ -110,8 +123,15 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     /// The settings' names, as `vigil.toml` writes them (flags have `-` for `_`).
-    pub const NAMES: [&'static str; 6] =
-        ["lateness", "max_event_future", "max_event_jump", "workers", "max_keys_per_rule", "idle_timeout"];
+    pub const NAMES: [&'static str; 7] = [
+        "lateness",
+        "max_event_future",
+        "max_event_jump",
+        "workers",
+        "partitions",
+        "max_keys_per_rule",
+        "idle_timeout",
+    ];
 
     /// Sets the named setting from its text by its flag's parser (for `vigil.toml`); `Ok(false)`
     /// when no setting has that name.
@@ -121,6 +141,7 @@ impl EngineArgs {
             "max_event_future" => self.max_event_future = Some(parse_duration(text)?),
             "max_event_jump" => self.max_event_jump = Some(parse_duration(text)?),
             "workers" => self.workers = Some(parse_workers(text)?),
+            "partitions" => self.partitions = Some(parse_workers(text)?),
             "max_keys_per_rule" => self.max_keys_per_rule = Some(parse_positive(text)?),
             "idle_timeout" => self.idle_timeout = Some(parse_duration(text)?),
             _ => return Ok(false),
@@ -135,6 +156,7 @@ impl EngineArgs {
             max_event_future: self.max_event_future.or(under.max_event_future),
             max_event_jump: self.max_event_jump.or(under.max_event_jump),
             workers: self.workers.or(under.workers),
+            partitions: self.partitions.or(under.partitions),
             max_keys_per_rule: self.max_keys_per_rule.or(under.max_keys_per_rule),
             idle_timeout: self.idle_timeout.or(under.idle_timeout),
         }
@@ -147,6 +169,7 @@ impl EngineArgs {
             max_event_future: self.max_event_future.unwrap_or(defaults.max_event_future),
             max_event_jump: self.max_event_jump.unwrap_or(defaults.max_event_jump),
             workers: self.workers.unwrap_or(defaults.workers),
+            partitions: self.partitions.or(defaults.partitions),
             max_keys_per_rule: self.max_keys_per_rule.unwrap_or(defaults.max_keys_per_rule),
             idle_timeout: self.idle_timeout.unwrap_or(defaults.idle_timeout),
         }

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use vigil_engine::alert::Alert;
 use vigil_engine::event::now_ms;
 use vigil_engine::event::{Event, Millis};
-use vigil_engine::workers::Engines;
+use vigil_engine::runtime::Runtime;
 use vigil_lang::plan::RulePlan;
 
 /// How many times its snapshot took, the next checkpoint waits at least: snapshots then take at
@@ -166,7 +166,7 @@ impl EngineHealth {
 
 /// The engine thread's settings.
 pub struct EngineLoop {
-    pub engine: Engines,
+    pub engine: Runtime,
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,

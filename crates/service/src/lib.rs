@@ -449,8 +449,9 @@ fn app_state(
     })
 }
 
-fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) -> vigil_engine::workers::Engines {
-    vigil_engine::workers::Engines::new(plans, engine_config(config), config.engine.workers)
+fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) -> vigil_engine::runtime::Runtime {
+    let engine = &config.engine;
+    vigil_engine::runtime::Runtime::new(plans, engine_config(config), engine.partitions(), engine.workers)
 }
 
 fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
@@ -468,7 +469,7 @@ fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
 /// those whose entities' keys changed since it was written.
 async fn restore(
     store: &store::Store,
-    engine: &mut vigil_engine::workers::Engines,
+    engine: &mut vigil_engine::runtime::Runtime,
 ) -> Result<Vec<Position>, ServiceError> {
     let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
         tracing::info!("no checkpoint: starting empty");

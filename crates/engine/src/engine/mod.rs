@@ -65,6 +65,8 @@ pub enum EngineError {
     Encoding(#[from] postcard::Error),
     #[error("the state of {rules} cannot be restored: {source}")]
     State { rules: String, source: postcard::Error },
+    #[error("the checkpoint record is malformed: {0}")]
+    Record(String),
 }
 
 use crate::alert::Alert;
@@ -118,6 +120,9 @@ pub struct Engine {
     /// Events released that no rule kept, for their owner to read later lines into
     /// ([`Engine::recycle_into`]); a few at most.
     released: Vec<Arc<Event>>,
+    /// The times timers were fired at, in order, when a router keeps them for its partitions
+    /// ([`Engine::record_marks`]).
+    marks: Option<Vec<Millis>>,
     /// By operator: which of its events this engine handles ([`EngineConfig::shard`]).
     owned: Vec<Owned>,
     /// By operator: where its state lives among the key groups.
@@ -215,6 +220,7 @@ impl Engine {
             regexes,
             ceiling: Millis::MIN,
             released: Vec::new(),
+            marks: None,
         }
     }
 
@@ -256,6 +262,7 @@ impl Engine {
         fresh.watermark = self.watermark;
         fresh.stats = std::mem::take(&mut self.stats);
         fresh.ceiling = self.ceiling;
+        fresh.marks = self.marks.take();
         for op in 0..fresh.operators.len() {
             schedule(&mut fresh.registered, &mut fresh.timers, fresh.operators[op].as_ref(), op);
         }
@@ -350,6 +357,11 @@ impl Engine {
 
     pub fn watermark(&self) -> Option<Millis> {
         self.watermark
+    }
+
+    /// The newest event's time and the watermark, as a snapshot keeps them.
+    pub fn time(&self) -> (Option<Millis>, Option<Millis>) {
+        (self.max_ts, self.watermark)
     }
 
     /// Live keys per rule (groups, partial matches, active alerts).
@@ -482,6 +494,36 @@ impl Engine {
         }
         self.arrive(ts, None, out);
         true
+    }
+
+    /// Takes the time of an event that other engines keep (a runtime's router): [`Engine::push`]
+    /// without keeping the event. Returns false when it was late, counted per rule as a push
+    /// would count it.
+    pub fn observe(&mut self, event: &Event, out: &mut Vec<Alert>) -> bool {
+        if !self.in_range(event.ts) {
+            return false;
+        }
+        if self.watermark.is_some_and(|w| event.ts <= w) {
+            self.count_late(event);
+            return false;
+        }
+        self.arrive(event.ts, None, out);
+        true
+    }
+
+    /// Buffers an event whose time a router has judged ([`Engine::observe`]): it is not late,
+    /// and it is released when the router's time passes it ([`Engine::release_to`]).
+    pub fn accept(&mut self, event: Arc<Event>) {
+        self.max_ts = Some(self.max_ts.map_or(event.ts, |m| m.max(event.ts)));
+        self.arrivals += 1;
+        self.buffer.push(Pending { ts: event.ts, event: Some(event), arrival: self.arrivals });
+    }
+
+    /// Sets how far time has got, as a checkpoint of a router kept it: the newest event's
+    /// time and the watermark.
+    pub fn restore_time(&mut self, max_ts: Option<Millis>, watermark: Option<Millis>) {
+        self.max_ts = max_ts;
+        self.watermark = watermark;
     }
 
     /// What a gated decoder made of a line: an event is pushed, a time alone passed.
@@ -620,6 +662,7 @@ impl Engine {
         while let Some(Pending { ts, event, .. }) = self.buffer.pop_until(target) {
             // All events before this one's timestamp have been released: let timers due
             // strictly before it fire first, so results do not depend on how input was batched.
+            self.mark(ts - 1);
             self.fire_timers(ts - 1, out);
             if let Some(event) = event {
                 self.dispatch(&event, out);
@@ -629,8 +672,47 @@ impl Engine {
                 }
             }
         }
+        self.mark(target);
         self.fire_timers(target, out);
         self.watermark = Some(target);
+    }
+
+    fn mark(&mut self, at: Millis) {
+        if let Some(marks) = &mut self.marks {
+            if marks.last().is_none_or(|last| *last < at) {
+                marks.push(at);
+            }
+        }
+    }
+
+    /// Keeps the times at which this engine fires timers from now on, for
+    /// [`Engine::take_marks`]: a router's, whose partitions fire theirs at the same points.
+    pub fn record_marks(&mut self) {
+        self.marks.get_or_insert_with(Vec::new);
+    }
+
+    /// The times timers were fired at since the last call, in order (rising).
+    pub fn take_marks(&mut self) -> Vec<Millis> {
+        self.marks.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Moves time through `marks` (a router's [`Engine::take_marks`]) as the router's did:
+    /// the events this engine holds and its timers meet the same points of time, so an alert
+    /// is detected at the time one engine with every event would detect it. Marks at which
+    /// nothing is due are passed over.
+    pub fn release_marks(&mut self, marks: &[Millis], out: &mut Vec<Alert>) {
+        let Some(&last) = marks.last() else { return };
+        for &at in &marks[..marks.len() - 1] {
+            if self.watermark.is_some_and(|w| at <= w) {
+                continue;
+            }
+            let event_due = self.buffer.next_ts().is_some_and(|ts| ts <= at);
+            let timer_due = self.timers.peek().is_some_and(|Reverse((due, _))| *due <= at);
+            if event_due || timer_due {
+                self.release_to(at, out);
+            }
+        }
+        self.release_to(last, out);
     }
 
     fn dispatch(&mut self, event: &Arc<Event>, out: &mut Vec<Alert>) {

@@ -34,6 +34,11 @@ impl Snapshot {
         postcard::from_bytes(bytes)
     }
 
+    /// The newest event's time and the watermark.
+    pub fn time(&self) -> (Option<Millis>, Option<Millis>) {
+        (self.max_ts, self.watermark)
+    }
+
     /// The state kept for `id`, if the snapshot has it.
     pub(super) fn state_of(&self, id: &StateId) -> Option<&[u8]> {
         self.operators.iter().find(|(s, _)| s == id).map(|(_, bytes)| bytes.as_slice())

@@ -30,7 +30,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     let store = Store::connect("sqlite::memory:").await.expect("SQLite in memory");
     let telemetry = Arc::new(Telemetry::new());
     let rules = crate::rules::load(&dir.join("rules")).expect("rules").checked().expect("valid");
-    let engine = vigil_engine::workers::Engines::new(rules.plans(), Default::default(), 2);
+    let engine = vigil_engine::runtime::Runtime::new(rules.plans(), Default::default(), 2, 2);
     let (tx, rx, alerts_tx, alerts_rx) = channels();
     let engine_health = Arc::new(EngineHealth::default());
     EngineLoop {

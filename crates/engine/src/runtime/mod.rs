@@ -1,0 +1,475 @@
+//! The runtime: one rule set as keyed partitions, on one thread or several. `vigil replay`,
+//! `vigil serve` and `vigil test` drive it.
+//!
+//! ```text
+//! events -> router: time (lateness, the clock, the slowest source), late events counted,
+//!           the key groups each event reaches (Engine::key_groups)
+//!        -> the partitions that keep those key groups, on their threads (lanes)
+//!           + the points of time the router fired timers at, to every partition
+//!        -> each partition's alerts, merged in detection order
+//! ```
+//!
+//! A keyed partition is the unit of work and of state: an engine that keeps the key groups whose
+//! number modulo the partition count is its index ([`Shard`](crate::engine::Shard)), the same
+//! split a group's keyed topic makes. An event goes only to the partitions that keep a key it
+//! reaches (a series' key and its host's may be two); a rule whose state cannot be split by key
+//! runs whole in the partition of its state's key group. Time is the router's, moved by every
+//! event as one engine's would be: no partition judges lateness on its own, and each moves
+//! through the points of time at which the router fired timers ([`Engine::release_marks`]), so
+//! a window closes, an absence fires and an alert is detected at the time one engine with
+//! every event would. Results are the same for any number of partitions and threads.
+//!
+//! One partition runs on the caller's thread as a lone engine, with nothing routed. The
+//! partition count is fixed by the first start and kept in the checkpoint ([`record`]), which
+//! restores under any number of threads.
+
+use crate::alert::Alert;
+use crate::engine::{Engine, EngineConfig, EngineError, EngineStats, Snapshot};
+use crate::event::{Decoded, Event, Millis};
+use lanes::{place, Lanes, DEPTH};
+use record::{Record, RECORD_VERSION};
+use serde_bytes::ByteBuf;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use vigil_lang::plan::RulePlan;
+
+mod lanes;
+pub mod record;
+
+/// Events routed before a batch goes to the threads, when the caller hands them one by one.
+const BATCH: usize = 1024;
+
+/// What replay drives: one engine, or the runtime.
+pub trait Driven {
+    /// Every event up to here has been released to the rules.
+    fn watermark(&self) -> Option<Millis>;
+    /// Takes one decoded line; the alerts it causes go to `out`, now or with a later call.
+    fn take(&mut self, decoded: Decoded, out: &mut Vec<Alert>);
+    /// Hands events no rule kept back to the decoders' pool.
+    fn recycle_into(&mut self, _pool: &mut crate::event::EventPool) {}
+    /// End of input; every alert still held goes to `out`.
+    fn flush(&mut self, out: &mut Vec<Alert>);
+    fn stats(&self) -> EngineStats;
+    /// Keys held, in every rule of every partition.
+    fn live_keys(&mut self, out: &mut Vec<Alert>) -> usize;
+}
+
+impl Driven for Engine {
+    #[inline]
+    fn watermark(&self) -> Option<Millis> {
+        Engine::watermark(self)
+    }
+
+    #[inline]
+    fn take(&mut self, decoded: Decoded, out: &mut Vec<Alert>) {
+        Engine::take(self, decoded, out);
+    }
+
+    #[inline]
+    fn recycle_into(&mut self, pool: &mut crate::event::EventPool) {
+        Engine::recycle_into(self, pool)
+    }
+
+    fn flush(&mut self, out: &mut Vec<Alert>) {
+        Engine::flush(self, out)
+    }
+
+    fn stats(&self) -> EngineStats {
+        Engine::stats(self).clone()
+    }
+
+    fn live_keys(&mut self, _out: &mut Vec<Alert>) -> usize {
+        Engine::live_keys(self).values().sum()
+    }
+}
+
+/// A rule set's keyed partitions and what drives them ([`self`]).
+pub struct Runtime {
+    inner: Inner,
+    plans: Vec<RulePlan>,
+    config: EngineConfig,
+    /// Threads asked for; at most one per partition run.
+    threads: usize,
+    /// Late events of HTTP ingest not yet taken by [`Runtime::take_late_ingested`].
+    late_ingested: u64,
+    /// The counters as of the end of input ([`Driven::flush`]).
+    flushed: EngineStats,
+}
+
+enum Inner {
+    One(Box<Engine>),
+    Routed(Box<Routed>),
+}
+
+/// Several partitions, on threads, and the router that feeds them.
+struct Routed {
+    /// Time and routes: it keeps no event and no state.
+    router: Engine,
+    lanes: Lanes,
+    partitions: usize,
+    /// Events routed and not sent yet, by thread: the slot of their partition there.
+    pending: Vec<Vec<(u32, Arc<Event>)>>,
+    routed: usize,
+    in_flight: usize,
+    groups: Vec<u32>,
+    targets: Vec<usize>,
+}
+
+impl Routed {
+    /// Routes one event; false when it was late (or out of range), and went nowhere.
+    fn route(&mut self, event: Arc<Event>, out: &mut Vec<Alert>) -> bool {
+        if !self.router.observe(&event, out) {
+            return false;
+        }
+        self.router.key_groups(&event, &mut self.groups);
+        self.targets.clear();
+        for g in &self.groups {
+            let p = *g as usize % self.partitions;
+            if !self.targets.contains(&p) {
+                self.targets.push(p);
+            }
+        }
+        let threads = self.lanes.count();
+        for &p in &self.targets {
+            let (t, slot) = place(p, threads);
+            self.pending[t].push((slot as u32, event.clone()));
+        }
+        self.routed += 1;
+        true
+    }
+
+    /// Sends what was routed, and the router's time, to every thread; collects the oldest
+    /// batches beyond [`DEPTH`] in flight.
+    fn send(&mut self, out: &mut Vec<Alert>) {
+        let marks: Arc<[Millis]> = self.router.take_marks().into();
+        for t in 0..self.lanes.count() {
+            let items = std::mem::take(&mut self.pending[t]);
+            let marks = marks.clone();
+            self.lanes.send_to(t, move |engines, out| {
+                for (slot, event) in items {
+                    engines[slot as usize].accept(event);
+                }
+                for engine in engines.iter_mut() {
+                    engine.release_marks(&marks, out);
+                }
+            });
+        }
+        self.routed = 0;
+        self.in_flight += 1;
+        while self.in_flight > DEPTH {
+            self.lanes.recv::<()>(out);
+            self.in_flight -= 1;
+        }
+    }
+
+    fn catch_up(&mut self, out: &mut Vec<Alert>) {
+        if self.routed > 0 {
+            self.send(out);
+        }
+        while self.in_flight > 0 {
+            self.lanes.recv::<()>(out);
+            self.in_flight -= 1;
+        }
+    }
+
+    /// `job` on every partition's engine (with its partition number), after everything sent
+    /// before, waited for; the replies by partition.
+    fn each<R: Send + 'static>(
+        &mut self,
+        out: &mut Vec<Alert>,
+        job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        self.catch_up(out);
+        let threads = self.lanes.count();
+        let job = Arc::new(job);
+        for t in 0..threads {
+            let job = job.clone();
+            self.lanes.send_to(t, move |engines, out| {
+                engines.iter_mut().enumerate().map(|(slot, e)| job(t + slot * threads, e, out)).collect::<Vec<R>>()
+            });
+        }
+        let by_thread: Vec<Vec<R>> = self.lanes.recv(out);
+        let mut by_partition: Vec<Option<R>> = (0..self.partitions).map(|_| None).collect();
+        for (t, replies) in by_thread.into_iter().enumerate() {
+            for (slot, r) in replies.into_iter().enumerate() {
+                by_partition[t + slot * threads] = Some(r);
+            }
+        }
+        by_partition.into_iter().map(|r| r.expect("every partition replies")).collect()
+    }
+}
+
+impl Runtime {
+    /// `partitions` keyed partitions (at least one) over `plans`, on `threads` threads (at
+    /// most one per partition). With a clock in `config`, the router reads it.
+    pub fn new(plans: Vec<RulePlan>, config: EngineConfig, partitions: usize, threads: usize) -> Runtime {
+        let partitions = partitions.max(1);
+        let inner = if partitions == 1 {
+            Inner::One(Box::new(Engine::new(plans.clone(), config.clone())))
+        } else {
+            let lanes = Lanes::start(&plans, &config, partitions, threads);
+            let pending = (0..lanes.count()).map(|_| Vec::with_capacity(BATCH)).collect();
+            let mut router = Engine::new(plans.clone(), config.clone());
+            router.record_marks();
+            Inner::Routed(Box::new(Routed {
+                router,
+                lanes,
+                partitions,
+                pending,
+                routed: 0,
+                in_flight: 0,
+                groups: Vec::new(),
+                targets: Vec::new(),
+            }))
+        };
+        Runtime { inner, plans, config, threads, late_ingested: 0, flushed: EngineStats::default() }
+    }
+
+    /// Threads running partitions.
+    pub fn count(&self) -> usize {
+        match &self.inner {
+            Inner::One(_) => 1,
+            Inner::Routed(r) => r.lanes.count(),
+        }
+    }
+
+    pub fn partitions(&self) -> usize {
+        match &self.inner {
+            Inner::One(_) => 1,
+            Inner::Routed(r) => r.partitions,
+        }
+    }
+
+    /// What the rules need to see of an event before it is built ([`Engine::gate`]).
+    pub fn gate(&self) -> crate::engine::Gate {
+        match &self.inner {
+            Inner::One(engine) => engine.gate(),
+            Inner::Routed(r) => r.router.gate(),
+        }
+    }
+
+    /// Collects every batch in flight: their alerts go to `out`.
+    pub fn catch_up(&mut self, out: &mut Vec<Alert>) {
+        if let Inner::Routed(r) = &mut self.inner {
+            r.catch_up(out);
+        }
+    }
+
+    /// `job` on every partition, after everything sent before, waited for; by partition.
+    fn each<R: Send + 'static>(
+        &mut self,
+        out: &mut Vec<Alert>,
+        job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        match &mut self.inner {
+            Inner::One(engine) => vec![job(0, engine, out)],
+            Inner::Routed(r) => r.each(out, job),
+        }
+    }
+
+    /// Moves time on the router, then tells every partition.
+    fn on_router(&mut self, out: &mut Vec<Alert>, step: impl FnOnce(&mut Engine, &mut Vec<Alert>)) {
+        match &mut self.inner {
+            Inner::One(engine) => step(engine, out),
+            Inner::Routed(r) => {
+                step(&mut r.router, out);
+                r.send(out);
+            }
+        }
+    }
+
+    /// Events in arrival order; `ingested` lists, in order, those that came from HTTP ingest.
+    /// Returns how many were late.
+    pub fn push(&mut self, events: Vec<Event>, ingested: Vec<usize>, out: &mut Vec<Alert>) -> u64 {
+        let mut late = 0;
+        for (i, e) in events.into_iter().enumerate() {
+            let taken = match &mut self.inner {
+                Inner::One(engine) => engine.push(e, out),
+                Inner::Routed(r) => r.route(Arc::new(e), out),
+            };
+            if !taken {
+                late += 1;
+                self.late_ingested += u64::from(ingested.binary_search(&i).is_ok());
+            }
+        }
+        if let Inner::Routed(r) = &mut self.inner {
+            r.send(out);
+        }
+        late
+    }
+
+    /// See [`Engine::set_slowest`].
+    pub fn set_slowest(&mut self, slowest: Option<Millis>, out: &mut Vec<Alert>) {
+        self.on_router(out, |engine, out| engine.set_slowest(slowest, out));
+    }
+
+    /// Late events of HTTP ingest since the last call.
+    pub fn take_late_ingested(&mut self, out: &mut Vec<Alert>) -> u64 {
+        self.catch_up(out);
+        std::mem::take(&mut self.late_ingested)
+    }
+
+    /// End of input: every buffered event is released, time moves to the newest event's.
+    pub fn flush(&mut self, out: &mut Vec<Alert>) {
+        self.on_router(out, |engine, out| engine.flush(out));
+        self.catch_up(out);
+    }
+
+    pub fn settle(&mut self, out: &mut Vec<Alert>) {
+        self.on_router(out, |engine, out| engine.settle(out));
+        self.catch_up(out);
+    }
+
+    /// See [`Engine::advance_to`].
+    pub fn advance_to(&mut self, now: Millis, out: &mut Vec<Alert>) {
+        self.on_router(out, |engine, out| engine.advance_to(now, out));
+        self.catch_up(out);
+    }
+
+    /// See [`Engine::reload`]; every partition keeps the same rules' state.
+    pub fn reload(&mut self, plans: Vec<RulePlan>, out: &mut Vec<Alert>) -> Vec<String> {
+        self.plans = plans.clone();
+        if let Inner::Routed(r) = &mut self.inner {
+            r.catch_up(out);
+            r.router.reload(plans.clone());
+        }
+        let plans = Arc::new(plans);
+        self.each(out, move |_, engine, _| engine.reload(plans.to_vec())).swap_remove(0)
+    }
+
+    /// The counters: late and refused events as the router judged them, alerts by partition.
+    pub fn stats(&mut self, out: &mut Vec<Alert>) -> EngineStats {
+        let all = self.each(out, |_, engine, _| engine.stats().clone());
+        match &self.inner {
+            Inner::One(_) => all.into_iter().next().unwrap_or_default(),
+            Inner::Routed(r) => {
+                let mut total = r.router.stats().clone();
+                for s in all {
+                    for (rule, n) in s.alerts_by_rule {
+                        *total.alerts_by_rule.entry(rule).or_insert(0) += n;
+                    }
+                }
+                total
+            }
+        }
+    }
+
+    /// How far time has got: every event up to it is released, or sent to be.
+    pub fn watermark(&self) -> Option<Millis> {
+        match &self.inner {
+            Inner::One(engine) => engine.watermark(),
+            Inner::Routed(r) => r.router.watermark(),
+        }
+    }
+
+    /// Each partition keeps its share of the budget; returns the estimate for all.
+    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
+        let share = max_bytes / self.partitions();
+        self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum()
+    }
+
+    pub fn live_keys(&mut self, out: &mut Vec<Alert>) -> BTreeMap<String, usize> {
+        sum(self.each(out, |_, engine, _| Engine::live_keys(engine)))
+    }
+
+    pub fn evicted(&mut self, out: &mut Vec<Alert>) -> BTreeMap<(String, &'static str), u64> {
+        sum(self.each(out, |_, engine, _| engine.evicted()))
+    }
+
+    /// The checkpoint record of every partition's state ([`record`]).
+    pub fn checkpoint(&mut self, out: &mut Vec<Alert>) -> Result<Vec<u8>, postcard::Error> {
+        let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()).map(ByteBuf::from));
+        let parts = parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?;
+        let (max_ts, watermark) = match &self.inner {
+            Inner::One(engine) => engine.time(),
+            Inner::Routed(r) => r.router.time(),
+        };
+        Record { version: RECORD_VERSION, partitions: parts.len() as u32, max_ts, watermark, parts }.to_bytes()
+    }
+
+    /// Continues from a checkpoint ([`Record::read`] says which layouts). The record's
+    /// partition count wins over the one asked for, so that no key group's state is lost; the
+    /// threads asked for run them. Returns the rules whose state was restored.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<Vec<String>, EngineError> {
+        let record = Record::read(bytes)?;
+        let partitions = record.partitions as usize;
+        if partitions != self.partitions() {
+            tracing::info!(
+                checkpoint = partitions,
+                asked = self.partitions(),
+                threads = self.threads,
+                "running the checkpoint's number of keyed partitions"
+            );
+            *self = Runtime::new(self.plans.clone(), self.config.clone(), partitions, self.threads);
+        }
+        if let Inner::Routed(r) = &mut self.inner {
+            r.router.restore_time(record.max_ts, record.watermark);
+        }
+        let parts = Arc::new(record.parts);
+        let restored = self.each(&mut Vec::new(), move |p, engine, _| {
+            Snapshot::from_bytes(&parts[p]).map_err(EngineError::from).and_then(|s| engine.restore(s))
+        });
+        let mut restored = restored.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(restored.swap_remove(0))
+    }
+}
+
+impl Driven for Runtime {
+    fn watermark(&self) -> Option<Millis> {
+        Runtime::watermark(self)
+    }
+
+    fn take(&mut self, decoded: Decoded, out: &mut Vec<Alert>) {
+        match &mut self.inner {
+            Inner::One(engine) => {
+                engine.take(decoded, out);
+            }
+            Inner::Routed(r) => {
+                match decoded {
+                    Decoded::Event(event) => {
+                        r.route(event, out);
+                    }
+                    Decoded::Time(ts) => {
+                        r.router.pass(ts, out);
+                    }
+                }
+                if r.routed >= BATCH {
+                    r.send(out);
+                }
+            }
+        }
+    }
+
+    fn recycle_into(&mut self, pool: &mut crate::event::EventPool) {
+        if let Inner::One(engine) = &mut self.inner {
+            engine.recycle_into(pool);
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Alert>) {
+        Runtime::flush(self, out);
+        self.flushed = Runtime::stats(self, out);
+    }
+
+    fn stats(&self) -> EngineStats {
+        match &self.inner {
+            Inner::One(engine) => engine.stats().clone(),
+            Inner::Routed(_) => self.flushed.clone(),
+        }
+    }
+
+    fn live_keys(&mut self, out: &mut Vec<Alert>) -> usize {
+        Runtime::live_keys(self, out).values().sum()
+    }
+}
+
+/// Counts by key, summed over the partitions.
+fn sum<K: Ord, N: std::ops::AddAssign + Default>(all: Vec<BTreeMap<K, N>>) -> BTreeMap<K, N> {
+    let mut total = BTreeMap::new();
+    for counts in all {
+        for (key, n) in counts {
+            *total.entry(key).or_default() += n;
+        }
+    }
+    total
+}

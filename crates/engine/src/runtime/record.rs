@@ -1,0 +1,73 @@
+//! The runtime's checkpoint record: one versioned struct, serialised once (postcard), with
+//! the snapshot of every keyed partition and the time they share.
+//!
+//! ```text
+//! "VGRT" | postcard(Record { version, partitions, max_ts, watermark, parts: [snapshot bytes] })
+//! ```
+//!
+//! Partition `i` keeps the key groups whose number modulo `partitions` is `i`, whatever number
+//! of threads runs them, so the record restores under any `--workers`. Two older layouts are
+//! read as records ([`Record::read`]): one engine's snapshot alone (one partition), and `VGW1`
+//! followed by a postcard list of snapshots, one per worker (as many partitions, each worker
+//! having kept the key groups a partition of that index keeps now).
+
+use crate::engine::{EngineError, Snapshot};
+use crate::event::Millis;
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+/// Marks a record. A bare snapshot never starts with it: its first byte is its version.
+const MAGIC: &[u8; 4] = b"VGRT";
+/// The record's layout.
+pub const RECORD_VERSION: u32 = 1;
+/// Marks the list of workers' snapshots that is read as a record of as many partitions.
+const WORKERS_MAGIC: &[u8; 4] = b"VGW1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    /// How many keyed partitions split the key groups.
+    pub partitions: u32,
+    /// The newest event's time, as the router saw it.
+    pub max_ts: Option<Millis>,
+    pub watermark: Option<Millis>,
+    /// Each partition's [`Snapshot`], by partition.
+    pub parts: Vec<ByteBuf>,
+}
+
+impl Record {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, postcard::Error> {
+        let room = self.parts.iter().map(|p| p.len() + 8).sum::<usize>() + 64;
+        let mut bytes = Vec::with_capacity(room);
+        bytes.extend_from_slice(MAGIC);
+        postcard::to_extend(self, bytes)
+    }
+
+    /// A record from a checkpoint's bytes, in any of the layouts above.
+    pub fn read(bytes: &[u8]) -> Result<Record, EngineError> {
+        if let Some(rest) = bytes.strip_prefix(MAGIC) {
+            let record: Record = postcard::from_bytes(rest)?;
+            if record.version != RECORD_VERSION {
+                return Err(EngineError::Version { found: record.version, expected: RECORD_VERSION });
+            }
+            if record.parts.len() != record.partitions as usize || record.partitions == 0 {
+                return Err(EngineError::Record(format!(
+                    "{} partitions with {} snapshots",
+                    record.partitions,
+                    record.parts.len()
+                )));
+            }
+            return Ok(record);
+        }
+        let parts: Vec<ByteBuf> = match bytes.strip_prefix(WORKERS_MAGIC) {
+            Some(rest) => postcard::from_bytes(rest)?,
+            None => vec![ByteBuf::from(bytes)],
+        };
+        if parts.is_empty() {
+            return Err(EngineError::Record("a list of no snapshots".into()));
+        }
+        // Every worker saw every event: the first one's time is theirs.
+        let (max_ts, watermark) = Snapshot::from_bytes(&parts[0])?.time();
+        Ok(Record { version: RECORD_VERSION, partitions: parts.len() as u32, max_ts, watermark, parts })
+    }
+}
