@@ -129,3 +129,37 @@ fn keyed_partitions_restore_on_any_number_of_threads() {
         assert_eq!(sorted(&mut alerts), whole, "on {threads} threads");
     }
 }
+
+/// Checkpoints of the build before the runtime restore as records of as many partitions, on
+/// any number of threads, and go on like the uninterrupted run. `tests/data/checkpoint/engines`
+/// holds them: the state of that build's `Engines` with 1 worker (one engine's bare snapshot)
+/// and 2 workers (`VGW1`), after the first 3,000 lines of the sample pushed in batches of 500,
+/// over a copy of the rules shipped then (written by 7409cea).
+#[test]
+fn checkpoints_of_the_build_before_the_runtime_restore_and_go_on() {
+    let set = vigil::ruleset::RuleSet::load(&["tests/data/checkpoint/engines/rules".into()]).expect("rules");
+    assert!(set.is_ok(), "{}", set.render(false));
+    let events = events();
+    let config = EngineConfig::default();
+    let mut whole = Vec::new();
+    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
+    through(&mut one, &events[..CUT], &mut Vec::new());
+    through(&mut one, &events[CUT..], &mut whole);
+    one.flush(&mut whole);
+    assert!(whole.len() > 10, "the rest of the sample raises alerts");
+    let whole = sorted(&mut whole);
+    for (file, partitions, threads) in [("workers-1.bin", 1, 2), ("workers-2.bin", 2, 1), ("workers-2.bin", 2, 2)] {
+        let bytes = std::fs::read(format!("tests/data/checkpoint/engines/{file}")).expect("the stored checkpoint");
+        let mut restarted = Runtime::new(set.plans(), config.clone(), 1, threads);
+        let mut restored = restarted.restore(&bytes).expect("restores");
+        assert_eq!(restarted.partitions(), partitions, "{file}");
+        restored.sort();
+        let mut names: Vec<String> = set.plans().iter().map(|p| p.name.clone()).collect();
+        names.sort();
+        assert_eq!(restored, names, "{file}: every rule's state restored");
+        let mut after = Vec::new();
+        through(&mut restarted, &events[CUT..], &mut after);
+        restarted.flush(&mut after);
+        assert_eq!(sorted(&mut after), whole, "{file} on {threads} threads");
+    }
+}

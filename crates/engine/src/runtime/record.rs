@@ -71,3 +71,30 @@ impl Record {
         Ok(Record { version: RECORD_VERSION, partitions: parts.len() as u32, max_ts, watermark, parts })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_record_is_an_error_that_says_why() {
+        let record = Record {
+            version: RECORD_VERSION,
+            partitions: 2,
+            max_ts: Some(5),
+            watermark: Some(4),
+            parts: vec![ByteBuf::from(vec![1, 2]), ByteBuf::from(vec![3])],
+        };
+        let bytes = record.to_bytes().expect("serialise");
+        assert_eq!(Record::read(&bytes).expect("reads back"), record);
+        assert!(matches!(Record::read(&bytes[..bytes.len() - 1]), Err(EngineError::Encoding(_))));
+        let short = Record { partitions: 3, ..record.clone() }.to_bytes().expect("serialise");
+        let e = Record::read(&short).expect_err("three partitions, two snapshots");
+        assert!(e.to_string().contains("3 partitions with 2 snapshots"), "{e}");
+        let later = Record { version: RECORD_VERSION + 1, ..record }.to_bytes().expect("serialise");
+        assert!(matches!(Record::read(&later), Err(EngineError::Version { .. })));
+        let mut none = WORKERS_MAGIC.to_vec();
+        none.push(0);
+        assert!(Record::read(&none).expect_err("no snapshots").to_string().contains("no snapshots"));
+    }
+}
