@@ -280,11 +280,31 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
     #[test]
+    fn an_event_goes_to_the_partitions_of_every_key_group_it_reaches(
+        raw in proptest::collection::vec((0i64..4 * 3600, any::<u8>(), any::<u8>(), any::<u8>()), 1..50),
+        partitions in 1usize..=16,
+    ) {
+        // The router skips a filter whose key adds no partition: the partitions must still be
+        // those of every key group the event reaches.
+        let engine = engine(&shipped_plans());
+        let (mut groups, mut parts) = (Vec::new(), Vec::new());
+        for e in raw.into_iter().map(event) {
+            engine.key_groups(&e, &mut groups);
+            engine.partitions_of(&e, partitions, &mut parts);
+            let want: std::collections::BTreeSet<usize> = groups.iter().map(|g| *g as usize % partitions).collect();
+            let got: std::collections::BTreeSet<usize> = parts.iter().copied().collect();
+            prop_assert_eq!(parts.len(), got.len(), "no repeats");
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
     fn keyed_partitions_on_threads_give_the_alerts_and_counts_of_one_engine(
         raw in proptest::collection::vec((0i64..4 * 3600, any::<u8>(), any::<u8>(), any::<u8>()), 1..400),
         delays in proptest::collection::vec(0i64..2 * LATENESS_MS, 400),
         partitions in 2usize..=8,
         threads in 1usize..=3,
+        balance_every in 1u64..300,
     ) {
         // Every shipped rule, the fleet-wide outlier rules among them; some events late.
         let plans = shipped_plans();
@@ -295,7 +315,8 @@ proptest! {
         let lines: Vec<String> = arrivals.iter().map(|&(_, i)| json_line(&events[i])).collect();
         let one = run_driven(&lines, &plans, &mut engine(&plans));
         let config = vigil::engine::EngineConfig { lateness_ms: LATENESS_MS, ..Default::default() };
-        let mut runtime = vigil::runtime::Runtime::new(plans.clone(), config, partitions, threads);
+        // Partitions move between threads as their load says, as often as every event.
+        let mut runtime = vigil::runtime::Runtime::new(plans.clone(), config, partitions, threads).balance_every(balance_every);
         let split = run_driven(&lines, &plans, &mut runtime);
         prop_assert_eq!(split, one);
     }

@@ -23,13 +23,17 @@ pub struct EngineSettings {
     /// Threads that split the rules' keys between them (key groups).
     pub workers: usize,
     /// Keyed partitions that split the key groups at the first start (a checkpoint keeps its
-    /// own count); `None`: as many as workers.
+    /// own count); `None`: see [`EngineSettings::partitions`].
     pub partitions: Option<usize>,
     /// Most live keys (window groups, partial matches) a rule holds.
     pub max_keys_per_rule: usize,
     /// A partial match or window group without progress for this long is dropped (zero: never).
     pub idle_timeout: Duration,
 }
+
+/// The keyed partitions of a first start with several workers: enough for their load to be
+/// spread evenly over a few threads, and for a later start with more workers to use them.
+pub const PARTITIONS: usize = 16;
 
 /// Threads at most, as `--workers` accepts them.
 pub const MAX_WORKERS: usize = 256;
@@ -57,9 +61,14 @@ impl EngineSettings {
         }
     }
 
-    /// The keyed partitions a first start runs.
+    /// The keyed partitions a first start runs: one for one worker (nothing to route), else
+    /// [`PARTITIONS`], or one per worker past that.
     pub fn partitions(&self) -> usize {
-        self.partitions.unwrap_or(self.workers).max(1)
+        match self.partitions {
+            Some(n) => n.max(1),
+            None if self.workers <= 1 => 1,
+            None => self.workers.max(PARTITIONS),
+        }
     }
 
     pub fn lateness_ms(&self) -> Millis {
@@ -108,7 +117,8 @@ pub struct EngineArgs {
     #[arg(long, env = "VIGIL_WORKERS", value_parser = parse_workers)]
     pub workers: Option<usize>,
     /// Keyed partitions that split the rules' keys, 1 to 256, run on the workers: the most
-    /// workers a later start can use, since a checkpoint keeps its count [default: --workers]
+    /// workers a later start can use, since a checkpoint keeps its count [default: 1 for one
+    /// worker, else 16 or one per worker past 16]
     #[arg(long, env = "VIGIL_PARTITIONS", value_parser = parse_workers)]
     pub partitions: Option<usize>,
     /// Most live keys (window groups, partial matches) a rule holds; past it the least recently

@@ -605,6 +605,33 @@ impl Engine {
         into.dedup();
     }
 
+    /// The keyed partitions, of `partitions`, whose key groups `event` reaches (as
+    /// [`Engine::key_groups`] tells them): a target's filter is evaluated only when its key
+    /// would add a partition, so an event read by several rules under one key costs one
+    /// filter at most. Not sorted, without repeats.
+    pub fn partitions_of(&self, event: &Event, partitions: usize, into: &mut Vec<usize>) {
+        into.clear();
+        let Some(routes) = self.layout.routes.get(event.stream.index()) else { return };
+        for filtered in [false, true] {
+            for target in routes.targets(event).filter(|t| t.filter.is_some() == filtered) {
+                let group = match &self.key_of[target.op] {
+                    KeyOf::Fields(fields) => keys::key_group(event, &fields[target.source]),
+                    KeyOf::Whole(group) => *group,
+                };
+                let p = group as usize % partitions;
+                if into.contains(&p) {
+                    continue;
+                }
+                if let Some(f) = target.filter {
+                    if !self.layout.filters[f].holds(event, &self.regexes) {
+                        continue;
+                    }
+                }
+                into.push(p);
+            }
+        }
+    }
+
     /// Moves time to `target`, whatever the lateness, releasing every buffered event up to it:
     /// for an engine told how far time has got by its caller (a scaled-out instance learns it
     /// from every upstream partition) rather than by its newest event.
@@ -702,15 +729,19 @@ impl Engine {
     /// nothing is due are passed over.
     pub fn release_marks(&mut self, marks: &[Millis], out: &mut Vec<Alert>) {
         let Some(&last) = marks.last() else { return };
-        for &at in &marks[..marks.len() - 1] {
-            if self.watermark.is_some_and(|w| at <= w) {
-                continue;
+        let mut from = 0;
+        loop {
+            // The first mark at which an event of this engine or one of its timers is due.
+            let event = self.buffer.next_ts();
+            let timer = self.timers.peek().map(|Reverse((due, _))| *due);
+            let Some(due) = [event, timer].into_iter().flatten().min() else { break };
+            from += marks[from..].partition_point(|m| *m < due);
+            let Some(&at) = marks.get(from) else { break };
+            if at == last {
+                break;
             }
-            let event_due = self.buffer.next_ts().is_some_and(|ts| ts <= at);
-            let timer_due = self.timers.peek().is_some_and(|Reverse((due, _))| *due <= at);
-            if event_due || timer_due {
-                self.release_to(at, out);
-            }
+            self.release_to(at, out);
+            from += 1;
         }
         self.release_to(last, out);
     }

@@ -1,5 +1,7 @@
-//! The runtime's threads: each runs its share of the keyed partitions, one job at a time in
-//! the order jobs were sent, and hands back the job's alerts and reply.
+//! The runtime's threads: each runs the keyed partitions placed on it, one job at a time in
+//! the order jobs were sent, and hands back the job's alerts and reply. A thread holds its
+//! engines by partition number (`None` for the partitions placed elsewhere), so that a
+//! partition can move between threads ([`Lanes::place`]).
 
 use crate::alert::Alert;
 use crate::engine::{Engine, EngineConfig, Shard};
@@ -12,32 +14,30 @@ use vigil_lang::plan::RulePlan;
 pub(crate) const DEPTH: usize = 4;
 
 type Reply = Box<dyn Any + Send>;
-type Job = Box<dyn FnOnce(&mut [Engine], &mut Vec<Alert>) -> Reply + Send>;
+type Job = Box<dyn FnOnce(&mut [Option<Engine>], &mut Vec<Alert>) -> Reply + Send>;
 
-/// Where partition `p` runs among `threads`: on thread `p % threads`, at slot `p / threads` of
-/// its engines.
-pub(crate) fn place(partition: usize, threads: usize) -> (usize, usize) {
-    (partition % threads, partition / threads)
-}
-
-/// The threads, each with the engines of its partitions.
+/// The threads, each with the engines of the partitions placed on it.
 pub(crate) struct Lanes {
     work: Vec<SyncSender<Job>>,
     done: Vec<Receiver<(Vec<Alert>, Reply)>>,
     threads: Vec<JoinHandle<()>>,
+    /// The thread of each partition.
+    placed: Vec<usize>,
 }
 
 impl Lanes {
-    /// `threads` threads (at least one, at most `partitions`) running `partitions` engines.
+    /// `threads` threads (at least one, at most `partitions`) running `partitions` engines,
+    /// partition `p` on thread `p % threads` to begin with.
     pub(crate) fn start(plans: &[RulePlan], config: &EngineConfig, partitions: usize, threads: usize) -> Lanes {
         let threads = threads.clamp(1, partitions.max(1));
-        let mut lanes = Lanes { work: Vec::new(), done: Vec::new(), threads: Vec::new() };
+        let placed: Vec<usize> = (0..partitions).map(|p| p % threads).collect();
+        let mut lanes = Lanes { work: Vec::new(), done: Vec::new(), threads: Vec::new(), placed: placed.clone() };
         for t in 0..threads {
-            let engines: Vec<Engine> = (t..partitions)
-                .step_by(threads)
+            let engines: Vec<Option<Engine>> = (0..partitions)
                 .map(|index| {
-                    let shard = Shard { index, count: partitions };
-                    Engine::new(plans.to_vec(), EngineConfig { shard, clock: None, ..config.clone() })
+                    let config =
+                        EngineConfig { shard: Shard { index, count: partitions }, clock: None, ..config.clone() };
+                    (placed[index] == t).then(|| Engine::new(plans.to_vec(), config))
                 })
                 .collect();
             let (work_tx, work_rx) = sync_channel::<Job>(DEPTH + 1);
@@ -57,14 +57,51 @@ impl Lanes {
         self.threads.len()
     }
 
-    /// Runs `job(thread, its engines, alerts)` on thread `t`, after the jobs sent to it before.
+    /// The thread partition `p` runs on.
+    pub(crate) fn thread_of(&self, p: usize) -> usize {
+        self.placed[p]
+    }
+
+    /// Moves partitions to the threads `to` gives, by partition: their engines leave their
+    /// threads in one round of jobs and join the new ones in the next. The caller has
+    /// collected every job in flight.
+    pub(crate) fn place(&mut self, to: &[usize]) {
+        let moving: Vec<(usize, usize)> =
+            (0..to.len()).filter(|&p| to[p] != self.placed[p]).map(|p| (p, self.placed[p])).collect();
+        if moving.is_empty() {
+            return;
+        }
+        for t in 0..self.count() {
+            let leaving: Vec<usize> = moving.iter().filter(|m| m.1 == t).map(|m| m.0).collect();
+            self.send_to(t, move |engines, _| {
+                leaving.into_iter().map(|p| (p, engines[p].take().expect("placed here"))).collect::<Vec<_>>()
+            });
+        }
+        let left: Vec<Vec<(usize, Engine)>> = self.recv(&mut Vec::new());
+        let mut joining: Vec<Vec<(usize, Engine)>> = (0..self.count()).map(|_| Vec::new()).collect();
+        for (p, engine) in left.into_iter().flatten() {
+            joining[to[p]].push((p, engine));
+        }
+        for (t, arriving) in joining.into_iter().enumerate() {
+            self.send_to(t, move |engines, _| {
+                for (p, engine) in arriving {
+                    engines[p] = Some(engine);
+                }
+            });
+        }
+        self.recv::<()>(&mut Vec::new());
+        self.placed = to.to_vec();
+    }
+
+    /// Runs `job(its engines by partition, alerts)` on thread `t`, after the jobs sent to it
+    /// before.
     pub(crate) fn send_to<R: Send + 'static>(
         &mut self,
         t: usize,
-        job: impl FnOnce(&mut [Engine], &mut Vec<Alert>) -> R + Send + 'static,
+        job: impl FnOnce(&mut [Option<Engine>], &mut Vec<Alert>) -> R + Send + 'static,
     ) {
         let job: Job =
-            Box::new(move |engines: &mut [Engine], out: &mut Vec<Alert>| Box::new(job(engines, out)) as Reply);
+            Box::new(move |engines: &mut [Option<Engine>], out: &mut Vec<Alert>| Box::new(job(engines, out)) as Reply);
         if self.work[t].send(job).is_err() {
             self.join_failed();
         }
@@ -95,7 +132,32 @@ impl Lanes {
     }
 }
 
-fn run(mut engines: Vec<Engine>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
+/// Threads for partitions by their load, most loaded first, each to the thread with the
+/// least load so far (longest processing time first): within a third of the largest
+/// partition's load of the best placement.
+pub(crate) fn balanced(load: &[u64], threads: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..load.len()).collect();
+    order.sort_by_key(|&p| (std::cmp::Reverse(load[p]), p));
+    let mut total = vec![0u64; threads];
+    let mut to = vec![0; load.len()];
+    for p in order {
+        let t = (0..threads).min_by_key(|&t| (total[t], t)).unwrap_or(0);
+        total[t] += load[p];
+        to[p] = t;
+    }
+    to
+}
+
+/// The load of the busiest thread under a placement.
+pub(crate) fn busiest(load: &[u64], placed: impl Fn(usize) -> usize, threads: usize) -> u64 {
+    let mut total = vec![0u64; threads];
+    for (p, l) in load.iter().enumerate() {
+        total[placed(p)] += l;
+    }
+    total.into_iter().max().unwrap_or(0)
+}
+
+fn run(mut engines: Vec<Option<Engine>>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
     let mut out = Vec::new();
     for job in work {
         let reply = job(&mut engines, &mut out);
@@ -113,5 +175,17 @@ impl Drop for Lanes {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn partitions_go_to_the_least_loaded_thread_heaviest_first() {
+        let load = [50, 10, 10, 10, 10, 10, 40, 0];
+        let to = super::balanced(&load, 2);
+        assert_eq!(super::busiest(&load, |p| to[p], 2), 70);
+        assert_eq!(super::busiest(&load, |p| p % 2, 2), 110, "by partition number");
+        assert_eq!(super::balanced(&[], 3), Vec::<usize>::new());
     }
 }

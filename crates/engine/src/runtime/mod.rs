@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! events -> router: time (lateness, the clock, the slowest source), late events counted,
-//!           the key groups each event reaches (Engine::key_groups)
+//!           the partitions of the key groups each event reaches (Engine::partitions_of)
 //!        -> the partitions that keep those key groups, on their threads (lanes)
 //!           + the points of time the router fired timers at, to every partition
 //!        -> each partition's alerts, merged in detection order
@@ -26,7 +26,7 @@
 use crate::alert::Alert;
 use crate::engine::{Engine, EngineConfig, EngineError, EngineStats, Snapshot};
 use crate::event::{Decoded, Event, Millis};
-use lanes::{place, Lanes, DEPTH};
+use lanes::{balanced, busiest, Lanes, DEPTH};
 use record::{Record, RECORD_VERSION};
 use serde_bytes::ByteBuf;
 use std::collections::BTreeMap;
@@ -38,6 +38,8 @@ pub mod record;
 
 /// Events routed before a batch goes to the threads, when the caller hands them one by one.
 const BATCH: usize = 1024;
+/// Events routed between two looks at how the partitions' load is spread over the threads.
+const BALANCE_EVERY: u64 = 1 << 17;
 
 /// What replay drives: one engine, or the runtime.
 pub trait Driven {
@@ -107,11 +109,14 @@ struct Routed {
     router: Engine,
     lanes: Lanes,
     partitions: usize,
-    /// Events routed and not sent yet, by thread: the slot of their partition there.
+    /// Events routed and not sent yet, by thread, with their partition.
     pending: Vec<Vec<(u32, Arc<Event>)>>,
     routed: usize,
+    /// Events routed to each partition since the last look at the threads' load.
+    load: Vec<u64>,
+    since_balance: u64,
+    balance_every: u64,
     in_flight: usize,
-    groups: Vec<u32>,
     targets: Vec<usize>,
 }
 
@@ -121,18 +126,10 @@ impl Routed {
         if !self.router.observe(&event, out) {
             return false;
         }
-        self.router.key_groups(&event, &mut self.groups);
-        self.targets.clear();
-        for g in &self.groups {
-            let p = *g as usize % self.partitions;
-            if !self.targets.contains(&p) {
-                self.targets.push(p);
-            }
-        }
-        let threads = self.lanes.count();
+        self.router.partitions_of(&event, self.partitions, &mut self.targets);
         for &p in &self.targets {
-            let (t, slot) = place(p, threads);
-            self.pending[t].push((slot as u32, event.clone()));
+            self.pending[self.lanes.thread_of(p)].push((p as u32, event.clone()));
+            self.load[p] += 1;
         }
         self.routed += 1;
         true
@@ -146,20 +143,41 @@ impl Routed {
             let items = std::mem::take(&mut self.pending[t]);
             let marks = marks.clone();
             self.lanes.send_to(t, move |engines, out| {
-                for (slot, event) in items {
-                    engines[slot as usize].accept(event);
+                for (p, event) in items {
+                    engines[p as usize].as_mut().expect("placed here").accept(event);
                 }
-                for engine in engines.iter_mut() {
+                for engine in engines.iter_mut().flatten() {
                     engine.release_marks(&marks, out);
                 }
             });
         }
+        self.since_balance += self.routed as u64;
         self.routed = 0;
         self.in_flight += 1;
         while self.in_flight > DEPTH {
             self.lanes.recv::<()>(out);
             self.in_flight -= 1;
         }
+        if self.since_balance >= self.balance_every && self.lanes.count() > 1 {
+            self.balance(out);
+        }
+    }
+
+    /// Moves partitions between threads when the events routed since the last look would
+    /// spread a twentieth more evenly: keys are hashed to key groups, and a few busy keys can
+    /// load one thread's partitions more than another's.
+    fn balance(&mut self, out: &mut Vec<Alert>) {
+        let threads = self.lanes.count();
+        let to = balanced(&self.load, threads);
+        let now = busiest(&self.load, |p| self.lanes.thread_of(p), threads);
+        let then = busiest(&self.load, |p| to[p], threads);
+        if then * 20 < now * 19 {
+            self.catch_up(out);
+            self.lanes.place(&to);
+            tracing::debug!(busiest_before = now, busiest_after = then, "partitions moved between threads");
+        }
+        self.load.iter_mut().for_each(|l| *l = 0);
+        self.since_balance = 0;
     }
 
     fn catch_up(&mut self, out: &mut Vec<Alert>) {
@@ -180,20 +198,18 @@ impl Routed {
         job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         self.catch_up(out);
-        let threads = self.lanes.count();
         let job = Arc::new(job);
-        for t in 0..threads {
+        for t in 0..self.lanes.count() {
             let job = job.clone();
             self.lanes.send_to(t, move |engines, out| {
-                engines.iter_mut().enumerate().map(|(slot, e)| job(t + slot * threads, e, out)).collect::<Vec<R>>()
+                let placed = engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?)));
+                placed.map(|(p, e)| (p, job(p, e, out))).collect::<Vec<(usize, R)>>()
             });
         }
-        let by_thread: Vec<Vec<R>> = self.lanes.recv(out);
+        let by_thread: Vec<Vec<(usize, R)>> = self.lanes.recv(out);
         let mut by_partition: Vec<Option<R>> = (0..self.partitions).map(|_| None).collect();
-        for (t, replies) in by_thread.into_iter().enumerate() {
-            for (slot, r) in replies.into_iter().enumerate() {
-                by_partition[t + slot * threads] = Some(r);
-            }
+        for (p, r) in by_thread.into_iter().flatten() {
+            by_partition[p] = Some(r);
         }
         by_partition.into_iter().map(|r| r.expect("every partition replies")).collect()
     }
@@ -217,12 +233,22 @@ impl Runtime {
                 partitions,
                 pending,
                 routed: 0,
+                load: vec![0; partitions],
+                since_balance: 0,
+                balance_every: BALANCE_EVERY,
                 in_flight: 0,
-                groups: Vec::new(),
                 targets: Vec::new(),
             }))
         };
         Runtime { inner, plans, config, threads, late_ingested: 0, flushed: EngineStats::default() }
+    }
+
+    /// Looks at the partitions' load every `events` routed, rather than every 131,072.
+    pub fn balance_every(mut self, events: u64) -> Runtime {
+        if let Inner::Routed(r) = &mut self.inner {
+            r.balance_every = events.max(1);
+        }
+        self
     }
 
     /// Threads running partitions.

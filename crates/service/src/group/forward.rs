@@ -86,7 +86,7 @@ pub struct Forwarder {
     topic: String,
     partitions: u32,
     owned: BTreeMap<(String, i32), Owned>,
-    groups: Vec<u32>,
+    targets: Vec<usize>,
     reported_all: Instant,
 }
 
@@ -98,7 +98,7 @@ impl Forwarder {
             topic,
             partitions,
             owned: BTreeMap::new(),
-            groups: Vec::new(),
+            targets: Vec::new(),
             reported_all: Instant::now(),
         }
     }
@@ -165,10 +165,9 @@ impl Forwarder {
     /// Sends `event`, read at `offset` of an input partition, to the keyed partitions of its
     /// key groups (none when no rule takes it); returns how many records that made.
     pub fn forward(&mut self, topic: &str, partition: i32, offset: i64, payload: &[u8], event: &Event) -> u64 {
-        self.router.key_groups(event, &mut self.groups);
-        let mut targets: Vec<i32> = self.groups.iter().map(|g| (g % self.partitions) as i32).collect();
-        targets.sort_unstable();
-        targets.dedup();
+        self.router.partitions_of(event, self.partitions as usize, &mut self.targets);
+        self.targets.sort_unstable();
+        let targets: Vec<i32> = self.targets.iter().map(|&p| p as i32).collect();
         let from = format!("{offset} {}", upstream_id(topic, partition));
         for &p in &targets {
             let headers = OwnedHeaders::new().insert(Header { key: FROM, value: Some(&from) });
@@ -185,14 +184,11 @@ impl Forwarder {
         let mut by_partition: BTreeMap<i32, Vec<u8>> = BTreeMap::new();
         let mut targets = Vec::new();
         for event in events {
-            self.router.key_groups(event, &mut self.groups);
-            targets.clear();
-            targets.extend(self.groups.iter().map(|g| (g % self.partitions) as i32));
+            self.router.partitions_of(event, self.partitions as usize, &mut targets);
             targets.sort_unstable();
-            targets.dedup();
             let line = event.to_json().to_string();
             for &p in &targets {
-                let payload = by_partition.entry(p).or_default();
+                let payload = by_partition.entry(p as i32).or_default();
                 if !payload.is_empty() {
                     payload.push(b'\n');
                 }
