@@ -235,7 +235,7 @@ async fn kill_9_at_random_points_loses_and_repeats_nothing() {
 }
 
 #[tokio::test]
-async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
+async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line_on_more_workers() {
     let mut rng = fastrand::Rng::with_seed(seed());
     // 40 jobs' alerts among 120,000 usage samples of an idle machine, in time order.
     let mut timed: Vec<(i64, String)> = job_lines(40)
@@ -280,7 +280,10 @@ async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
         "--spool-dir",
         &spool,
     ];
-    let mut service = Service::start(&args);
+    // Two workers before the kill, three after: the checkpoint's 16 keyed partitions run on
+    // however many threads a start is given.
+    let with_workers = |n: &'static str| args.iter().copied().chain(["--workers", n]).collect::<Vec<&str>>();
+    let mut service = Service::start(&with_workers("2"));
     // Wait for a checkpoint that covers part of the file, then kill at a random moment after.
     let pool = sqlx::SqlitePool::connect(&db).await.expect("sqlite");
     eventually("a checkpoint inside the file", || async {
@@ -294,7 +297,7 @@ async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
     tokio::time::sleep(Duration::from_millis(rng.u64(0..300))).await;
     service.kill();
     drop(service);
-    let restarted = Service::start(&args);
+    let restarted = Service::start(&with_workers("3"));
     let keys = eventually("every alert delivered", || async {
         let keys = accepted_keys(&hook.accepted);
         (keys.iter().collect::<BTreeSet<_>>().len() >= want.len()).then_some(keys)
@@ -310,6 +313,7 @@ async fn kill_9_during_a_replay_resumes_the_file_after_the_checkpointed_line() {
     let metrics = metrics(&restarted.url).await;
     assert!(resumed, "{log}");
     assert!(!metrics.contains("vigil_events_late_total{"), "nothing was read twice as late input:\n{metrics}");
+    assert!(metrics.contains("vigil_workers 3") && metrics.contains("vigil_partitions 16"), "{metrics}");
     drop(restarted);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -123,6 +123,16 @@ pub fn replayed(lines: &[String], rules: &std::path::Path) -> (Vec<(String, Stri
     (all, alerts.iter().map(|a| a["rule"].as_str().unwrap_or("").to_string()).collect())
 }
 
+/// The task workload, and the transitions (`id:status`) a clean replay of it over the shipped
+/// rules raises.
+pub fn workload_expected() -> (Vec<(i64, String)>, BTreeSet<String>) {
+    let timed = workload();
+    let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
+    let (want, _) = replayed(&lines, std::path::Path::new(&rules_dir()));
+    let expected = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
+    (timed, expected)
+}
+
 /// The transitions stored (`id:status`, repeats kept), and those of `expected` missing and
 /// those not expected.
 pub async fn stored(pool: &sqlx::PgPool, expected: &BTreeSet<String>) -> (Vec<String>, Vec<String>, Vec<String>) {
@@ -874,11 +884,8 @@ async fn a_member_whose_keyed_partitions_differ_from_the_topic_is_refused() {
 #[ignore = "needs Apache Kafka and PostgreSQL: run scripts/test.sh"]
 async fn partitions_added_to_an_input_topic_are_read_by_the_group() {
     let _one_case_at_a_time = ONE_CASE.lock().await;
-    let timed = workload();
-    let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
+    let (timed, expected) = workload_expected();
     let rules = std::path::PathBuf::from(rules_dir());
-    let (want, _) = replayed(&lines, &rules);
-    let expected: BTreeSet<String> = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
     let brokers = kafka_brokers();
     let topic = unique("group_growing_input");
     vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 4, &Default::default())

@@ -24,11 +24,8 @@ struct Outage {
 impl Outage {
     async fn new() -> Outage {
         let (cluster, admin) = fault_cluster();
-        let timed = workload();
-        let lines: Vec<String> = timed.iter().map(|(_, l)| l.clone()).collect();
+        let (timed, expected) = workload_expected();
         let rules = std::path::PathBuf::from(rules_dir());
-        let (want, _) = replayed(&lines, &rules);
-        let expected: BTreeSet<String> = want.iter().map(|(id, s)| format!("{id}:{s}")).collect();
         let brokers = kafka_brokers();
         let topic = unique("group_outage");
         vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 12, &Default::default())

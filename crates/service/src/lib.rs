@@ -286,7 +286,8 @@ async fn start_engine(
         let mut engine = build_engine(config, plans);
         let resume = restore(&wiring.store, &mut engine).await?;
         wiring.telemetry.workers.set(engine.count() as i64);
-        tracing::info!(workers = engine.count(), "engine started");
+        wiring.telemetry.partitions.set(engine.partitions() as i64);
+        tracing::info!(workers = engine.count(), partitions = engine.partitions(), "engine started");
         let consumer = kafka_consumer(config).await?;
         let engine_thread = EngineLoop {
             engine,

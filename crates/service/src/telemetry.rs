@@ -32,6 +32,7 @@ pub struct Telemetry {
     /// Sources that hold event time back ([`super::event_time`]).
     pub live_sources: IntGauge,
     pub workers: IntGauge,
+    pub partitions: IntGauge,
     /// Of a group member (`--kafka-join-group`).
     pub group: GroupMetrics,
     pub slow_streams: IntCounter,
@@ -352,7 +353,12 @@ impl Telemetry {
                 "vigil_event_time_sources",
                 "Sources (partitions, files, pushed series) whose newest event time holds the engine's time back",
             ),
-            workers: gauge(&registry, "vigil_workers", "Engine threads splitting the rules' keys (--workers)"),
+            workers: gauge(&registry, "vigil_workers", "Engine threads running the rules' keyed partitions (--workers)"),
+            partitions: gauge(
+                &registry,
+                "vigil_partitions",
+                "Keyed partitions splitting the rules' keys (--partitions at the first start, then the checkpoint's)",
+            ),
             slow_streams: plain_counter(
                 &registry,
                 "vigil_stream_clients_dropped_total",

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use vigil_lang::plan::RulePlan;
 
 /// Batches in flight before the oldest one's alerts are waited for.
-pub(crate) const DEPTH: usize = 4;
+pub(crate) const DEPTH: usize = 16;
 
 type Reply = Box<dyn Any + Send>;
 type Job = Box<dyn FnOnce(&mut [Option<Engine>], &mut Vec<Alert>) -> Reply + Send>;
