@@ -127,15 +127,71 @@ fn alerts(keyed: &mut BTreeMap<i32, KeyedPartition>) -> Vec<(String, String, vig
 }
 
 fn two_stage_partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
-    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules folder");
+    staged_over("rules", count, |_| None)
+}
+
+/// `count` keyed partitions over the rules under `rules`, fleet-wide ones in two stages, each
+/// restored from what `checkpoint` gives for it.
+fn staged_over(
+    rules: &str,
+    count: usize,
+    checkpoint: impl Fn(i32) -> Option<crate::store::PartitionCheckpoint>,
+) -> BTreeMap<i32, KeyedPartition> {
+    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file(rules)).expect("rules folder");
     let plans: Vec<_> = vigil_lang::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
     (0..count)
         .map(|index| {
             let config = EngineConfig { shard: Shard { index, count }, two_stage: true, ..EngineConfig::default() };
             let fence = Fence { group: "g".into(), partition: index as i32, epoch: 1 };
-            (index as i32, KeyedPartition::new(plans.clone(), &config, fence, None))
+            let restored = checkpoint(index as i32);
+            (index as i32, KeyedPartition::new(plans.clone(), &config, fence, restored.as_ref()))
         })
         .collect()
+}
+
+/// Keyed partitions' checkpoints of the build before the runtime restore and go on with the
+/// alerts of the uninterrupted run. `tests/data/checkpoint/keyed` holds what 7409cea wrote for
+/// three partitions, fleet-wide rules in two stages, after the first half of the sample, over
+/// the rules copied in `tests/data/checkpoint/engines/rules`.
+#[test]
+fn keyed_checkpoints_of_the_build_before_restore_and_go_on() {
+    const RULES: &str = "tests/data/checkpoint/engines/rules";
+    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let mut whole = staged_over(RULES, 3, |_| None);
+    for p in whole.values_mut() {
+        fed(p, &lines, 0, true);
+    }
+    run_stages(&mut whole);
+    let want = alerts(&mut whole);
+    assert!(want.len() > 10, "the sample raises alerts: {want:?}");
+
+    let mut before = staged_over(RULES, 3, |_| None);
+    for p in before.values_mut() {
+        fed(p, first, 0, false);
+    }
+    run_stages(&mut before);
+    let mut got = alerts(&mut before);
+    let stored = |n: i32| {
+        let at = |ext: &str| crate::repo_file(&format!("tests/data/checkpoint/keyed/partition-{n}.{ext}"));
+        let snapshot = std::fs::read(at("bin")).expect("the stored snapshot");
+        let state = std::fs::read_to_string(at("json")).expect("the stored state");
+        Some(crate::store::PartitionCheckpoint { snapshot, state })
+    };
+    let mut restored = staged_over(RULES, 3, stored);
+    for p in restored.values_mut() {
+        // The first half's last line again: taken before the checkpoint, so a duplicate.
+        p.queue_event("t/0", first.len() as i64 - 1, None, first[first.len() - 1].as_bytes(), false);
+        fed(p, second, first.len(), true);
+    }
+    run_stages(&mut restored);
+    for p in restored.values_mut() {
+        assert_eq!(p.tally().duplicates, 1, "the checkpoint holds the last offset taken");
+    }
+    got.extend(alerts(&mut restored));
+    got.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
+    assert_eq!(got, want);
 }
 
 #[test]
