@@ -100,7 +100,8 @@ fn sorted(alerts: &mut Vec<Alert>) -> Vec<String> {
 
 /// Four keyed partitions checkpointed on two threads go on on three, and on one, with the
 /// alerts of one engine that saw the sample whole: state follows the partitions, not the
-/// threads. Asked for another number of partitions, the restart runs the checkpoint's.
+/// threads, and the fleet-wide rules' stage two is in the checkpoint. Asked for another number
+/// of partitions, the restart runs the checkpoint's.
 #[test]
 fn keyed_partitions_restore_on_any_number_of_threads() {
     let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
@@ -111,6 +112,10 @@ fn keyed_partitions_restore_on_any_number_of_threads() {
     through(&mut one, &events, &mut whole);
     one.flush(&mut whole);
     assert!(whole.len() > 10, "the sample raises alerts");
+    let after_cut = |a: &Alert| a.detected_at > events[CUT].ts;
+    let judged =
+        whole.iter().filter(|a| after_cut(a) && ["straggler_task", "machine_load_outlier"].contains(&&*a.rule));
+    assert!(judged.count() > 0, "fleet-wide rules, judged in a stage two, fire after the checkpoint");
     let whole = sorted(&mut whole);
 
     let mut alerts = Vec::new();

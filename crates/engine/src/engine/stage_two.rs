@@ -1,5 +1,5 @@
-//! Stage two of the fleet-wide rules, for instances that share their keys
-//! (`--kafka-join-group`).
+//! Stage two of the fleet-wide rules, for keyed partitions: those of instances that share
+//! their keys (`--kafka-join-group`), and those of one instance ([`crate::runtime`]).
 //!
 //! A rule with a cluster step compares every group of a window with its peers. Split in two
 //! (an engine built with [`EngineConfig::two_stage`](super::EngineConfig)), its groups' windows
@@ -120,6 +120,30 @@ impl StageTwo {
     /// How far every source has got: none until each has reported.
     pub fn watermark(&self) -> Option<Millis> {
         (0..self.partitions as i32).map(|p| self.sources.get(&p).copied()).min().flatten()
+    }
+
+    /// Closes every window whose end one of `marks` (rising) passes, at the first such mark,
+    /// once every source has passed them all: for stage ones in one process that moved through
+    /// the same marks ([`super::Engine::release_marks`]), so an alert is detected when one
+    /// engine with every event would detect it. Alerts go to `out`.
+    pub fn advance_marks(&mut self, marks: &[Millis], out: &mut Vec<Alert>) {
+        let Some(&last) = marks.last() else { return };
+        for source in 0..self.partitions as i32 {
+            self.report(source, last);
+        }
+        for judge in &mut self.judges {
+            let mut from = 0;
+            while let Some(due) = judge.op.next_deadline().filter(|d| *d <= last) {
+                from += marks[from..].partition_point(|m| *m < due);
+                let at = marks[from];
+                let before = out.len();
+                judge.op.on_watermark(due, out);
+                judge.op.skip_quiet(at);
+                for alert in &mut out[before..] {
+                    alert.detected_at = at.max(alert.time);
+                }
+            }
+        }
     }
 
     /// Closes every window that every source has passed; alerts go to `out`.

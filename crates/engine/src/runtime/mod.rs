@@ -13,7 +13,10 @@
 //! number modulo the partition count is its index ([`Shard`](crate::engine::Shard)), the same
 //! split a group's keyed topic makes. An event goes only to the partitions that keep a key it
 //! reaches (a series' key and its host's may be two); a rule whose state cannot be split by key
-//! runs whole in the partition of its state's key group. Time is the router's, moved by every
+//! runs whole in the partition of its state's key group, except a fleet-wide rule's: its
+//! windows are kept by the partitions of their groups, and their summaries judged by a stage
+//! two on the calling thread at the same points of time ([`StageTwo::advance_marks`]). Time is
+//! the router's, moved by every
 //! event as one engine's would be: no partition judges lateness on its own, and each moves
 //! through the points of time at which the router fired timers ([`Engine::release_marks`]), so
 //! a window closes, an absence fires and an alert is detected at the time one engine with
@@ -24,12 +27,13 @@
 //! restores under any number of threads.
 
 use crate::alert::Alert;
+use crate::engine::stage_two::{StageTwo, Summary};
 use crate::engine::{Engine, EngineConfig, EngineError, EngineStats, Snapshot};
 use crate::event::{Decoded, Event, Millis};
 use lanes::{balanced, busiest, Lanes, DEPTH};
 use record::{Record, RECORD_VERSION};
 use serde_bytes::ByteBuf;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use vigil_lang::plan::RulePlan;
 
@@ -92,6 +96,9 @@ pub struct Runtime {
     config: EngineConfig,
     /// Threads asked for; at most one per partition run.
     threads: usize,
+    /// Whether fleet-wide rules run in two stages (several partitions, unless a checkpoint of
+    /// an earlier build had them whole).
+    two_stage: bool,
     /// Late events of HTTP ingest not yet taken by [`Runtime::take_late_ingested`].
     late_ingested: u64,
     /// The counters as of the end of input ([`Driven::flush`]).
@@ -118,6 +125,12 @@ struct Routed {
     balance_every: u64,
     in_flight: usize,
     targets: Vec<usize>,
+    /// Each batch in flight's marks, for the stage two when the batch is collected.
+    marks_in_flight: VecDeque<Arc<[Millis]>>,
+    /// Fleet-wide rules' judging, fed the partitions' summaries of their windows.
+    stage_two: StageTwo,
+    /// Alerts raised by the stage two, by rule.
+    judged: BTreeMap<String, u64>,
 }
 
 impl Routed {
@@ -146,17 +159,23 @@ impl Routed {
                 for (p, event) in items {
                     engines[p as usize].as_mut().expect("placed here").accept(event);
                 }
-                for engine in engines.iter_mut().flatten() {
+                let mut summaries: Vec<(usize, Vec<Summary>)> = Vec::new();
+                for (p, engine) in engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?))) {
                     engine.release_marks(&marks, out);
+                    let closed = engine.take_summaries();
+                    if !closed.is_empty() {
+                        summaries.push((p, closed));
+                    }
                 }
+                summaries
             });
         }
+        self.marks_in_flight.push_back(marks);
         self.since_balance += self.routed as u64;
         self.routed = 0;
         self.in_flight += 1;
         while self.in_flight > DEPTH {
-            self.lanes.recv::<()>(out);
-            self.in_flight -= 1;
+            self.collect(out);
         }
         if self.since_balance >= self.balance_every && self.lanes.count() > 1 {
             self.balance(out);
@@ -185,9 +204,33 @@ impl Routed {
             self.send(out);
         }
         while self.in_flight > 0 {
-            self.lanes.recv::<()>(out);
-            self.in_flight -= 1;
+            self.collect(out);
         }
+    }
+
+    /// The oldest batch in flight: its alerts to `out`, its windows' summaries to the stage
+    /// two, which judges them at the batch's marks.
+    fn collect(&mut self, out: &mut Vec<Alert>) {
+        let from = out.len();
+        let summaries: Vec<Vec<(usize, Vec<Summary>)>> = self.lanes.recv(out);
+        self.in_flight -= 1;
+        let marks = self.marks_in_flight.pop_front().unwrap_or_else(|| Arc::from(Vec::new()));
+        if self.stage_two.is_empty() {
+            return;
+        }
+        for (p, closed) in summaries.into_iter().flatten() {
+            for summary in closed {
+                self.stage_two.take(p as i32, summary);
+            }
+        }
+        let judged_from = out.len();
+        self.stage_two.advance_marks(&marks, out);
+        for alert in &out[judged_from..] {
+            if alert.status == crate::alert::Status::Firing {
+                *self.judged.entry(alert.rule.to_string()).or_insert(0) += 1;
+            }
+        }
+        out[from..].sort_by_key(|a| a.detected_at);
     }
 
     /// `job` on every partition's engine (with its partition number), after everything sent
@@ -219,14 +262,29 @@ impl Runtime {
     /// `partitions` keyed partitions (at least one) over `plans`, on `threads` threads (at
     /// most one per partition). With a clock in `config`, the router reads it.
     pub fn new(plans: Vec<RulePlan>, config: EngineConfig, partitions: usize, threads: usize) -> Runtime {
+        Runtime::build(plans, config, partitions, threads, partitions > 1)
+    }
+
+    /// [`Runtime::new`], with fleet-wide rules in two stages or whole in one partition.
+    fn build(
+        plans: Vec<RulePlan>,
+        config: EngineConfig,
+        partitions: usize,
+        threads: usize,
+        two_stage: bool,
+    ) -> Runtime {
         let partitions = partitions.max(1);
+        let two_stage = two_stage && partitions > 1;
         let inner = if partitions == 1 {
             Inner::One(Box::new(Engine::new(plans.clone(), config.clone())))
         } else {
-            let lanes = Lanes::start(&plans, &config, partitions, threads);
+            let staged = EngineConfig { two_stage, ..config.clone() };
+            let lanes = Lanes::start(&plans, &staged, partitions, threads);
             let pending = (0..lanes.count()).map(|_| Vec::with_capacity(BATCH)).collect();
-            let mut router = Engine::new(plans.clone(), config.clone());
+            let mut router = Engine::new(plans.clone(), staged.clone());
             router.record_marks();
+            // Without two stages no operator is split, and the stage two has nothing to judge.
+            let stage_two = StageTwo::new(&plans, &staged, partitions as u32);
             Inner::Routed(Box::new(Routed {
                 router,
                 lanes,
@@ -238,9 +296,12 @@ impl Runtime {
                 balance_every: BALANCE_EVERY,
                 in_flight: 0,
                 targets: Vec::new(),
+                marks_in_flight: VecDeque::new(),
+                stage_two,
+                judged: BTreeMap::new(),
             }))
         };
-        Runtime { inner, plans, config, threads, late_ingested: 0, flushed: EngineStats::default() }
+        Runtime { inner, plans, config, threads, two_stage, late_ingested: 0, flushed: EngineStats::default() }
     }
 
     /// Looks at the partitions' load every `events` routed, rather than every 131,072.
@@ -358,6 +419,7 @@ impl Runtime {
         if let Inner::Routed(r) = &mut self.inner {
             r.catch_up(out);
             r.router.reload(plans.clone());
+            r.stage_two.reload(&plans, &EngineConfig { two_stage: self.two_stage, ..self.config.clone() });
         }
         let plans = Arc::new(plans);
         self.each(out, move |_, engine, _| engine.reload(plans.to_vec())).swap_remove(0)
@@ -370,7 +432,8 @@ impl Runtime {
             Inner::One(_) => all.into_iter().next().unwrap_or_default(),
             Inner::Routed(r) => {
                 let mut total = r.router.stats().clone();
-                for s in all {
+                let judged = EngineStats { alerts_by_rule: r.judged.clone(), ..EngineStats::default() };
+                for s in all.into_iter().chain([judged]) {
                     for (rule, n) in s.alerts_by_rule {
                         *total.alerts_by_rule.entry(rule).or_insert(0) += n;
                     }
@@ -406,11 +469,15 @@ impl Runtime {
     pub fn checkpoint(&mut self, out: &mut Vec<Alert>) -> Result<Vec<u8>, postcard::Error> {
         let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()).map(ByteBuf::from));
         let parts = parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?;
-        let (max_ts, watermark) = match &self.inner {
-            Inner::One(engine) => engine.time(),
-            Inner::Routed(r) => r.router.time(),
+        let ((max_ts, watermark), stage_two) = match &self.inner {
+            Inner::One(engine) => (engine.time(), Vec::new()),
+            Inner::Routed(r) if r.stage_two.is_empty() => (r.router.time(), Vec::new()),
+            Inner::Routed(r) => (r.router.time(), r.stage_two.snapshot()?),
         };
-        Record { version: RECORD_VERSION, partitions: parts.len() as u32, max_ts, watermark, parts }.to_bytes()
+        let partitions = parts.len() as u32;
+        let two_stage = self.two_stage;
+        let stage_two = ByteBuf::from(stage_two);
+        Record { version: RECORD_VERSION, partitions, two_stage, max_ts, watermark, parts, stage_two }.to_bytes()
     }
 
     /// Continues from a checkpoint ([`Record::read`] says which layouts). The record's
@@ -419,17 +486,22 @@ impl Runtime {
     pub fn restore(&mut self, bytes: &[u8]) -> Result<Vec<String>, EngineError> {
         let record = Record::read(bytes)?;
         let partitions = record.partitions as usize;
-        if partitions != self.partitions() {
+        if partitions != self.partitions() || record.two_stage != self.two_stage {
             tracing::info!(
                 checkpoint = partitions,
                 asked = self.partitions(),
                 threads = self.threads,
-                "running the checkpoint's number of keyed partitions"
+                two_stage = record.two_stage,
+                "running the checkpoint's keyed partitions"
             );
-            *self = Runtime::new(self.plans.clone(), self.config.clone(), partitions, self.threads);
+            let (plans, config) = (self.plans.clone(), self.config.clone());
+            *self = Runtime::build(plans, config, partitions, self.threads, record.two_stage);
         }
         if let Inner::Routed(r) = &mut self.inner {
             r.router.restore_time(record.max_ts, record.watermark);
+            if !record.stage_two.is_empty() {
+                r.stage_two.restore(&record.stage_two)?;
+            }
         }
         let parts = Arc::new(record.parts);
         let restored = self.each(&mut Vec::new(), move |p, engine, _| {

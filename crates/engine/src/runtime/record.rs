@@ -2,14 +2,15 @@
 //! the snapshot of every keyed partition and the time they share.
 //!
 //! ```text
-//! "VGRT" | postcard(Record { version, partitions, max_ts, watermark, parts: [snapshot bytes] })
+//! "VGRT" | postcard(Record { version, partitions, two_stage, max_ts, watermark,
+//!                            parts: [snapshot bytes], stage_two })
 //! ```
 //!
 //! Partition `i` keeps the key groups whose number modulo `partitions` is `i`, whatever number
 //! of threads runs them, so the record restores under any `--workers`. Two older layouts are
 //! read as records ([`Record::read`]): one engine's snapshot alone (one partition), and `VGW1`
 //! followed by a postcard list of snapshots, one per worker (as many partitions, each worker
-//! having kept the key groups a partition of that index keeps now).
+//! having kept the key groups a partition of that index keeps now, with fleet-wide rules whole).
 
 use crate::engine::{EngineError, Snapshot};
 use crate::event::Millis;
@@ -28,11 +29,18 @@ pub struct Record {
     pub version: u32,
     /// How many keyed partitions split the key groups.
     pub partitions: u32,
+    /// Whether fleet-wide rules ran in two stages: their windows in the partitions, their
+    /// judging in [`Record::stage_two`]. Otherwise each ran whole in one partition (and a
+    /// restart runs them so, keeping their state).
+    pub two_stage: bool,
     /// The newest event's time, as the router saw it.
     pub max_ts: Option<Millis>,
     pub watermark: Option<Millis>,
     /// Each partition's [`Snapshot`], by partition.
     pub parts: Vec<ByteBuf>,
+    /// The stage two's state ([`crate::engine::stage_two::StageTwo::snapshot`]); empty when
+    /// there is none.
+    pub stage_two: ByteBuf,
 }
 
 impl Record {
@@ -68,7 +76,9 @@ impl Record {
         }
         // Every worker saw every event: the first one's time is theirs.
         let (max_ts, watermark) = Snapshot::from_bytes(&parts[0])?.time();
-        Ok(Record { version: RECORD_VERSION, partitions: parts.len() as u32, max_ts, watermark, parts })
+        let partitions = parts.len() as u32;
+        let stage_two = ByteBuf::new();
+        Ok(Record { version: RECORD_VERSION, partitions, two_stage: false, max_ts, watermark, parts, stage_two })
     }
 }
 
@@ -81,9 +91,11 @@ mod tests {
         let record = Record {
             version: RECORD_VERSION,
             partitions: 2,
+            two_stage: true,
             max_ts: Some(5),
             watermark: Some(4),
             parts: vec![ByteBuf::from(vec![1, 2]), ByteBuf::from(vec![3])],
+            stage_two: ByteBuf::from(vec![9]),
         };
         let bytes = record.to_bytes().expect("serialise");
         assert_eq!(Record::read(&bytes).expect("reads back"), record);
