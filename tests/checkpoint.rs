@@ -168,3 +168,40 @@ fn checkpoints_of_the_build_before_the_runtime_restore_and_go_on() {
         assert_eq!(sorted(&mut after), whole, "{file} on {threads} threads");
     }
 }
+
+/// With `--checkpoint-layout previous`, the checkpoint is what the build before the record
+/// reads, read here as it read it: one engine's snapshot, or `VGW1` and one snapshot per
+/// partition, every one with the same time, as that build's workers (which all saw every
+/// event) had it. It restores here too, and goes on like the uninterrupted run.
+#[test]
+fn the_previous_layout_is_what_the_build_before_reads() {
+    let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
+    let events = events();
+    let config = EngineConfig::default();
+    let mut whole = Vec::new();
+    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
+    through(&mut one, &events, &mut whole);
+    one.flush(&mut whole);
+    let whole = sorted(&mut whole);
+    for partitions in [1, 3] {
+        let mut alerts = Vec::new();
+        let mut before = Runtime::previous(set.plans(), config.clone(), partitions, 2);
+        through(&mut before, &events[..CUT], &mut alerts);
+        let bytes = before.checkpoint(&mut alerts).expect("a checkpoint");
+        drop(before);
+        let parts: Vec<serde_bytes::ByteBuf> = match bytes.strip_prefix(b"VGW1") {
+            Some(rest) => postcard::from_bytes(rest).expect("a list of snapshots"),
+            None => vec![serde_bytes::ByteBuf::from(bytes.clone())],
+        };
+        assert_eq!(parts.len(), partitions);
+        let times: std::collections::BTreeSet<_> =
+            parts.iter().map(|p| Snapshot::from_bytes(p).expect("a snapshot").time()).collect();
+        assert_eq!(times.len(), 1, "every snapshot has the same time: {times:?}");
+        let mut after = Runtime::new(set.plans(), config.clone(), 16, 2);
+        after.restore(&bytes).expect("restores");
+        assert_eq!(after.partitions(), partitions);
+        through(&mut after, &events[CUT..], &mut alerts);
+        after.flush(&mut alerts);
+        assert_eq!(sorted(&mut alerts), whole, "{partitions} partitions");
+    }
+}

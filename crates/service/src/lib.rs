@@ -451,8 +451,18 @@ fn app_state(
 }
 
 fn build_engine(config: &ServeConfig, plans: Vec<vigil_lang::plan::RulePlan>) -> vigil_engine::runtime::Runtime {
+    use vigil_engine::runtime::Runtime;
     let engine = &config.engine;
-    vigil_engine::runtime::Runtime::new(plans, engine_config(config), engine.partitions(), engine.workers)
+    match config.checkpoint_layout {
+        config::CheckpointLayout::Record => {
+            Runtime::new(plans, engine_config(config), engine.partitions(), engine.workers)
+        }
+        // The build before ran one engine per worker, fleet-wide rules whole.
+        config::CheckpointLayout::Previous => {
+            let partitions = engine.partitions.unwrap_or(engine.workers);
+            Runtime::previous(plans, engine_config(config), partitions, engine.workers)
+        }
+    }
 }
 
 fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {

@@ -39,6 +39,13 @@ impl Snapshot {
         (self.max_ts, self.watermark)
     }
 
+    /// Sets the newest event's time and the watermark: a partition's snapshot carries its
+    /// router's where one engine's stood alone.
+    pub fn set_time(&mut self, (max_ts, watermark): (Option<Millis>, Option<Millis>)) {
+        self.max_ts = max_ts;
+        self.watermark = watermark;
+    }
+
     /// The state kept for `id`, if the snapshot has it.
     pub(super) fn state_of(&self, id: &StateId) -> Option<&[u8]> {
         self.operators.iter().find(|(s, _)| s == id).map(|(_, bytes)| bytes.as_slice())

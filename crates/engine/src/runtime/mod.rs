@@ -99,6 +99,8 @@ pub struct Runtime {
     /// Whether fleet-wide rules run in two stages (several partitions, unless a checkpoint of
     /// an earlier build had them whole).
     two_stage: bool,
+    /// Whether checkpoints are written in the layout of the build before the record.
+    previous: bool,
     /// Late events of HTTP ingest not yet taken by [`Runtime::take_late_ingested`].
     late_ingested: u64,
     /// The counters as of the end of input ([`Driven::flush`]).
@@ -301,7 +303,24 @@ impl Runtime {
                 judged: BTreeMap::new(),
             }))
         };
-        Runtime { inner, plans, config, threads, two_stage, late_ingested: 0, flushed: EngineStats::default() }
+        Runtime {
+            inner,
+            plans,
+            config,
+            threads,
+            two_stage,
+            previous: false,
+            late_ingested: 0,
+            flushed: EngineStats::default(),
+        }
+    }
+
+    /// A runtime whose checkpoints the build before the record reads, so that a rollback to it
+    /// keeps the rules' state: fleet-wide rules whole, and [`Runtime::checkpoint`] writes one
+    /// engine's snapshot, or `VGW1` and each partition's, every one with the router's time (as
+    /// that build's workers, which all saw every event, had it).
+    pub fn previous(plans: Vec<RulePlan>, config: EngineConfig, partitions: usize, threads: usize) -> Runtime {
+        Runtime { previous: true, ..Runtime::build(plans, config, partitions, threads, false) }
     }
 
     /// Looks at the partitions' load every `events` routed, rather than every 131,072.
@@ -465,14 +484,33 @@ impl Runtime {
         sum(self.each(out, |_, engine, _| engine.evicted()))
     }
 
-    /// The checkpoint record of every partition's state ([`record`]).
+    /// How far time has got: the newest event's time and the watermark.
+    fn time(&self) -> (Option<Millis>, Option<Millis>) {
+        match &self.inner {
+            Inner::One(engine) => engine.time(),
+            Inner::Routed(r) => r.router.time(),
+        }
+    }
+
+    /// The checkpoint record of every partition's state ([`record`]), or the layout of the
+    /// build before it ([`Runtime::previous`]; a record when a restored record put fleet-wide
+    /// rules in two stages, which that build cannot read).
     pub fn checkpoint(&mut self, out: &mut Vec<Alert>) -> Result<Vec<u8>, postcard::Error> {
+        if self.previous && !self.two_stage {
+            let time = self.time();
+            let parts = self.each(out, move |_, engine, _| {
+                let mut snapshot = engine.snapshot()?;
+                snapshot.set_time(time);
+                snapshot.to_bytes().map(ByteBuf::from)
+            });
+            return Record::previous_layout(parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?);
+        }
         let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()).map(ByteBuf::from));
         let parts = parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?;
-        let ((max_ts, watermark), stage_two) = match &self.inner {
-            Inner::One(engine) => (engine.time(), Vec::new()),
-            Inner::Routed(r) if r.stage_two.is_empty() => (r.router.time(), Vec::new()),
-            Inner::Routed(r) => (r.router.time(), r.stage_two.snapshot()?),
+        let (max_ts, watermark) = self.time();
+        let stage_two = match &self.inner {
+            Inner::Routed(r) if !r.stage_two.is_empty() => r.stage_two.snapshot()?,
+            _ => Vec::new(),
         };
         let partitions = parts.len() as u32;
         let two_stage = self.two_stage;
@@ -495,7 +533,11 @@ impl Runtime {
                 "running the checkpoint's keyed partitions"
             );
             let (plans, config) = (self.plans.clone(), self.config.clone());
-            *self = Runtime::build(plans, config, partitions, self.threads, record.two_stage);
+            let previous = self.previous;
+            *self = Runtime { previous, ..Runtime::build(plans, config, partitions, self.threads, record.two_stage) };
+            if previous && record.two_stage {
+                tracing::warn!("the checkpoint runs fleet-wide rules in two stages, which the build before cannot read: checkpoints stay records");
+            }
         }
         if let Inner::Routed(r) = &mut self.inner {
             r.router.restore_time(record.max_ts, record.watermark);

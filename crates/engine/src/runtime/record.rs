@@ -8,7 +8,8 @@
 //!
 //! Partition `i` keeps the key groups whose number modulo `partitions` is `i`, whatever number
 //! of threads runs them, so the record restores under any `--workers`. Two older layouts are
-//! read as records ([`Record::read`]): one engine's snapshot alone (one partition), and `VGW1`
+//! read as records ([`Record::read`]), and written for a rollback to that build
+//! ([`Record::previous_layout`]): one engine's snapshot alone (one partition), and `VGW1`
 //! followed by a postcard list of snapshots, one per worker (as many partitions, each worker
 //! having kept the key groups a partition of that index keeps now, with fleet-wide rules whole).
 
@@ -49,6 +50,17 @@ impl Record {
         let mut bytes = Vec::with_capacity(room);
         bytes.extend_from_slice(MAGIC);
         postcard::to_extend(self, bytes)
+    }
+
+    /// The layout of the build before the record, for a rollback to it: one snapshot alone, or
+    /// `VGW1` and the list of them (each with the time of every partition).
+    pub fn previous_layout(mut parts: Vec<ByteBuf>) -> Result<Vec<u8>, postcard::Error> {
+        if parts.len() == 1 {
+            return Ok(parts.swap_remove(0).into_vec());
+        }
+        let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.len() + 8).sum::<usize>() + 16);
+        bytes.extend_from_slice(WORKERS_MAGIC);
+        postcard::to_extend(&parts, bytes)
     }
 
     /// A record from a checkpoint's bytes, in any of the layouts above.

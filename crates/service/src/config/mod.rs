@@ -306,6 +306,8 @@ settings! {
         "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
     checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL", in store,
         "How often the engine's state is checkpointed to the store, e.g. `10s`";
+    checkpoint_layout: CheckpointLayout ["record"] = parse_checkpoint_layout, env "VIGIL_CHECKPOINT_LAYOUT", in store,
+        "`record`: the checkpoint as this build writes it; `previous`: as the build before the keyed-partition runtime reads it (one snapshot, or one per worker, fleet-wide rules whole), so that a rollback to it keeps the rules' state. Upgrade with `previous`, drop it once no rollback is wanted";
     spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR", in store,
         "Folder of the on-disk alert buffer used while the store is down";
     spool_max_mb: u64 ["256"] = parse_positive::<u64>, env "VIGIL_SPOOL_MAX_MB", in store,
@@ -351,6 +353,25 @@ pub enum Overload {
     Backpressure,
     /// Events that do not fit are dropped and counted (`vigil_events_shed_total`).
     Shed,
+}
+
+/// How the engine's state is laid out in a checkpoint ([`vigil_engine::runtime::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointLayout {
+    /// The versioned record of every keyed partition.
+    #[default]
+    Record,
+    /// What the build before the record reads: one engine's snapshot, or `VGW1` and one
+    /// snapshot per worker.
+    Previous,
+}
+
+fn parse_checkpoint_layout(s: &str) -> Result<CheckpointLayout, String> {
+    match s.trim() {
+        "record" => Ok(CheckpointLayout::Record),
+        "previous" => Ok(CheckpointLayout::Previous),
+        other => Err(format!("`{other}`: use `record` or `previous`")),
+    }
 }
 
 fn parse_overload(s: &str) -> Result<Overload, String> {
