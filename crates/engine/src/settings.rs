@@ -20,7 +20,7 @@ pub struct EngineSettings {
     pub max_event_future: Duration,
     /// How far ahead of event time an event may jump (zero: no limit).
     pub max_event_jump: Duration,
-    /// Threads that split the rules' keys between them (key groups).
+    /// Threads running the rules' keyed partitions.
     pub workers: usize,
     /// Keyed partitions that split the key groups at the first start (a checkpoint keeps its
     /// own count); `None`: see [`EngineSettings::partitions`].
@@ -112,8 +112,8 @@ pub struct EngineArgs {
     /// (`0s`: no limit) [default: 0s]
     #[arg(long, env = "VIGIL_MAX_EVENT_JUMP", value_parser = parse_duration)]
     pub max_event_jump: Option<Duration>,
-    /// Threads that split the rules' keys between them (key groups), 1 to 256: worth it for
-    /// rules that cost much per event (scorers) [default: 1; serve: the number of cores]
+    /// Threads running the rules' keyed partitions, 1 to 256: worth it for rules that cost much
+    /// per event (scorers) [default: 1; serve: the number of cores]
     #[arg(long, env = "VIGIL_WORKERS", value_parser = parse_workers)]
     pub workers: Option<usize>,
     /// Keyed partitions that split the rules' keys, 1 to 256, run on the workers: the most

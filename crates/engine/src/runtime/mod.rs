@@ -12,15 +12,16 @@
 //! A keyed partition is the unit of work and of state: an engine that keeps the key groups whose
 //! number modulo the partition count is its index ([`Shard`](crate::engine::Shard)), the same
 //! split a group's keyed topic makes. An event goes only to the partitions that keep a key it
-//! reaches (a series' key and its host's may be two); a rule whose state cannot be split by key
-//! runs whole in the partition of its state's key group, except a fleet-wide rule's: its
-//! windows are kept by the partitions of their groups, and their summaries judged by a stage
-//! two on the calling thread at the same points of time ([`StageTwo::advance_marks`]). Time is
-//! the router's, moved by every
-//! event as one engine's would be: no partition judges lateness on its own, and each moves
-//! through the points of time at which the router fired timers ([`Engine::release_marks`]), so
-//! a window closes, an absence fires and an alert is detected at the time one engine with
-//! every event would. Results are the same for any number of partitions and threads.
+//! reaches (a series' key and its host's may be two). A fleet-wide rule runs in two stages: its
+//! groups' windows in the partitions of their keys, their summaries judged by a stage two on the
+//! calling thread ([`StageTwo::advance_marks`]). Another rule whose state cannot be split by key
+//! runs whole in the partition of its state's key group.
+//!
+//! Time is the router's, moved by every event as one engine's would be: no partition judges
+//! lateness on its own, and each moves through the points of time at which the router fired
+//! timers ([`Engine::release_marks`]), as the stage two does, so a window closes, an absence
+//! fires and an alert is detected at the time one engine with every event would. Results are
+//! the same for any number of partitions and threads.
 //!
 //! One partition runs on the caller's thread as a lone engine, with nothing routed. The
 //! partition count is fixed by the first start and kept in the checkpoint ([`record`]), which
@@ -470,10 +471,15 @@ impl Runtime {
         }
     }
 
-    /// Each partition keeps its share of the budget; returns the estimate for all.
+    /// Each partition keeps its share of the budget; returns the estimate for all, the stage
+    /// two's state included (which the budget does not bound).
     pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
         let share = max_bytes / self.partitions();
-        self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum()
+        let kept: usize = self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum();
+        match &self.inner {
+            Inner::Routed(r) => kept + r.stage_two.state_bytes(),
+            Inner::One(_) => kept,
+        }
     }
 
     pub fn live_keys(&mut self, out: &mut Vec<Alert>) -> BTreeMap<String, usize> {
