@@ -92,6 +92,24 @@ fn through(runtime: &mut Runtime, events: &[vigil::event::Event], alerts: &mut V
     }
 }
 
+/// One engine over the sample, in batches of 500: its alerts up to the cut, and from it on
+/// (the end of input's included).
+fn uninterrupted(set: &vigil::ruleset::RuleSet, events: &[vigil::event::Event]) -> (Vec<Alert>, Vec<Alert>) {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    let mut one = Runtime::new(set.plans(), EngineConfig::default(), 1, 1);
+    through(&mut one, &events[..CUT], &mut before);
+    through(&mut one, &events[CUT..], &mut after);
+    one.flush(&mut after);
+    (before, after)
+}
+
+/// `restarted` given the sample from the cut on, after `alerts`: every alert, sorted.
+fn go_on(restarted: &mut Runtime, events: &[vigil::event::Event], mut alerts: Vec<Alert>) -> Vec<String> {
+    through(restarted, &events[CUT..], &mut alerts);
+    restarted.flush(&mut alerts);
+    sorted(&mut alerts)
+}
+
 fn sorted(alerts: &mut Vec<Alert>) -> Vec<String> {
     let mut text: Vec<String> = alerts.drain(..).map(|a| serde_json::to_string(&a).expect("json")).collect();
     text.sort();
@@ -107,10 +125,8 @@ fn keyed_partitions_restore_on_any_number_of_threads() {
     let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
     let events = events();
     let config = EngineConfig::default();
-    let mut whole = Vec::new();
-    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
-    through(&mut one, &events, &mut whole);
-    one.flush(&mut whole);
+    let (mut whole, after) = uninterrupted(&set, &events);
+    whole.extend(after);
     assert!(whole.len() > 10, "the sample raises alerts");
     let after_cut = |a: &Alert| a.detected_at > events[CUT].ts;
     let judged =
@@ -124,14 +140,11 @@ fn keyed_partitions_restore_on_any_number_of_threads() {
     let bytes = four.checkpoint(&mut alerts).expect("a checkpoint");
     drop(four);
     for (asked, threads) in [(1, 3), (8, 1)] {
-        let mut alerts = alerts.clone();
         let mut restarted = Runtime::new(set.plans(), config.clone(), asked, threads);
         let restored = restarted.restore(&bytes).expect("restored");
         assert_eq!((restarted.partitions(), restarted.count()), (4, threads));
         assert_eq!(restored.len(), set.plans().len(), "{restored:?}");
-        through(&mut restarted, &events[CUT..], &mut alerts);
-        restarted.flush(&mut alerts);
-        assert_eq!(sorted(&mut alerts), whole, "on {threads} threads");
+        assert_eq!(go_on(&mut restarted, &events, alerts.clone()), whole, "on {threads} threads");
     }
 }
 
@@ -146,11 +159,7 @@ fn checkpoints_of_the_build_before_the_runtime_restore_and_go_on() {
     assert!(set.is_ok(), "{}", set.render(false));
     let events = events();
     let config = EngineConfig::default();
-    let mut whole = Vec::new();
-    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
-    through(&mut one, &events[..CUT], &mut Vec::new());
-    through(&mut one, &events[CUT..], &mut whole);
-    one.flush(&mut whole);
+    let (_, mut whole) = uninterrupted(&set, &events);
     assert!(whole.len() > 10, "the rest of the sample raises alerts");
     let whole = sorted(&mut whole);
     for (file, partitions, threads) in [("workers-1.bin", 1, 2), ("workers-2.bin", 2, 1), ("workers-2.bin", 2, 2)] {
@@ -162,10 +171,7 @@ fn checkpoints_of_the_build_before_the_runtime_restore_and_go_on() {
         let mut names: Vec<String> = set.plans().iter().map(|p| p.name.clone()).collect();
         names.sort();
         assert_eq!(restored, names, "{file}: every rule's state restored");
-        let mut after = Vec::new();
-        through(&mut restarted, &events[CUT..], &mut after);
-        restarted.flush(&mut after);
-        assert_eq!(sorted(&mut after), whole, "{file} on {threads} threads");
+        assert_eq!(go_on(&mut restarted, &events, Vec::new()), whole, "{file} on {threads} threads");
     }
 }
 
@@ -178,10 +184,8 @@ fn the_previous_layout_is_what_the_build_before_reads() {
     let set = vigil::ruleset::RuleSet::load(&["rules".into()]).expect("rules");
     let events = events();
     let config = EngineConfig::default();
-    let mut whole = Vec::new();
-    let mut one = Runtime::new(set.plans(), config.clone(), 1, 1);
-    through(&mut one, &events, &mut whole);
-    one.flush(&mut whole);
+    let (mut whole, after) = uninterrupted(&set, &events);
+    whole.extend(after);
     let whole = sorted(&mut whole);
     for partitions in [1, 3] {
         let mut alerts = Vec::new();
@@ -200,8 +204,6 @@ fn the_previous_layout_is_what_the_build_before_reads() {
         let mut after = Runtime::new(set.plans(), config.clone(), 16, 2);
         after.restore(&bytes).expect("restores");
         assert_eq!(after.partitions(), partitions);
-        through(&mut after, &events[CUT..], &mut alerts);
-        after.flush(&mut alerts);
-        assert_eq!(sorted(&mut alerts), whole, "{partitions} partitions");
+        assert_eq!(go_on(&mut after, &events, alerts), whole, "{partitions} partitions");
     }
 }
