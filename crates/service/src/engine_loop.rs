@@ -26,11 +26,13 @@ use vigil_engine::event::{Event, Millis};
 use vigil_engine::runtime::Runtime;
 use vigil_lang::plan::RulePlan;
 
-/// How many times its snapshot took, the next checkpoint waits at least: snapshots then take at
-/// most a fifth of the engine's thread. A whole-state snapshot of a large fleet takes seconds
-/// (four to six at 1,000 node_exporter hosts), and every `--checkpoint-interval` of 10 s would
-/// leave the engine too little of its thread to keep up with the input.
-const CHECKPOINT_SPACING: u32 = 5;
+/// How many times its cost the next checkpoint waits at least: the snapshot on this thread and
+/// the writer's store of it, so that checkpoints take at most a tenth of either thread. A
+/// checkpoint is the whole state (2.5 s for 25,000 series at full history, about 25 for
+/// 250,000); what comes between two is kept by its source (Kafka, the ingest log, the file) and
+/// read again after a crash, so the input since the last checkpoint is its delta, already
+/// written once (BENCHMARKS.md, "Checkpoints at full history").
+const CHECKPOINT_SPACING: u32 = 10;
 
 /// Events waiting for the engine; sources block when it is full.
 pub const INPUT_CAPACITY: usize = 16_384;
@@ -170,6 +172,8 @@ pub struct EngineLoop {
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,
+    /// The writer's health: how long its last checkpoint took to store.
+    pub writer: Arc<crate::writer::Health>,
     /// The positions of the restored checkpoint, carried into later ones.
     pub restored: Vec<Position>,
     /// The state budget, in bytes.
@@ -260,8 +264,7 @@ impl EngineLoop {
                         break;
                     }
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
-                    let checkpoint_due =
-                        r.last_checkpoint.elapsed() >= self.checkpoint_every.max(r.last_snapshot * CHECKPOINT_SPACING);
+                    let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_spacing(&r);
                     if rx.is_empty() || checkpoint_due {
                         // Nothing queued behind: the batches in flight are waited for, so that
                         // the alerts of a quiet stream are not held back.
@@ -425,6 +428,13 @@ impl EngineLoop {
         if let Some(w) = self.engine.watermark() {
             self.telemetry.watermark_lag_ms.set(now_ms().saturating_sub(w));
         }
+    }
+
+    /// The least time between two checkpoints: `--checkpoint-interval`, or longer when the last
+    /// one cost more than a tenth of that.
+    fn checkpoint_spacing(&self, r: &Running) -> Duration {
+        let stored = Duration::from_millis(self.writer.checkpoint_store_ms.load(Ordering::Relaxed));
+        self.checkpoint_every.max((r.last_snapshot + stored) * CHECKPOINT_SPACING)
     }
 
     fn checkpoint(&mut self, r: &mut Running) -> Option<Output> {

@@ -294,6 +294,7 @@ async fn start_engine(
             telemetry: wiring.telemetry.clone(),
             health: wiring.engine_health.clone(),
             checkpoint_every: config.checkpoint_interval,
+            writer: wiring.health.clone(),
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
             input_stopped_after: config.input_stopped_after,

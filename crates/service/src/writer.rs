@@ -26,6 +26,8 @@ pub struct Health {
     pub store_ok: AtomicBool,
     /// Alerts waiting in the spool for the store.
     pub spooled: AtomicU64,
+    /// How long (ms) the last checkpoint took to write: the engine spaces the next by it.
+    pub checkpoint_store_ms: AtomicU64,
 }
 
 /// Where the writer puts what the engine hands it.
@@ -188,7 +190,9 @@ impl Writer {
         let text = serde_json::to_string(positions).unwrap_or_else(|_| "[]".into());
         let started = std::time::Instant::now();
         let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
-        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
+        self.health.checkpoint_store_ms.store(took.as_millis() as u64, Ordering::Relaxed);
         if let Err(e) = saved {
             self.health.store_ok.store(false, Ordering::Relaxed);
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });

@@ -33,11 +33,13 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     let engine = vigil_engine::runtime::Runtime::new(rules.plans(), Default::default(), 2, 2);
     let (tx, rx, alerts_tx, alerts_rx) = channels();
     let engine_health = Arc::new(EngineHealth::default());
+    let health = Arc::new(Health::default());
     EngineLoop {
         engine,
         telemetry: telemetry.clone(),
         health: engine_health.clone(),
         checkpoint_every: Duration::from_secs(3600),
+        writer: health.clone(),
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
         input_stopped_after: Duration::from_secs(300),
@@ -45,7 +47,6 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     }
     .spawn(rx, alerts_tx);
     let (published, _) = broadcast::channel(64);
-    let health = Arc::new(Health::default());
     let spool = crate::spool::Spool::open(&dir.join("spool"), 1 << 20).expect("spool");
     tokio::spawn(crate::writer::write_alerts(
         alerts_rx,

@@ -304,8 +304,8 @@ settings! {
         "How long a source (a Kafka partition, or a pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
     external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL", in http,
         "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
-    checkpoint_interval: Duration ["10s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL", in store,
-        "How often the engine's state is checkpointed to the store, e.g. `10s`";
+    checkpoint_interval: Duration ["60s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL", in store,
+        "How often, at least, the engine's whole state is checkpointed to the store (longer when a checkpoint costs more than a tenth of it); after a crash the input since the last one is read again";
     checkpoint_layout: CheckpointLayout ["record"] = parse_checkpoint_layout, env "VIGIL_CHECKPOINT_LAYOUT", in store,
         "`record`: the checkpoint as this build writes it; `previous`: as the build before the keyed-partition runtime reads it (one snapshot, or one per worker, fleet-wide rules whole), so that a rollback to it keeps the rules' state. Upgrade with `previous`, drop it once no rollback is wanted";
     spool_dir: PathBuf ["vigil-spool"] = parse_path, env "VIGIL_SPOOL_DIR", in store,

@@ -44,7 +44,7 @@ fn flags_override_the_file_and_problems_come_together() {
     assert_eq!(c.engine.workers, 2, "an engine flag over the file");
     assert_eq!(c.engine.max_event_future, Duration::from_secs(300), "an engine default");
     assert_eq!(c.spool_max_mb, 3, "a number in the file");
-    assert_eq!(c.checkpoint_interval, Duration::from_secs(10), "the default");
+    assert_eq!(c.checkpoint_interval, Duration::from_secs(60), "the default");
     assert_eq!(c.topics[&Stream::Metric], "m.topic");
     assert_eq!(c.topics[&Stream::TaskEvent], "task_event");
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
