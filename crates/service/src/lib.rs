@@ -371,6 +371,7 @@ async fn join_group(
         keyed_partitions: config.kafka_keyed_partitions,
         workers: config.engine.workers,
         checkpoint_every: config.checkpoint_interval,
+        max_state_bytes: config.max_state_bytes(),
         plans,
         engine: engine_config(config),
         store: w.store.clone(),

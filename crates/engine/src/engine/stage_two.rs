@@ -206,6 +206,40 @@ impl StageTwo {
     pub fn state_bytes(&self) -> usize {
         self.judges.iter().map(|j| j.op.state_bytes()).sum()
     }
+
+    /// The groups each rule keeps here, by rule.
+    pub fn live_keys(&self) -> Vec<(String, usize)> {
+        self.judges.iter().flat_map(|j| j.op.live_keys()).collect()
+    }
+
+    /// Groups dropped so far, by rule and reason.
+    pub fn evicted(&self) -> Vec<(String, &'static str, u64)> {
+        self.judges.iter().flat_map(|j| j.op.evicted()).collect()
+    }
+
+    /// Drops the idlest groups of the operators that hold the most until the state is
+    /// estimated under `max_bytes`, as an engine does with its own ([`super::Engine::enforce_budget`]);
+    /// the self-alerts that says so go to `out`, detected at the stage two's time. Returns the
+    /// estimate after.
+    pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
+        let now = self.watermark().unwrap_or(crate::event::MIN_TS);
+        let mut total = self.state_bytes();
+        for _ in 0..64 {
+            if total <= max_bytes {
+                break;
+            }
+            let Some(largest) = self.judges.iter_mut().max_by_key(|j| j.op.state_bytes()) else { break };
+            let before = out.len();
+            if !largest.op.shrink(now, out) {
+                break;
+            }
+            for alert in &mut out[before..] {
+                alert.detected_at = now.max(alert.time);
+            }
+            total = self.state_bytes();
+        }
+        total
+    }
 }
 
 #[cfg(test)]

@@ -471,23 +471,55 @@ impl Runtime {
         }
     }
 
-    /// Each partition keeps its share of the budget; returns the estimate for all, the stage
-    /// two's state included (which the budget does not bound).
+    /// Each partition keeps its share of the budget, and so does the stage two when there is
+    /// one; returns the estimate for all.
     pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
-        let share = max_bytes / self.partitions();
+        let staged = matches!(&self.inner, Inner::Routed(r) if !r.stage_two.is_empty());
+        let share = max_bytes / (self.partitions() + usize::from(staged));
         let kept: usize = self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum();
-        match &self.inner {
-            Inner::Routed(r) => kept + r.stage_two.state_bytes(),
-            Inner::One(_) => kept,
+        match &mut self.inner {
+            Inner::Routed(r) if staged => {
+                let from = out.len();
+                let judged = r.stage_two.enforce_budget(share, out);
+                out[from..].sort_by_key(|a| a.detected_at);
+                kept + judged
+            }
+            _ => kept,
         }
     }
 
+    /// Groups, partial matches and active alerts by rule. A fleet-wide rule in two stages keeps
+    /// its groups' open windows in the partitions and their history in the stage two: each
+    /// group is counted once, where more of them are.
     pub fn live_keys(&mut self, out: &mut Vec<Alert>) -> BTreeMap<String, usize> {
-        sum(self.each(out, |_, engine, _| Engine::live_keys(engine)))
+        let mut keys = sum(self.each(out, |_, engine, _| Engine::live_keys(engine)));
+        if let Inner::Routed(r) = &self.inner {
+            for (rule, n) in r.stage_two.live_keys() {
+                let held = keys.entry(rule).or_insert(0);
+                *held = (*held).max(n);
+            }
+        }
+        keys
     }
 
     pub fn evicted(&mut self, out: &mut Vec<Alert>) -> BTreeMap<(String, &'static str), u64> {
-        sum(self.each(out, |_, engine, _| engine.evicted()))
+        let mut all = self.each(out, |_, engine, _| engine.evicted());
+        if let Inner::Routed(r) = &self.inner {
+            let mut judged = BTreeMap::new();
+            for (rule, reason, n) in r.stage_two.evicted() {
+                *judged.entry((rule, reason)).or_insert(0) += n;
+            }
+            all.push(judged);
+        }
+        sum(all)
+    }
+
+    /// The stage two's estimated state, when fleet-wide rules run in two stages.
+    pub fn stage_two_bytes(&self) -> Option<usize> {
+        match &self.inner {
+            Inner::Routed(r) if !r.stage_two.is_empty() => Some(r.stage_two.state_bytes()),
+            _ => None,
+        }
     }
 
     /// How far time has got: the newest event's time and the watermark.
@@ -619,3 +651,6 @@ fn sum<K: Ord, N: std::ops::AddAssign + Default>(all: Vec<BTreeMap<K, N>>) -> BT
     }
     total
 }
+
+#[cfg(test)]
+mod tests;

@@ -555,6 +555,40 @@ impl KeyedPartition {
     pub fn state_bytes(&self) -> usize {
         self.engine.state_bytes() + self.stage_two.state_bytes()
     }
+
+    /// Keeps the partition's state under `max_bytes`; the self-alerts that say what was dropped
+    /// go with the partition's alerts. Its stage two (when fleet-wide rules run in two stages)
+    /// gets the part a single instance gives its own: of `K` keyed partitions, `1 / (K + 1)`,
+    /// so that the stage twos together keep as much as one partition
+    /// ([`vigil_engine::runtime::Runtime::enforce_budget`]). Returns the estimate after.
+    pub fn enforce_budget(&mut self, max_bytes: usize) -> usize {
+        if self.stage_two.is_empty() {
+            return self.engine.enforce_budget(max_bytes, &mut self.out);
+        }
+        let judging = max_bytes / (self.engine.config().shard.count.max(1) + 1);
+        self.engine.enforce_budget(max_bytes - judging, &mut self.out)
+            + self.stage_two.enforce_budget(judging, &mut self.out)
+    }
+
+    /// Groups, partial matches and active alerts by rule; a fleet-wide rule's groups are
+    /// counted once, where more of them are.
+    pub fn live_keys(&self) -> BTreeMap<String, usize> {
+        let mut keys = self.engine.live_keys();
+        for (rule, n) in self.stage_two.live_keys() {
+            let held = keys.entry(rule).or_insert(0);
+            *held = (*held).max(n);
+        }
+        keys
+    }
+
+    /// Keys dropped so far by the state limits, by rule and reason.
+    pub fn evicted(&self) -> BTreeMap<(String, &'static str), u64> {
+        let mut evicted = self.engine.evicted();
+        for (rule, reason, n) in self.stage_two.evicted() {
+            *evicted.entry((rule, reason)).or_insert(0) += n;
+        }
+        evicted
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod outage;
 pub mod push;
 mod read;
 pub mod rules;
+mod state;
 #[cfg(test)]
 mod tests;
 mod watermarks;
@@ -80,6 +81,8 @@ pub struct Member {
     /// Threads that run the owned keyed partitions (`--workers`).
     pub workers: usize,
     pub checkpoint_every: Duration,
+    /// The state budget (`--max-state-mb`), shared by the keyed partitions owned here.
+    pub max_state_bytes: usize,
     pub plans: Vec<RulePlan>,
     pub engine: EngineConfig,
     pub store: Store,
@@ -337,6 +340,7 @@ struct Looping {
     subscribed: bool,
     /// Partitions found assigned here but held by another instance in the last survey.
     suspects: claims::Suspects,
+    state: state::StateGauges,
 }
 
 impl Looping {
@@ -356,6 +360,7 @@ impl Looping {
             last_survey: None,
             subscribed: false,
             suspects: claims::Suspects::default(),
+            state: state::StateGauges::default(),
         }
     }
 
@@ -489,6 +494,9 @@ impl Looping {
         let ctx = self.input.context();
         let mut owned = ctx.owned.lock().expect("owned");
         work(&mut owned.keyed, &self.inputs, &ctx.ends.latest(), self.m.workers);
+        if self.state.due() {
+            self.state.update(&mut owned.keyed, self.m.max_state_bytes, &self.m.telemetry, &self.m.health);
+        }
         if owned.keyed.values().any(KeyedPartition::wants_ends) {
             ctx.ends.want();
         }

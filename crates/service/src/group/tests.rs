@@ -260,3 +260,40 @@ fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     got.sort_by(|a, b| (&a.0, &a.1, a.2 as u8).cmp(&(&b.0, &b.1, b.2 as u8)));
     assert_eq!(got, want);
 }
+
+/// The value of a counter or gauge of `rendered` (the text exposition), summed over the series
+/// whose labels hold `with`.
+fn metric(rendered: &str, name: &str, with: &str) -> f64 {
+    rendered
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_member_keeps_its_keyed_partitions_under_the_state_budget_and_says_so() {
+    let mut keyed = partitions(2);
+    work(&mut keyed, &["t/0".to_string()], &Default::default(), 1);
+    keyed.values_mut().for_each(|p| p.out.clear());
+    let telemetry = crate::telemetry::Telemetry::new();
+    let health = crate::engine_loop::EngineHealth::default();
+    let mut gauges = super::state::StateGauges::default();
+    assert!(gauges.due() && !gauges.due(), "once a second");
+
+    gauges.update(&mut keyed, usize::MAX, &telemetry, &health);
+    let held = telemetry.render();
+    let before = metric(&held, "vigil_state_bytes", "");
+    assert!(before > 0.0, "the partitions' state is estimated");
+    assert_eq!(before as u64, health.state_bytes.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(metric(&held, "vigil_live_keys", "") > 0.0, "{held}");
+    assert_eq!(metric(&held, "vigil_evicted_keys_total", "memory"), 0.0);
+
+    gauges.update(&mut keyed, before as usize / 4, &telemetry, &health);
+    let squeezed = telemetry.render();
+    let after = metric(&squeezed, "vigil_state_bytes", "");
+    assert!(after < before, "{after} bytes kept of {before}");
+    assert!(metric(&squeezed, "vigil_evicted_keys_total", "memory") > 0.0, "{squeezed}");
+    let told = keyed.values().flat_map(|p| &p.out).filter(|a| &*a.rule == vigil_engine::engine::STATE_EVICTED_RULE);
+    assert!(told.count() > 0, "the partitions say which rules went partly blind");
+}
