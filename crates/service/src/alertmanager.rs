@@ -255,9 +255,9 @@ impl Notifier {
             Ok(resp) if resp.status().is_success() => None,
             Ok(resp) => Some(format!("Alertmanager answered {}", resp.status())),
             Err(e) if e.is_timeout() => Some("Alertmanager timed out".to_string()),
-            Err(e) => Some(format!("cannot reach Alertmanager: {}", super::error_chain(&e.without_url()))),
+            Err(e) => Some(format!("cannot reach Alertmanager: {}", crate::redact::error_chain(&e.without_url()))),
         };
-        let am = super::redact(url);
+        let am = crate::redact::redact(url);
         let t = &self.telemetry.notifications;
         t.latency.with_label_values(&[&am]).observe(started.elapsed().as_secs_f64());
         match failure {

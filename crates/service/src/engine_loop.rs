@@ -90,6 +90,8 @@ pub struct EngineHealth {
     stalled_ms: AtomicU64,
     /// The estimated state size, in bytes.
     pub state_bytes: AtomicU64,
+    /// How long (ms) the writer took to store the last checkpoint: the next is spaced by it.
+    pub checkpoint_stored_ms: AtomicU64,
     /// Why this instance does not process, when it does not (a group member whose rules
     /// differ from its group's).
     held: std::sync::RwLock<Option<String>>,
@@ -102,6 +104,7 @@ impl Default for EngineHealth {
             watermark: AtomicI64::new(i64::MIN),
             stalled_ms: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            checkpoint_stored_ms: AtomicU64::new(0),
             held: Default::default(),
         }
     }
@@ -172,8 +175,6 @@ pub struct EngineLoop {
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,
-    /// The writer's health: how long its last checkpoint took to store.
-    pub writer: Arc<crate::writer::Health>,
     /// The positions of the restored checkpoint, carried into later ones.
     pub restored: Vec<Position>,
     /// The state budget, in bytes.
@@ -433,7 +434,7 @@ impl EngineLoop {
     /// The least time between two checkpoints: `--checkpoint-interval`, or longer when the last
     /// one cost more than a tenth of that.
     fn checkpoint_spacing(&self, r: &Running) -> Duration {
-        let stored = Duration::from_millis(self.writer.checkpoint_store_ms.load(Ordering::Relaxed));
+        let stored = Duration::from_millis(self.health.checkpoint_stored_ms.load(Ordering::Relaxed));
         self.checkpoint_every.max((r.last_snapshot + stored) * CHECKPOINT_SPACING)
     }
 

@@ -20,6 +20,7 @@ pub mod idle;
 pub mod ingest_log;
 pub mod kafka;
 pub mod position;
+pub mod redact;
 pub mod resent;
 pub mod rules;
 pub mod server;
@@ -27,6 +28,8 @@ pub mod sources;
 pub mod spool;
 pub mod store;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod tls;
 pub mod webhook;
 pub mod writer;
@@ -34,6 +37,7 @@ pub mod writer;
 use config::ServeConfig;
 use engine_loop::{EngineHealth, EngineLoop};
 use position::Position;
+use redact::redact;
 use sources::Intake;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -294,7 +298,6 @@ async fn start_engine(
             telemetry: wiring.telemetry.clone(),
             health: wiring.engine_health.clone(),
             checkpoint_every: config.checkpoint_interval,
-            writer: wiring.health.clone(),
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
             input_stopped_after: config.input_stopped_after,
@@ -532,6 +535,7 @@ fn spawn_writers(
             wake: w.webhook_wake.clone(),
             telemetry: w.telemetry.clone(),
             health: w.health.clone(),
+            engine_health: w.engine_health.clone(),
             spool,
             ingest_log: Some(config.ingest_log_dir.clone()),
         },
@@ -646,84 +650,5 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
-    }
-}
-
-/// A URL for messages: without the password of its credentials, and without its query (where
-/// webhook receivers often take a token).
-pub fn redact(url: &str) -> String {
-    let url = match url.split_once('?') {
-        Some((base, _)) => return redact(base) + "?***",
-        None => url,
-    };
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-/// An error with its causes, `a: b: c`, as reqwest's own message hides the cause (connection
-/// refused, DNS) behind "error sending request".
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    redact_urls(&text)
-}
-
-/// Text with every URL in it redacted, as [`redact`] does one: for error messages from
-/// libraries that quote the URL they failed on.
-pub fn redact_urls(text: &str) -> String {
-    text.split(' ')
-        .map(|word| match word.find("://") {
-            Some(at) if at > 0 => {
-                let start = word[..at].rfind(|c: char| !c.is_ascii_alphanumeric() && c != '+').map_or(0, |i| i + 1);
-                let end = word[at..].find(['"', '\'', ')', '>']).map_or(word.len(), |i| at + i);
-                format!("{}{}{}", &word[..start], redact(&word[start..end]), &word[end..])
-            }
-            _ => word.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A file of the repository (the shipped rules, the samples) for the unit tests, which run in
-/// this crate's folder.
-#[cfg(test)]
-pub(crate) fn repo_file(path: &str) -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn urls_inside_messages_are_redacted() {
-        assert_eq!(
-            super::redact_urls("error sending request for url (https://h/x?token=abc): refused"),
-            "error sending request for url (https://h/x?***): refused"
-        );
-        assert_eq!(super::redact_urls("no url here"), "no url here");
-        assert_eq!(super::redact_urls("\"postgres://u:pw@db/x\" down"), "\"postgres://u:***@db/x\" down");
-    }
-
-    #[test]
-    fn secrets_stay_out_of_messages() {
-        assert_eq!(super::redact("postgres://vigil:s3cret@db:5432/vigil"), "postgres://vigil:***@db:5432/vigil");
-        assert_eq!(super::redact("https://hooks.example/x?token=abc"), "https://hooks.example/x?***");
-        assert_eq!(super::redact("https://u:p@h/x?t=1"), "https://u:***@h/x?***");
-        assert_eq!(super::redact("sqlite://vigil.db"), "sqlite://vigil.db");
     }
 }

@@ -112,7 +112,7 @@ impl Deliverer {
                     Ok(resp) if resp.status().is_success() => None,
                     Ok(resp) => Some(format!("receiver answered {}", resp.status())),
                     Err(e) if e.is_timeout() => Some("receiver timed out".to_string()),
-                    Err(e) => Some(format!("cannot reach receiver: {}", super::error_chain(&e.without_url()))),
+                    Err(e) => Some(format!("cannot reach receiver: {}", crate::redact::error_chain(&e.without_url()))),
                 };
                 let seconds = started.elapsed().as_secs_f64();
                 let (delivery, attempts) = (item.seq, item.attempts + 1);

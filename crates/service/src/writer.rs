@@ -26,8 +26,6 @@ pub struct Health {
     pub store_ok: AtomicBool,
     /// Alerts waiting in the spool for the store.
     pub spooled: AtomicU64,
-    /// How long (ms) the last checkpoint took to write: the engine spaces the next by it.
-    pub checkpoint_store_ms: AtomicU64,
 }
 
 /// Where the writer puts what the engine hands it.
@@ -40,6 +38,8 @@ pub struct Writer {
     pub wake: Arc<Notify>,
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<Health>,
+    /// The engine's: the writer tells it how long its last checkpoint took to store.
+    pub engine_health: Arc<crate::engine_loop::EngineHealth>,
     pub spool: Spool,
     /// The ingest log's folder: segments a stored checkpoint covers are deleted.
     pub ingest_log: Option<PathBuf>,
@@ -192,7 +192,7 @@ impl Writer {
         let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
         let took = started.elapsed();
         self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
-        self.health.checkpoint_store_ms.store(took.as_millis() as u64, Ordering::Relaxed);
+        self.engine_health.checkpoint_stored_ms.store(took.as_millis() as u64, Ordering::Relaxed);
         if let Err(e) = saved {
             self.health.store_ok.store(false, Ordering::Relaxed);
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });

@@ -25,8 +25,11 @@ impl Drop for App {
 async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
     let dir = std::env::temp_dir().join(format!("vigil-api-{}-{}", std::process::id(), fastrand::u64(..)));
     std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
-    std::fs::copy(crate::repo_file("rules/evicted_then_failed.saql"), dir.join("rules/evicted_then_failed.saql"))
-        .expect("rule");
+    std::fs::copy(
+        crate::testing::repo_file("rules/evicted_then_failed.saql"),
+        dir.join("rules/evicted_then_failed.saql"),
+    )
+    .expect("rule");
     let store = Store::connect("sqlite::memory:").await.expect("SQLite in memory");
     let telemetry = Arc::new(Telemetry::new());
     let rules = crate::rules::load(&dir.join("rules")).expect("rules").checked().expect("valid");
@@ -39,7 +42,6 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         telemetry: telemetry.clone(),
         health: engine_health.clone(),
         checkpoint_every: Duration::from_secs(3600),
-        writer: health.clone(),
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
         input_stopped_after: Duration::from_secs(300),
@@ -58,6 +60,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
             wake: Arc::new(Notify::new()),
             telemetry: telemetry.clone(),
             health: health.clone(),
+            engine_health: engine_health.clone(),
             spool,
             ingest_log: None,
         },
@@ -576,8 +579,9 @@ async fn a_declared_stream_is_taken_once_declared_and_kept_while_a_rule_reads_it
     assert_eq!((status, body["rejected_total"].as_u64()), (200, Some(1)), "{body}");
     assert!(body["rejected"][0]["reason"].as_str().is_some_and(|r| r.contains("unknown stream `k8s_event`")), "{body}");
     // A rule's file may declare the stream it reads.
-    let streams = std::fs::read_to_string(crate::repo_file("rules/k8s/streams.saql")).expect("streams");
-    let rule = std::fs::read_to_string(crate::repo_file("rules/k8s/pod_evicted_then_failed.saql")).expect("rule");
+    let streams = std::fs::read_to_string(crate::testing::repo_file("rules/k8s/streams.saql")).expect("streams");
+    let rule =
+        std::fs::read_to_string(crate::testing::repo_file("rules/k8s/pod_evicted_then_failed.saql")).expect("rule");
     let text = format!("{streams}\n{rule}");
     let (status, body) = call(&app, Method::PUT, "/api/v1/rules/pod_evicted_then_failed", &text, None).await;
     assert_eq!(status, 200, "{body}");

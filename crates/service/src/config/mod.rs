@@ -410,7 +410,7 @@ fn parse_database_url(s: &str) -> Result<String, String> {
     if s.starts_with("postgres://") || s.starts_with("postgresql://") || s.starts_with("sqlite:") {
         Ok(s.to_string())
     } else {
-        Err(format!("database URL `{}`: use postgres://... or sqlite://...", super::redact(s)))
+        Err(format!("database URL `{}`: use postgres://... or sqlite://...", crate::redact::redact(s)))
     }
 }
 
@@ -419,7 +419,7 @@ fn parse_http_url(s: &str) -> Result<String, String> {
     if s.starts_with("http://") || s.starts_with("https://") {
         Ok(s.trim_end_matches('/').to_string())
     } else {
-        Err(format!("URL `{}`: use http://... or https://...", super::redact(s)))
+        Err(format!("URL `{}`: use http://... or https://...", crate::redact::redact(s)))
     }
 }
 

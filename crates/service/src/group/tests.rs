@@ -9,9 +9,9 @@ use vigil_engine::engine::{EngineConfig, Shard};
 /// `count` keyed partitions over the shipped rules, each fed every sample event (a partition's
 /// engine keeps its own key groups only) and then a progress report past the last of them.
 fn partitions(count: usize) -> BTreeMap<i32, KeyedPartition> {
-    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules folder");
+    let inputs = vigil_lang::ruleset::read_files_under(&crate::testing::repo_file("rules")).expect("rules folder");
     let plans: Vec<_> = vigil_lang::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
-    let lines = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let lines = std::fs::read_to_string(crate::testing::repo_file("samples/datacenter.jsonl")).expect("sample events");
     let last = lines.lines().count() as i64;
     (0..count)
         .map(|index| {
@@ -137,7 +137,7 @@ fn staged_over(
     count: usize,
     checkpoint: impl Fn(i32) -> Option<crate::store::PartitionCheckpoint>,
 ) -> BTreeMap<i32, KeyedPartition> {
-    let inputs = vigil_lang::ruleset::read_files_under(&crate::repo_file(rules)).expect("rules folder");
+    let inputs = vigil_lang::ruleset::read_files_under(&crate::testing::repo_file(rules)).expect("rules folder");
     let plans: Vec<_> = vigil_lang::compile_all(&inputs).into_iter().flat_map(|c| c.plans).collect();
     (0..count)
         .map(|index| {
@@ -156,7 +156,7 @@ fn staged_over(
 #[test]
 fn keyed_checkpoints_of_the_build_before_restore_and_go_on() {
     const RULES: &str = "tests/data/checkpoint/engines/rules";
-    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let text = std::fs::read_to_string(crate::testing::repo_file("samples/datacenter.jsonl")).expect("sample events");
     let lines: Vec<&str> = text.lines().collect();
     let (first, second) = lines.split_at(lines.len() / 2);
     let mut whole = staged_over(RULES, 3, |_| None);
@@ -174,7 +174,7 @@ fn keyed_checkpoints_of_the_build_before_restore_and_go_on() {
     run_stages(&mut before);
     let mut got = alerts(&mut before);
     let stored = |n: i32| {
-        let at = |ext: &str| crate::repo_file(&format!("tests/data/checkpoint/keyed/partition-{n}.{ext}"));
+        let at = |ext: &str| crate::testing::repo_file(&format!("tests/data/checkpoint/keyed/partition-{n}.{ext}"));
         let snapshot = std::fs::read(at("bin")).expect("the stored snapshot");
         let state = std::fs::read_to_string(at("json")).expect("the stored state");
         Some(crate::store::PartitionCheckpoint { snapshot, state })
@@ -202,7 +202,7 @@ fn fleet_wide_rules_judged_in_a_second_stage_raise_the_alerts_of_one_engine() {
     let outliers = want.iter().filter(|(rule, ..)| rule == "machine_load_outlier" || rule == "straggler_task").count();
     assert!(outliers >= 2, "the sample raises fleet-wide outliers: {want:?}");
 
-    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let text = std::fs::read_to_string(crate::testing::repo_file("samples/datacenter.jsonl")).expect("sample events");
     let lines: Vec<&str> = text.lines().collect();
     let mut staged = two_stage_partitions(4);
     for p in staged.values_mut() {
@@ -222,7 +222,7 @@ fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     work(&mut whole, &["t/0".to_string()], &Default::default(), 1);
     let want = alerts(&mut whole);
 
-    let text = std::fs::read_to_string(crate::repo_file("samples/datacenter.jsonl")).expect("sample events");
+    let text = std::fs::read_to_string(crate::testing::repo_file("samples/datacenter.jsonl")).expect("sample events");
     let lines: Vec<&str> = text.lines().collect();
     let (first, second) = lines.split_at(lines.len() / 2);
     let mut staged = two_stage_partitions(3);
@@ -235,11 +235,12 @@ fn a_second_stage_restored_from_its_checkpoint_takes_each_summary_once() {
     let mut restored: BTreeMap<i32, KeyedPartition> = BTreeMap::new();
     for (n, p) in staged.iter_mut() {
         let checkpoint = p.checkpoint().expect("checkpoint");
-        let plans =
-            vigil_lang::compile_all(&vigil_lang::ruleset::read_files_under(&crate::repo_file("rules")).expect("rules"))
-                .into_iter()
-                .flat_map(|c| c.plans)
-                .collect();
+        let plans = vigil_lang::compile_all(
+            &vigil_lang::ruleset::read_files_under(&crate::testing::repo_file("rules")).expect("rules"),
+        )
+        .into_iter()
+        .flat_map(|c| c.plans)
+        .collect();
         let config =
             EngineConfig { shard: Shard { index: *n as usize, count: 3 }, two_stage: true, ..Default::default() };
         restored.insert(*n, KeyedPartition::new(plans, &config, p.fence.clone(), Some(&checkpoint)));
