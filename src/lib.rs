@@ -29,6 +29,7 @@
 //! The layers' modules are re-exported here under their own names, so that `vigil::engine`,
 //! `vigil::plan` and `vigil::service` name the same things as in the crates that define them.
 
+pub mod backtest;
 pub mod bench;
 pub mod eval;
 pub mod ruletest;

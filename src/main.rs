@@ -49,7 +49,7 @@ enum Command {
         #[arg(long, default_value = "rules")]
         rules: PathBuf,
         /// Input files: JSON lines, NAB CSV, Google 2011 or Alibaba 2017 traces (`.gz` too).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "url")]
         inputs: Vec<PathBuf>,
         /// Input format; `auto` decides from the file name and first line.
         #[arg(long, value_enum, default_value_t = vigil::input::Format::Auto)]
@@ -84,6 +84,9 @@ enum Command {
         /// dropped, as `vigil serve` names it (`--host-label` too).
         #[arg(long = "remote-write-host-label", alias = "host-label", default_value = "instance")]
         host_label: String,
+        /// A backtest: the inputs read from Prometheus.
+        #[command(flatten)]
+        prometheus: Box<vigil::backtest::PrometheusArgs>,
         /// Lateness, time bounds, workers and limits. With several workers the alerts are those
         /// of one engine, in detection order within each batch of 1,024 events; 1 keeps the
         /// order of a single engine exactly.
@@ -232,6 +235,7 @@ fn main() -> ExitCode {
             host_tag,
             host_attribute,
             host_label,
+            prometheus,
             engine,
         } => {
             let options = ReplayOptions { speed, strict, engine: engine.over(EngineSettings::batch()) };
@@ -243,7 +247,8 @@ fn main() -> ExitCode {
                 host_labels: vigil::remote_write::HostLabels::new(&host_label),
                 ..InputOptions::default()
             };
-            replay(&rules, &inputs, format, &input_options, &options, out.as_deref())
+            let from = Inputs { files: &inputs, format, prometheus: &prometheus };
+            replay(&rules, from, &input_options, &options, out.as_deref())
         }
         Command::Test { paths, engine } => rule_tests(&paths, &engine.over(EngineSettings::batch())),
         Command::Eval { rules, inputs, labels, scoreboard, budget, outages, format, hosts, threads, engine } => {
@@ -387,10 +392,16 @@ fn load_checked(paths: &[PathBuf]) -> Result<Option<RuleSet>> {
     Ok(Some(set))
 }
 
+/// What a replay reads: files, or a range of Prometheus' history.
+struct Inputs<'a> {
+    files: &'a [PathBuf],
+    format: vigil::input::Format,
+    prometheus: &'a vigil::backtest::PrometheusArgs,
+}
+
 fn replay(
     rules: &Path,
-    inputs: &[PathBuf],
-    format: vigil::input::Format,
+    inputs: Inputs,
     input_options: &InputOptions,
     options: &ReplayOptions,
     out: Option<&Path>,
@@ -405,13 +416,23 @@ fn replay(
     // The decoders and the engine share one pool of events: the engine gives back those no rule
     // kept, and the decoders read later lines into them.
     let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil::event::EventPool::default()));
-    let opened = inputs
-        .iter()
-        .map(|p| {
-            vigil::input::open_gated(p, format, input_options, gate.clone(), pool.clone())
-                .with_context(|| format!("cannot read {}", p.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (opened, failure) = match inputs.prometheus.url {
+        Some(_) => {
+            let (input, failure) = inputs.prometheus.input(input_options.host_labels.clone())?;
+            (vec![input], Some(failure))
+        }
+        None => {
+            let opened = inputs
+                .files
+                .iter()
+                .map(|p| {
+                    vigil::input::open_gated(p, inputs.format, input_options, gate.clone(), pool.clone())
+                        .with_context(|| format!("cannot read {}", p.display()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (opened, None)
+        }
+    };
     let mut writer: Box<dyn std::io::Write> = match out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
@@ -422,6 +443,9 @@ fn replay(
     let summary = vigil::replay::replay(driven.as_mut(), opened, &pool, options, &mut writer, &mut bar)?;
     bar.finish();
     eprint!("{}", summary.report());
+    if let Some(e) = failure.and_then(|f| f.lock().ok().and_then(|mut e| e.take())) {
+        bail!("the backtest stopped early: {e}");
+    }
     Ok(summary.stopped_at.is_none())
 }
 

@@ -7,6 +7,7 @@
 mod support;
 
 mod alertmanager;
+mod backtest;
 mod checkpoint;
 mod cli;
 mod collectors;

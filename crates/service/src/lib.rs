@@ -16,6 +16,7 @@ pub mod engine_loop;
 pub mod event_time;
 pub mod group;
 pub mod ha;
+pub mod history;
 pub mod idle;
 pub mod ingest_log;
 pub mod kafka;

@@ -1,0 +1,228 @@
+//! Reading a team's history from Prometheus (and what speaks its remote-read API: Mimir,
+//! Cortex, Thanos' receivers): `POST /api/v1/read`, a snappy-compressed protobuf
+//! [`proto::ReadRequest`], answered by every series' samples in one message (`SAMPLES`) or by
+//! frames of chunks as the server reads them (`STREAMED_XOR_CHUNKS`, asked first: the server
+//! keeps one frame in memory rather than the whole answer).
+//!
+//! Reads are retried with backoff when the server is down, overloaded (429) or failing (5xx),
+//! and refused at once with its reason otherwise. [`backtest`] pages a long range by time, so
+//! that it is read in bounded memory on both sides.
+
+pub mod backtest;
+pub mod proto;
+pub mod selector;
+pub mod xor;
+
+use crate::backoff::Backoff;
+use proto::{ChunkedReadResponse, LabelMatcher, Query, ReadRequest, ReadResponse, TimeSeries};
+use std::time::Duration;
+
+/// Why history could not be read, and whether trying again may help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for PrometheusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PrometheusError {}
+
+fn fatal(message: String) -> PrometheusError {
+    PrometheusError { message, retryable: false }
+}
+
+/// How the server is told who reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Auth {
+    #[default]
+    None,
+    Basic {
+        user: String,
+        password: String,
+    },
+    Bearer(String),
+}
+
+/// Which answer to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Frames of chunks, the server's memory bounded by a frame (`SAMPLES` taken if it
+    /// answers so).
+    #[default]
+    Streamed,
+    /// Every series' samples in one message, built in the server's memory up to its
+    /// `--storage.remote.read-sample-limit`.
+    Samples,
+}
+
+/// A Prometheus server's remote-read endpoint.
+#[derive(Clone)]
+pub struct RemoteRead {
+    http: reqwest::Client,
+    endpoint: String,
+    auth: Auth,
+    mode: ReadMode,
+    /// Tries of a read that fails in a way worth trying again, the first included.
+    tries: u32,
+    backoff: Backoff,
+}
+
+/// The remote-read API's version header, as Prometheus' own client sends it.
+const VERSION: &str = "0.1.0";
+/// Largest frame of a streamed answer taken (Prometheus sends frames of about 1 MiB).
+const MAX_FRAME: u64 = 64 << 20;
+
+impl RemoteRead {
+    /// `url` is the server's base (`http://prometheus:9090`) or its read endpoint
+    /// (`.../api/v1/read`).
+    pub fn new(url: &str, auth: Auth, mode: ReadMode, timeout: Duration) -> Result<RemoteRead, PrometheusError> {
+        let base = url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(fatal(format!("`{}` is not an http:// or https:// URL", crate::redact::redact(url))));
+        }
+        let endpoint = if base.ends_with("/api/v1/read") { base.to_string() } else { format!("{base}/api/v1/read") };
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| fatal(format!("cannot build an HTTP client: {e}")))?;
+        let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+        Ok(RemoteRead { http, endpoint, auth, mode, tries: 5, backoff })
+    }
+
+    /// At most `tries` tries of a read (the first included), `first` apart and doubling.
+    pub fn with_retries(mut self, tries: u32, first: Duration) -> RemoteRead {
+        self.tries = tries.max(1);
+        self.backoff = Backoff::new(first, Duration::from_secs(30));
+        self
+    }
+
+    /// The endpoint, its password and query hidden, for messages.
+    pub fn endpoint(&self) -> String {
+        crate::redact::redact(&self.endpoint)
+    }
+
+    /// The series that `matchers` select, with their samples from `start` to `end` (ms, both
+    /// included), tried again as [`RemoteRead`] says.
+    pub async fn read(
+        &self,
+        matchers: &[LabelMatcher],
+        start: i64,
+        end: i64,
+    ) -> Result<Vec<TimeSeries>, PrometheusError> {
+        let mut attempt = 0;
+        loop {
+            match self.read_once(matchers, start, end).await {
+                Err(e) if e.retryable && attempt + 1 < self.tries => {
+                    let wait = self.backoff.nth_with_jitter(attempt);
+                    tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "a remote read failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn read_once(
+        &self,
+        matchers: &[LabelMatcher],
+        start: i64,
+        end: i64,
+    ) -> Result<Vec<TimeSeries>, PrometheusError> {
+        let accepted = match self.mode {
+            ReadMode::Streamed => vec![proto::STREAMED_XOR_CHUNKS, proto::SAMPLES],
+            ReadMode::Samples => vec![proto::SAMPLES],
+        };
+        let query = Query { start_timestamp_ms: start, end_timestamp_ms: end, matchers: matchers.to_vec() };
+        let request = ReadRequest { queries: vec![query], accepted_response_types: accepted };
+        let body = snap::raw::Encoder::new()
+            .compress_vec(&prost::Message::encode_to_vec(&request))
+            .map_err(|e| fatal(format!("cannot compress the read request: {e}")))?;
+        let mut call = self
+            .http
+            .post(&self.endpoint)
+            .header("Content-Type", "application/x-protobuf")
+            .header("Content-Encoding", "snappy")
+            .header("X-Prometheus-Remote-Read-Version", VERSION)
+            .body(body);
+        call = match &self.auth {
+            Auth::None => call,
+            Auth::Basic { user, password } => call.basic_auth(user, Some(password)),
+            Auth::Bearer(token) => call.bearer_auth(token),
+        };
+        let at = self.endpoint();
+        let response = call.send().await.map_err(|e| PrometheusError {
+            message: format!("{at}: {}", crate::redact::error_chain(&e.without_url())),
+            retryable: true,
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            let retryable = status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+            return Err(PrometheusError {
+                message: format!("{at} answered {status}: {}", text.trim().chars().take(500).collect::<String>()),
+                retryable,
+            });
+        }
+        let streamed = response
+            .headers()
+            .get("Content-Type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/x-streamed-protobuf"));
+        let bytes = response.bytes().await.map_err(|e| PrometheusError {
+            message: format!("{at}: the answer broke off: {}", crate::redact::error_chain(&e.without_url())),
+            retryable: true,
+        })?;
+        let read = if streamed { frames(&bytes, start, end) } else { samples(&bytes) };
+        read.map_err(|e| fatal(format!("{at}: {e}")))
+    }
+}
+
+/// A `SAMPLES` answer: one snappy-compressed [`ReadResponse`].
+fn samples(body: &[u8]) -> Result<Vec<TimeSeries>, String> {
+    let raw = snap::raw::Decoder::new().decompress_vec(body).map_err(|e| format!("the answer is not snappy: {e}"))?;
+    let response: ReadResponse =
+        prost::Message::decode(raw.as_slice()).map_err(|e| format!("not a read response: {e}"))?;
+    Ok(response.results.into_iter().flat_map(|r| r.timeseries).collect())
+}
+
+/// A streamed answer: frames of `[uvarint length][CRC-32C of the data, big-endian][data]`,
+/// each a [`ChunkedReadResponse`]. A series longer than a frame goes on in the next; its
+/// samples are kept from `start` to `end` (a chunk may hold some outside).
+fn frames(mut body: &[u8], start: i64, end: i64) -> Result<Vec<TimeSeries>, String> {
+    let castagnoli = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    let mut out: Vec<TimeSeries> = Vec::new();
+    let mut frame = 0;
+    while !body.is_empty() {
+        frame += 1;
+        let len = prost::encoding::decode_varint(&mut body).map_err(|e| format!("frame {frame}: its length: {e}"))?;
+        if len > MAX_FRAME || body.len() < 4 + len as usize {
+            return Err(format!("frame {frame}: {len} bytes, {} left in the answer", body.len().saturating_sub(4)));
+        }
+        let (crc, rest) = body.split_at(4);
+        let (data, rest) = rest.split_at(len as usize);
+        body = rest;
+        if castagnoli.checksum(data) != u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+            return Err(format!("frame {frame}: its checksum does not match"));
+        }
+        let response: ChunkedReadResponse =
+            prost::Message::decode(data).map_err(|e| format!("frame {frame}: not a chunked read response: {e}"))?;
+        for series in response.chunked_series {
+            let mut samples = Vec::new();
+            for chunk in series.chunks.iter().filter(|c| c.r#type == proto::XOR) {
+                let decoded = xor::decode(&chunk.data).map_err(|e| format!("frame {frame}: {e}"))?;
+                samples.extend(decoded.into_iter().filter(|s| (start..=end).contains(&s.timestamp)));
+            }
+            match out.last_mut() {
+                Some(last) if last.labels == series.labels => last.samples.extend(samples),
+                _ => out.push(TimeSeries { labels: series.labels, samples }),
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,197 @@
+//! Backtests: `vigil replay --from-prometheus` over a real Prometheus (Debian's, which
+//! `scripts/test.sh` installs; VIGIL_TEST_PROMETHEUS and VIGIL_TEST_PROMTOOL name others) whose
+//! TSDB `promtool tsdb create-blocks-from openmetrics` filled with real series: three of NAB's
+//! AWS CloudWatch series, two weeks at five minutes each (`tests/data/prometheus/nab.om.gz`).
+//!
+//! What it checks: the backtest of `rules/metrics` raises alerts, and exactly the alerts (ids,
+//! times, values) of `vigil replay` over the same samples from a file, whether Prometheus
+//! streams chunks or sends samples and whatever the page of time read at once; a Prometheus
+//! that cannot be reached or a bad selector ends the backtest with the reason.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Prometheus, stopped when dropped.
+struct Prometheus {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_string())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// The history in OpenMetrics text.
+fn history() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/prometheus/nab.om.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("nab.om.gz"))
+        .read_to_string(&mut text)
+        .expect("gzip");
+    text
+}
+
+/// A Prometheus whose TSDB holds `history`, answering on a port of its own.
+fn prometheus(dir: &Path, history: &str) -> Prometheus {
+    let text = dir.join("history.om");
+    std::fs::write(&text, history).expect("write");
+    let tsdb = dir.join("tsdb");
+    let promtool = binary("VIGIL_TEST_PROMTOOL", "promtool");
+    let made = Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&text)
+        .arg(&tsdb)
+        .output()
+        .unwrap_or_else(|e| panic!("{promtool} does not start ({e}): scripts/test.sh installs prometheus"));
+    assert!(made.status.success(), "promtool: {}", String::from_utf8_lossy(&made.stderr));
+    let config = dir.join("prometheus.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 1h\n").expect("write");
+    let port = free_port();
+    let exe = binary("VIGIL_TEST_PROMETHEUS", "prometheus");
+    let child = Command::new(&exe)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
+        // The blocks are from 2014: kept whatever the wall clock says.
+        .arg("--storage.tsdb.retention.time=100y")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{exe} does not start ({e}): scripts/test.sh installs prometheus"));
+    let p = Prometheus { child, url: format!("http://127.0.0.1:{port}") };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready(port) {
+        assert!(Instant::now() < deadline, "Prometheus is not ready within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    p
+}
+
+/// Whether Prometheus answers `/-/ready` with 200.
+fn ready(port: u16) -> bool {
+    use std::io::Write;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /-/ready HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let mut answer = String::new();
+    s.write_all(request.as_bytes()).is_ok()
+        && s.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.0 200")
+}
+
+/// `vigil replay --rules rules/metrics ARGS`.
+fn replay(args: &[&str]) -> Output {
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/metrics");
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .arg("replay")
+        .arg("--rules")
+        .arg(rules)
+        .args(args)
+        .output()
+        .expect("vigil runs")
+}
+
+/// A backtest of every series of the history, read `page` at a time as `mode`.
+fn backtest(url: &str, page: &str, mode: &str) -> Output {
+    let range = ["--start", "2014-02-01T00:00:00Z", "--end", "1398902400"];
+    let args = [
+        &["--from-prometheus", url, "--match", r#"{job="cloudwatch"}"#, "--page", page, "--prometheus-read", mode][..],
+        &range[..],
+    ];
+    replay(&args.concat())
+}
+
+/// The history's samples as prometheus-kafka-adapter writes them, in time order (the order a
+/// file recorded live has).
+fn adapter_lines(history: &str) -> String {
+    let mut samples: Vec<(i64, String)> = Vec::new();
+    for line in history.lines().filter(|l| !l.starts_with('#')) {
+        let (series, rest) = line.split_once("} ").expect("name{labels} value ts");
+        let (name, labels) = series.split_once('{').expect("labels");
+        let (value, ts) = rest.split_once(' ').expect("value ts");
+        let mut map = serde_json::Map::new();
+        map.insert("__name__".into(), name.into());
+        for pair in labels.split(',') {
+            let (k, v) = pair.split_once('=').expect("label=value");
+            map.insert(k.into(), v.trim_matches('"').into());
+        }
+        let secs: i64 = ts.parse().expect("seconds");
+        let at = time::OffsetDateTime::from_unix_timestamp(secs).expect("time");
+        let stamp = at.format(&time::format_description::well_known::Rfc3339).expect("RFC 3339");
+        let json = serde_json::json!({"timestamp": stamp, "value": value, "name": name, "labels": map});
+        samples.push((secs, json.to_string()));
+    }
+    samples.sort_by_key(|(secs, _)| *secs);
+    samples.into_iter().map(|(_, l)| l + "\n").collect()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+#[ignore = "needs Debian's prometheus and promtool: run scripts/test.sh"]
+fn a_backtest_through_prometheus_raises_the_alerts_of_a_replay_of_the_same_samples() {
+    let dir = crate::support::temp_dir("backtest");
+    let history = history();
+    let p = prometheus(&dir, &history);
+
+    let streamed = backtest(&p.url, "1 d", "streamed");
+    assert!(streamed.status.success(), "{}", text(&streamed.stderr));
+    assert!(
+        text(&streamed.stderr).contains("replayed 12783 events (0 malformed, 0 late)"),
+        "{}",
+        text(&streamed.stderr)
+    );
+    let alerts = text(&streamed.stdout);
+    let fired = alerts.lines().filter(|l| l.contains(r#""status":"firing""#)).count();
+    assert!(fired >= 5, "the rules find the series' anomalies: {alerts}");
+
+    let file = dir.join("samples.jsonl");
+    std::fs::write(&file, adapter_lines(&history)).expect("write");
+    let from_file = replay(&["--format", "prometheus-kafka-adapter", file.to_str().expect("utf-8")]);
+    assert!(from_file.status.success(), "{}", text(&from_file.stderr));
+    assert_eq!(text(&from_file.stdout), alerts, "the same alerts, ids included, as the file's");
+
+    // Pages that do not fall on the samples' times, and the whole answer in one message.
+    for (page, mode) in [("7 h", "streamed"), ("50 min", "streamed"), ("1 d", "samples")] {
+        let other = backtest(&p.url, page, mode);
+        assert!(other.status.success(), "{}", text(&other.stderr));
+        assert_eq!(text(&other.stdout), alerts, "pages of {page}, {mode}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_backtest_that_cannot_read_says_why() {
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let args = ["--from-prometheus", &down, "--match", "up", "--start", "now-1h", "--prometheus-timeout", "2 s"];
+    let out = replay(&args);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("the backtest stopped early") && err.contains("/api/v1/read"), "{err}");
+
+    let out = replay(&["--from-prometheus", &down, "--match", r#"up{job="node""#, "--start", "now-1h"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(r#"--match `up{job="node"`: column 14: expected `,` or `}`"#),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = replay(&["--from-prometheus", &down, "--match", "up", "--start", "yesterday"]);
+    assert!(text(&out.stderr).contains("--start: `yesterday` is not a time"), "{}", text(&out.stderr));
+}
