@@ -6,7 +6,7 @@ use std::time::Duration;
 use vigil_engine::event::{Decoded, Millis};
 use vigil_engine::input::Input;
 use vigil_engine::remote_write::HostLabels;
-use vigil_service::history::{self, backtest, Auth, ReadMode, RemoteRead};
+use vigil_service::history::{self, backtest, Auth, Prometheus, ReadMode};
 
 /// Where history is read from, and which of it.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -101,7 +101,7 @@ impl PrometheusArgs {
             (None, Some(token)) => Auth::Bearer(token.clone()),
             (None, None) => Auth::None,
         };
-        let read = RemoteRead::new(url, auth, self.mode, self.timeout)?;
+        let read = Prometheus::new(url, auth, self.mode, self.timeout)?;
         let page_ms = (self.page.as_millis() as i64).max(1);
         Ok(backtest::input(backtest::Backtest { read, selectors, start, end, page_ms, hosts })?)
     }

@@ -195,3 +195,134 @@ fn a_backtest_that_cannot_read_says_why() {
     let out = replay(&["--from-prometheus", &down, "--match", "up", "--start", "yesterday"]);
     assert!(text(&out.stderr).contains("--start: `yesterday` is not a time"), "{}", text(&out.stderr));
 }
+
+/// The history's series, each as (labels as written, samples as (seconds, value)), in the
+/// order written.
+fn series_of(history: &str) -> Vec<(String, Vec<(i64, f64)>)> {
+    let mut out: Vec<(String, Vec<(i64, f64)>)> = Vec::new();
+    for line in history.lines().filter(|l| !l.starts_with('#')) {
+        let (series, rest) = line.split_once("} ").expect("name{labels} value ts");
+        let (value, ts) = rest.split_once(' ').expect("value ts");
+        let sample = (ts.parse().expect("seconds"), value.parse().expect("a value"));
+        match out.last_mut() {
+            Some((s, samples)) if *s == series => samples.push(sample),
+            _ => out.push((series.to_string(), vec![sample])),
+        }
+    }
+    out
+}
+
+/// The labels of a series as written (`name{a="b",...}`), as remote-write labels.
+fn labels_of(series: &str) -> Vec<vigil::remote_write::Label> {
+    let (name, labels) = series.split_once('{').expect("labels");
+    let mut out = vec![vigil::remote_write::Label { name: "__name__".into(), value: name.into() }];
+    for pair in labels.split(',') {
+        let (k, v) = pair.split_once('=').expect("label=value");
+        out.push(vigil::remote_write::Label { name: k.into(), value: v.trim_matches('"').into() });
+    }
+    out
+}
+
+/// Remote-writes one sample of each series to `url`.
+async fn remote_write(url: &str, samples: &[(Vec<vigil::remote_write::Label>, i64, f64)]) {
+    use vigil::remote_write::{Sample, TimeSeries, WriteRequest};
+    let timeseries = samples
+        .iter()
+        .map(|(labels, ms, value)| TimeSeries {
+            labels: labels.clone(),
+            samples: vec![Sample { value: *value, timestamp: *ms }],
+        })
+        .collect();
+    let body = prost::Message::encode_to_vec(&WriteRequest { timeseries, metadata: Vec::new() });
+    let body = snap::raw::Encoder::new().compress_vec(&body).expect("snappy");
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/api/v1/write"))
+        .header("Content-Encoding", "snappy")
+        .header("Content-Type", "application/x-protobuf")
+        .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+        .body(body)
+        .send()
+        .await
+        .expect("remote-write answers");
+    assert!(answer.status().is_success(), "remote-write: {}", answer.status());
+}
+
+/// The alerts the service stored, as JSON text each.
+async fn stored(url: &str) -> Vec<String> {
+    let page = crate::support::get_json(&format!("{url}/api/v1/alerts?limit=500")).await;
+    page["alerts"].as_array().map(|a| a.iter().map(|a| a.to_string()).collect()).unwrap_or_default()
+}
+
+const FAULTED: &str = "ec2-825cc2";
+
+#[tokio::test]
+#[ignore = "needs Debian's prometheus and promtool: run scripts/test.sh"]
+async fn a_warm_start_judges_live_samples_from_the_first_minute() {
+    // The history moved so that each series ends two hours ago, on a five-minute grid; the two
+    // hours since come live: each series' values of the day before, with a fault in one host
+    // from the sixth sample on.
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    let end = now_s / 300 * 300 - 7_200;
+    let mut shifted = String::new();
+    let mut live: Vec<Vec<(Vec<vigil::remote_write::Label>, i64, f64)>> = vec![Vec::new(); 22];
+    let mut family = "";
+    let all = series_of(&history());
+    for (series, samples) in &all {
+        let name = series.split('{').next().expect("a name");
+        if name != family {
+            family = name;
+            shifted.push_str(&format!("# TYPE {name} gauge\n"));
+        }
+        let shift = end - samples.last().expect("samples").0;
+        let peak = samples.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+        for (ts, value) in samples {
+            shifted.push_str(&format!("{series}}} {value} {}\n", ts + shift));
+        }
+        let day_before = &samples[samples.len() - 288..];
+        for (k, step) in live.iter_mut().enumerate() {
+            let n = k + 2;
+            let value = if series.contains(FAULTED) && n >= 6 { peak * 3.0 + 50.0 } else { day_before[n].1 };
+            step.push((labels_of(series), (end + n as i64 * 300) * 1000, value));
+        }
+    }
+    let history = shifted + "# EOF\n";
+    let dir = crate::support::temp_dir("warm");
+    let p = prometheus(&dir, &history);
+
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/metrics");
+    let start = |warm: bool, name: &str| {
+        let db = crate::support::sqlite_url(&dir.join(name));
+        std::fs::create_dir_all(dir.join(name)).expect("dir");
+        let mut args = vec!["--rules", rules.to_str().expect("utf-8"), "--database-url", &db]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        if warm {
+            args.extend(
+                ["--warm-from-prometheus", &p.url, "--warm-lookback", "30d", "--warm-step", "5min"].map(String::from),
+            );
+            args.extend(["--warm-match".to_string(), r#"{job="cloudwatch"}"#.to_string()]);
+        }
+        crate::support::Service::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let warm = start(true, "warm");
+    let cold = start(false, "cold");
+    let log = warm.log();
+    assert!(log.contains("warm start done") && log.contains("series=3"), "{log}");
+    for step in &live {
+        remote_write(&warm.url, step).await;
+        remote_write(&cold.url, step).await;
+    }
+    let caught = crate::support::eventually("the fault caught after the warm start", || async {
+        let alerts = stored(&warm.url).await;
+        alerts.iter().any(|a| a.contains("metric_deviation") && a.contains(FAULTED)).then_some(alerts)
+    })
+    .await;
+    let others: Vec<&String> = caught.iter().filter(|a| !a.contains(FAULTED)).collect();
+    assert!(others.is_empty(), "the healthy hosts raise nothing: {others:?}");
+    // The same samples without the history: too young to be judged.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cold_alerts = stored(&cold.url).await;
+    assert!(!cold_alerts.iter().any(|a| a.contains("metric_deviation")), "{cold_alerts:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -175,6 +175,8 @@ pub struct EngineLoop {
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,
+    /// Alerts a warm start left firing, sent first ([`crate::history::warm`]).
+    pub handed_over: Vec<Alert>,
     /// The positions of the restored checkpoint, carried into later ones.
     pub restored: Vec<Position>,
     /// The state budget, in bytes.
@@ -223,7 +225,7 @@ impl EngineLoop {
             .name("vigil-engine".into())
             .spawn(move || {
                 let mut r = Running {
-                    out: Vec::new(),
+                    out: std::mem::take(&mut self.handed_over),
                     ingested: self
                         .restored
                         .iter()

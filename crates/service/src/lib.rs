@@ -289,7 +289,8 @@ async fn start_engine(
         Ok((member, writer, None, forward_ingest(config)?))
     } else {
         let mut engine = build_engine(config, plans);
-        let resume = restore(&wiring.store, &mut engine).await?;
+        let (resume, restored) = restore(&wiring.store, &mut engine).await?;
+        let (engine, handed_over) = warm_start(config, engine, restored).await;
         wiring.telemetry.workers.set(engine.count() as i64);
         wiring.telemetry.partitions.set(engine.partitions() as i64);
         tracing::info!(workers = engine.count(), partitions = engine.partitions(), "engine started");
@@ -299,6 +300,7 @@ async fn start_engine(
             telemetry: wiring.telemetry.clone(),
             health: wiring.engine_health.clone(),
             checkpoint_every: config.checkpoint_interval,
+            handed_over,
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
             input_stopped_after: config.input_stopped_after,
@@ -487,21 +489,75 @@ fn engine_config(config: &ServeConfig) -> vigil_engine::engine::EngineConfig {
 async fn restore(
     store: &store::Store,
     engine: &mut vigil_engine::runtime::Runtime,
-) -> Result<Vec<Position>, ServiceError> {
+) -> Result<(Vec<Position>, bool), ServiceError> {
     let Some((bytes, positions)) = store.load_checkpoint().await.map_err(ServiceError::Checkpoint)? else {
         tracing::info!("no checkpoint: starting empty");
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let resume = serde_json::from_str(&positions).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "the checkpoint's positions cannot be read; starting from the committed ones");
         Vec::new()
     });
-    let restored = engine.restore(&bytes);
-    match restored {
-        Ok(rules) => tracing::info!(rules = ?rules, positions = %positions, "state restored from the checkpoint"),
-        Err(e) => tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty"),
+    let restored = match engine.restore(&bytes) {
+        Ok(rules) => {
+            tracing::info!(rules = ?rules, positions = %positions, "state restored from the checkpoint");
+            !rules.is_empty()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the checkpoint cannot be used; starting empty");
+            false
+        }
+    };
+    Ok((resume, restored))
+}
+
+/// Feeds `engine` the series' history (`--warm-from-prometheus`) unless a checkpoint restored
+/// the rules' state; returns it with the alerts the history left firing, to be sent as firing
+/// now. A Prometheus that cannot be read is said in the log, and the service starts cold.
+async fn warm_start(
+    config: &ServeConfig,
+    mut engine: vigil_engine::runtime::Runtime,
+    restored: bool,
+) -> (vigil_engine::runtime::Runtime, Vec<vigil_engine::alert::Alert>) {
+    let warm = match config.warm_start() {
+        Ok(Some(warm)) if !restored => warm,
+        Ok(Some(_)) => {
+            tracing::info!("the checkpoint restored the rules' state: no warm start");
+            return (engine, Vec::new());
+        }
+        Ok(None) => return (engine, Vec::new()),
+        Err(e) => {
+            tracing::error!(error = %e, "no warm start");
+            return (engine, Vec::new());
+        }
+    };
+    let handle = tokio::runtime::Handle::current();
+    let started = std::time::Instant::now();
+    tracing::info!(from = %warm.prometheus.endpoint(""), selector = %warm.selector, lookback = ?warm.lookback, "warm start");
+    let (engine, warmed) = tokio::task::spawn_blocking(move || {
+        let warmed = history::warm::warm(&mut engine, &warm, &handle, vigil_engine::event::now_ms());
+        (engine, warmed)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    match warmed {
+        Ok(w) => {
+            tracing::info!(
+                series = w.series,
+                samples = w.samples,
+                requests = w.requests,
+                held_back = w.held_back,
+                firing = w.firing.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "warm start done: the history's alerts held back, those still firing sent"
+            );
+            (engine, w.firing)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the warm start failed: the rules start from what it read");
+            (engine, Vec::new())
+        }
     }
-    Ok(resume)
 }
 
 async fn kafka_consumer(config: &ServeConfig) -> Result<Option<Arc<rdkafka::consumer::StreamConsumer>>, ServiceError> {

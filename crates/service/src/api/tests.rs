@@ -42,6 +42,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         telemetry: telemetry.clone(),
         health: engine_health.clone(),
         checkpoint_every: Duration::from_secs(3600),
+        handed_over: Vec::new(),
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
         input_stopped_after: Duration::from_secs(300),

@@ -8,7 +8,7 @@ use std::path::Path;
 use vigil_engine::settings::EngineArgs;
 
 /// The sections, in the order the documentation lists them.
-pub const SECTIONS: [&str; 7] = ["http", "store", "kafka", "sources", "engine", "webhook", "alertmanager"];
+pub const SECTIONS: [&str; 8] = ["http", "store", "kafka", "sources", "warm", "engine", "webhook", "alertmanager"];
 
 /// The settings that are not plain values (flags, tables, lists), each with its section.
 const OTHER_SECTIONS: [(&str, &str); 8] = [

@@ -100,7 +100,7 @@ macro_rules! settings {
         pub struct ServeArgs {
             $(
                 #[arg(long, env = $env, value_parser = $parse, help = help_of!($help [$($default)?]),
-                      hide_env_values = $env.ends_with("TOKEN"))]
+                      hide_env_values = $env.ends_with("TOKEN") || $env.ends_with("PASSWORD"))]
                 pub $name: Option<$ty>,
             )*
             /// Create missing stream topics at start (for brokers that do not create them)
@@ -304,6 +304,20 @@ settings! {
         "How long a source (a Kafka partition, or a pushed series) may send nothing before it stops holding event time back for the others (`0s`: time follows the newest event alone)";
     external_url: String [] = parse_http_url, env "VIGIL_EXTERNAL_URL", in http,
         "The URL users reach the API at, for links in webhook calls [default: http://HTTP_ADDR]";
+    warm_from_prometheus: String [] = parse_http_url, env "VIGIL_WARM_FROM_PROMETHEUS", in warm,
+        "Before the first live sample, feed the rules each series' recent history from this Prometheus (its base URL; the query API's range queries), so that new series are judged from the first minute. Not when a checkpoint restores the rules' state";
+    warm_lookback: Duration ["1d"] = parse_positive_duration, env "VIGIL_WARM_LOOKBACK", in warm,
+        "How much history a warm start reads, back from the start";
+    warm_match: String ["{__name__=~\".+\"}"] = parse_selector, env "VIGIL_WARM_MATCH", in warm,
+        "The series a warm start reads: a PromQL series selector";
+    warm_step: Duration ["150s"] = parse_positive_duration, env "VIGIL_WARM_STEP", in warm,
+        "The step of the history a warm start reads (two values in each five-minute window by default, so that a counter's rate has two)";
+    prometheus_user: String [] = parse_nonempty, env "VIGIL_PROMETHEUS_USER", in warm,
+        "Basic auth at --warm-from-prometheus: the user (the password in VIGIL_PROMETHEUS_PASSWORD)";
+    prometheus_password: String [] = parse_nonempty, env "VIGIL_PROMETHEUS_PASSWORD", in warm,
+        "Basic auth at --warm-from-prometheus: the password";
+    prometheus_bearer_token: String [] = parse_nonempty, env "VIGIL_PROMETHEUS_BEARER_TOKEN", in warm,
+        "A bearer token for --warm-from-prometheus";
     checkpoint_interval: Duration ["60s"] = parse_positive_duration, env "VIGIL_CHECKPOINT_INTERVAL", in store,
         "How often, at least, the engine's whole state is checkpointed to the store (longer when a checkpoint costs more than a tenth of it); after a crash the input since the last one is read again";
     checkpoint_layout: CheckpointLayout ["record"] = parse_checkpoint_layout, env "VIGIL_CHECKPOINT_LAYOUT", in store,
@@ -421,6 +435,11 @@ fn parse_http_url(s: &str) -> Result<String, String> {
     } else {
         Err(format!("URL `{}`: use http://... or https://...", crate::redact::redact(s)))
     }
+}
+
+/// A PromQL series selector ([`crate::history::selector`]).
+fn parse_selector(s: &str) -> Result<String, String> {
+    crate::history::selector::parse(s).map(|_| s.trim().to_string()).map_err(|e| format!("`{s}`: {e}"))
 }
 
 fn parse_bool(s: &str) -> Result<bool, String> {
@@ -695,6 +714,9 @@ impl ServeConfig {
         if self.kafka_brokers.is_none() {
             problems.push("--kafka-join-group needs --kafka-brokers: the group is a Kafka consumer group".into());
         }
+        if self.warm_from_prometheus.is_some() {
+            problems.push("--warm-from-prometheus warms a single instance only so far, not a group's members".into());
+        }
         if !self.replay.is_empty() {
             problems.push(
                 "--kafka-join-group takes its events from Kafka only: replay a file with `vigil produce` into \
@@ -731,6 +753,27 @@ impl ServeConfig {
             cluster: self.remote_write_cluster_label.clone(),
             failover: self.remote_write_ha_failover,
         }
+    }
+
+    /// The warm start `--warm-from-prometheus` asks for, if any.
+    pub fn warm_start(&self) -> Result<Option<crate::history::warm::WarmStart>, crate::history::PrometheusError> {
+        let Some(url) = &self.warm_from_prometheus else { return Ok(None) };
+        use crate::history::{Auth, Prometheus, ReadMode};
+        let auth = match (&self.prometheus_user, &self.prometheus_bearer_token) {
+            (Some(user), _) => {
+                Auth::Basic { user: user.clone(), password: self.prometheus_password.clone().unwrap_or_default() }
+            }
+            (None, Some(token)) => Auth::Bearer(token.clone()),
+            (None, None) => Auth::None,
+        };
+        Ok(Some(crate::history::warm::WarmStart {
+            prometheus: Prometheus::new(url, auth, ReadMode::default(), Duration::from_secs(120))?,
+            selector: self.warm_match.clone(),
+            lookback: self.warm_lookback,
+            step: self.warm_step,
+            hosts: self.remote_write_hosts(),
+            max_state_bytes: self.max_state_bytes(),
+        }))
     }
 
     /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.

@@ -5,7 +5,7 @@
 //! the next page is read once they are taken.
 
 use super::proto::LabelMatcher;
-use super::{PrometheusError, RemoteRead};
+use super::{Prometheus, PrometheusError};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use vigil_engine::remote_write::{series_samples, HostLabels};
 
 /// What to read.
 pub struct Backtest {
-    pub read: RemoteRead,
+    pub read: Prometheus,
     /// Each selector as given, and its matchers.
     pub selectors: Vec<(String, Vec<LabelMatcher>)>,
     /// The range, ms, both ends included.
@@ -110,7 +110,7 @@ pub fn input(b: Backtest) -> Result<(Input<Decoded>, Failure), PrometheusError> 
         .map_err(|e| super::fatal(format!("cannot start the async runtime: {e}")))?;
     let failure = Failure::default();
     let read = Arc::new(AtomicU64::new(0));
-    let name = b.read.endpoint();
+    let name = b.read.endpoint("/api/v1/read");
     let size = ((b.end - b.start) / 1000).max(1) as u64;
     let pages = Pages {
         next: b.start,

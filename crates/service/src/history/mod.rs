@@ -1,16 +1,22 @@
-//! Reading a team's history from Prometheus (and what speaks its remote-read API: Mimir,
-//! Cortex, Thanos' receivers): `POST /api/v1/read`, a snappy-compressed protobuf
-//! [`proto::ReadRequest`], answered by every series' samples in one message (`SAMPLES`) or by
-//! frames of chunks as the server reads them (`STREAMED_XOR_CHUNKS`, asked first: the server
-//! keeps one frame in memory rather than the whole answer).
+//! Reading a team's history from Prometheus, two ways:
+//! - remote-read (`POST /api/v1/read`; Prometheus, Mimir, Cortex): raw samples, a
+//!   snappy-compressed protobuf [`proto::ReadRequest`] answered by every series' samples in one
+//!   message (`SAMPLES`) or by frames of chunks as the server reads them
+//!   (`STREAMED_XOR_CHUNKS`, asked first: the server keeps one frame in memory rather than the
+//!   whole answer). Backtests read it ([`backtest`]).
+//! - the query API (`GET /api/v1/query_range`; Thanos and VictoriaMetrics serve it too): a
+//!   selector's value at every step, far fewer samples than raw when the step is a rule's
+//!   window. A warm start reads it ([`warm`]).
 //!
-//! Reads are retried with backoff when the server is down, overloaded (429) or failing (5xx),
-//! and refused at once with its reason otherwise. [`backtest`] pages a long range by time, so
+//! Requests are tried again with backoff when the server is down, overloaded (429) or failing
+//! (5xx), and refused at once with its reason otherwise. Both page a long range by time, so
 //! that it is read in bounded memory on both sides.
 
 pub mod backtest;
 pub mod proto;
+pub mod query;
 pub mod selector;
+pub mod warm;
 pub mod xor;
 
 use crate::backoff::Backoff;
@@ -60,72 +66,122 @@ pub enum ReadMode {
     Samples,
 }
 
-/// A Prometheus server's remote-read endpoint.
+/// A Prometheus server's read APIs.
 #[derive(Clone)]
-pub struct RemoteRead {
+pub struct Prometheus {
     http: reqwest::Client,
-    endpoint: String,
+    /// The server's base URL (or the prefix it is served under), without a trailing `/`.
+    base: String,
     auth: Auth,
     mode: ReadMode,
-    /// Tries of a read that fails in a way worth trying again, the first included.
+    /// Tries of a request that fails in a way worth trying again, the first included.
     tries: u32,
     backoff: Backoff,
 }
 
+/// The remote-read endpoint.
+const READ: &str = "/api/v1/read";
 /// The remote-read API's version header, as Prometheus' own client sends it.
 const VERSION: &str = "0.1.0";
 /// Largest frame of a streamed answer taken (Prometheus sends frames of about 1 MiB).
 const MAX_FRAME: u64 = 64 << 20;
 
-impl RemoteRead {
-    /// `url` is the server's base (`http://prometheus:9090`) or its read endpoint
+impl Prometheus {
+    /// `url` is the server's base (`http://prometheus:9090`), or its remote-read endpoint
     /// (`.../api/v1/read`).
-    pub fn new(url: &str, auth: Auth, mode: ReadMode, timeout: Duration) -> Result<RemoteRead, PrometheusError> {
-        let base = url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
+    pub fn new(url: &str, auth: Auth, mode: ReadMode, timeout: Duration) -> Result<Prometheus, PrometheusError> {
+        let trimmed = url.trim_end_matches('/');
+        if !(trimmed.starts_with("http://") || trimmed.starts_with("https://")) {
             return Err(fatal(format!("`{}` is not an http:// or https:// URL", crate::redact::redact(url))));
         }
-        let endpoint = if base.ends_with("/api/v1/read") { base.to_string() } else { format!("{base}/api/v1/read") };
+        let base = trimmed.strip_suffix(READ).unwrap_or(trimmed).to_string();
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .build()
             .map_err(|e| fatal(format!("cannot build an HTTP client: {e}")))?;
         let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-        Ok(RemoteRead { http, endpoint, auth, mode, tries: 5, backoff })
+        Ok(Prometheus { http, base, auth, mode, tries: 5, backoff })
     }
 
-    /// At most `tries` tries of a read (the first included), `first` apart and doubling.
-    pub fn with_retries(mut self, tries: u32, first: Duration) -> RemoteRead {
+    /// At most `tries` tries of a request (the first included), `first` apart and doubling.
+    pub fn with_retries(mut self, tries: u32, first: Duration) -> Prometheus {
         self.tries = tries.max(1);
         self.backoff = Backoff::new(first, Duration::from_secs(30));
         self
     }
 
-    /// The endpoint, its password and query hidden, for messages.
-    pub fn endpoint(&self) -> String {
-        crate::redact::redact(&self.endpoint)
+    /// An endpoint of the server, its password and query hidden, for messages.
+    pub fn endpoint(&self, path: &str) -> String {
+        crate::redact::redact(&format!("{}{path}", self.base))
     }
 
-    /// The series that `matchers` select, with their samples from `start` to `end` (ms, both
-    /// included), tried again as [`RemoteRead`] says.
-    pub async fn read(
-        &self,
-        matchers: &[LabelMatcher],
-        start: i64,
-        end: i64,
-    ) -> Result<Vec<TimeSeries>, PrometheusError> {
+    /// `call` tried as [`Prometheus`] says: again after a failure worth trying again.
+    async fn tried<T, F>(&self, what: &str, mut call: impl FnMut() -> F) -> Result<T, PrometheusError>
+    where
+        F: std::future::Future<Output = Result<T, PrometheusError>>,
+    {
         let mut attempt = 0;
         loop {
-            match self.read_once(matchers, start, end).await {
+            match call().await {
                 Err(e) if e.retryable && attempt + 1 < self.tries => {
                     let wait = self.backoff.nth_with_jitter(attempt);
-                    tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "a remote read failed; trying again");
+                    tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "{what} failed; trying again");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
                 other => return other,
             }
         }
+    }
+
+    /// Sends a request to `path`, authenticated; its answer when it is a success.
+    async fn send(&self, request: reqwest::RequestBuilder, path: &str) -> Result<reqwest::Response, PrometheusError> {
+        let request = match &self.auth {
+            Auth::None => request,
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+            Auth::Bearer(token) => request.bearer_auth(token),
+        };
+        let at = self.endpoint(path);
+        let response = request.send().await.map_err(|e| PrometheusError {
+            message: format!("{at}: {}", crate::redact::error_chain(&e.without_url())),
+            retryable: true,
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let text = response.text().await.unwrap_or_default();
+        let retryable = status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+        Err(PrometheusError {
+            message: format!("{at} answered {status}: {}", text.trim().chars().take(500).collect::<String>()),
+            retryable,
+        })
+    }
+
+    /// The whole body of an answer.
+    async fn body(&self, response: reqwest::Response, path: &str) -> Result<Vec<u8>, PrometheusError> {
+        match response.bytes().await {
+            Ok(bytes) => Ok(bytes.to_vec()),
+            Err(e) => Err(PrometheusError {
+                message: format!(
+                    "{}: the answer broke off: {}",
+                    self.endpoint(path),
+                    crate::redact::error_chain(&e.without_url())
+                ),
+                retryable: true,
+            }),
+        }
+    }
+
+    /// The series that `matchers` select, with their raw samples from `start` to `end` (ms,
+    /// both included), by remote-read.
+    pub async fn read(
+        &self,
+        matchers: &[LabelMatcher],
+        start: i64,
+        end: i64,
+    ) -> Result<Vec<TimeSeries>, PrometheusError> {
+        self.tried("a remote read", || self.read_once(matchers, start, end)).await
     }
 
     async fn read_once(
@@ -143,43 +199,22 @@ impl RemoteRead {
         let body = snap::raw::Encoder::new()
             .compress_vec(&prost::Message::encode_to_vec(&request))
             .map_err(|e| fatal(format!("cannot compress the read request: {e}")))?;
-        let mut call = self
+        let request = self
             .http
-            .post(&self.endpoint)
+            .post(format!("{}{READ}", self.base))
             .header("Content-Type", "application/x-protobuf")
             .header("Content-Encoding", "snappy")
             .header("X-Prometheus-Remote-Read-Version", VERSION)
             .body(body);
-        call = match &self.auth {
-            Auth::None => call,
-            Auth::Basic { user, password } => call.basic_auth(user, Some(password)),
-            Auth::Bearer(token) => call.bearer_auth(token),
-        };
-        let at = self.endpoint();
-        let response = call.send().await.map_err(|e| PrometheusError {
-            message: format!("{at}: {}", crate::redact::error_chain(&e.without_url())),
-            retryable: true,
-        })?;
-        let status = response.status();
-        if !status.is_success() {
-            let text = response.text().await.unwrap_or_default();
-            let retryable = status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
-            return Err(PrometheusError {
-                message: format!("{at} answered {status}: {}", text.trim().chars().take(500).collect::<String>()),
-                retryable,
-            });
-        }
+        let response = self.send(request, READ).await?;
         let streamed = response
             .headers()
             .get("Content-Type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.starts_with("application/x-streamed-protobuf"));
-        let bytes = response.bytes().await.map_err(|e| PrometheusError {
-            message: format!("{at}: the answer broke off: {}", crate::redact::error_chain(&e.without_url())),
-            retryable: true,
-        })?;
+        let bytes = self.body(response, READ).await?;
         let read = if streamed { frames(&bytes, start, end) } else { samples(&bytes) };
-        read.map_err(|e| fatal(format!("{at}: {e}")))
+        read.map_err(|e| fatal(format!("{}: {e}", self.endpoint(READ))))
     }
 }
 
