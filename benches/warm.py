@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a warm start costs (`vigil serve --warm-from-prometheus`): hosts of node_exporter series
-with a day of history in Debian's Prometheus, read at the start of `vigil serve`.
+with a day of history in Debian's Prometheus, read at the start of `vigil serve`; then the same history read by a backtest.
 
     python3 benches/warm.py VIGIL_BINARY [--hosts 20] [--hours 24] [--step 150]
         [--node-exporter prometheus-node-exporter] [--prometheus prometheus] [--promtool promtool]
@@ -13,9 +13,11 @@ and turned into TSDB blocks by `promtool tsdb create-blocks-from openmetrics`; P
 them. Then `vigil serve` (release build, SQLite in a fresh folder, `rules/metrics`) starts with
 a warm start of the same lookback and step, and the script reads, until its log says the warm
 start is done: its duration, samples read per second, Vigil's peak RSS, Prometheus' peak RSS,
-and the latency of a query (`up`) sent to Prometheus every half second meanwhile.
+and the latency of a query (`up`) sent to Prometheus every half second meanwhile. Then `vigil
+replay --from-prometheus` of the same range, streamed and as samples: samples read per second
+and Prometheus' peak RSS.
 
-Prints one markdown table row.
+Prints one markdown table row, then a line per backtest.
 """
 import argparse
 import math
@@ -111,6 +113,26 @@ def rss(pid):
     return 0
 
 
+def backtest(a, repo, purl, prom, end):
+    """`vigil replay --from-prometheus` of the same history by remote-read (raw samples): its
+    duration, samples/s and Prometheus' peak RSS meanwhile."""
+    start = end - a.hours * 3600
+    for mode in ("streamed", "samples"):
+        t = time.time()
+        replay = subprocess.Popen([a.vigil, "replay", "--rules", os.path.join(repo, "rules/metrics"), "--from-prometheus", purl,
+                                   "--match", '{job="node"}', "--start", str(start), "--end", str(end), "--page", "1h",
+                                   "--prometheus-read", mode], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = 0
+        while replay.poll() is None:
+            peak = max(peak, rss(prom.pid))
+            time.sleep(0.5)
+        took = time.time() - t
+        summary = replay.stderr.read()
+        events = int(re.search(r"replayed (\d+) events", summary).group(1)) if "replayed" in summary else 0
+        print(f"backtest, {mode}: {events:,} samples in {took:.1f} s, {events / took:,.0f} samples/s, "
+              f"Prometheus peak RSS {peak / 1e6:,.0f} MB")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("vigil")
@@ -193,6 +215,7 @@ def main():
               f"| {prom_base / 1e6:,.0f} MB, {peak_p / 1e6:,.0f} MB | {p50:.0f} ms, {worst:.0f} ms |")
         vigil.terminate()
         vigil.wait(timeout=30)
+        backtest(a, repo, purl, prom, end)
         prom.terminate()
         prom.wait(timeout=30)
     finally:

@@ -96,11 +96,7 @@ impl PrometheusArgs {
             Some(end) => parse_time(end, now).map_err(|e| anyhow!("--end: {e}"))?,
             None => now,
         };
-        let auth = match (&self.user, &self.bearer_token) {
-            (Some(user), _) => Auth::Basic { user: user.clone(), password: self.password.clone().unwrap_or_default() },
-            (None, Some(token)) => Auth::Bearer(token.clone()),
-            (None, None) => Auth::None,
-        };
+        let auth = Auth::of(self.user.as_deref(), self.password.as_deref(), self.bearer_token.as_deref());
         let read = Prometheus::new(url, auth, self.mode, self.timeout)?;
         let page_ms = (self.page.as_millis() as i64).max(1);
         Ok(backtest::input(backtest::Backtest { read, selectors, start, end, page_ms, hosts })?)

@@ -44,8 +44,9 @@ fn history() -> String {
     text
 }
 
-/// A Prometheus whose TSDB holds `history`, answering on a port of its own.
-fn prometheus(dir: &Path, history: &str) -> Prometheus {
+/// A Prometheus whose TSDB holds `history`, answering on a port of its own, with `global`
+/// settings of its configuration.
+fn prometheus(dir: &Path, history: &str, global: &str) -> Prometheus {
     let text = dir.join("history.om");
     std::fs::write(&text, history).expect("write");
     let tsdb = dir.join("tsdb");
@@ -58,7 +59,7 @@ fn prometheus(dir: &Path, history: &str) -> Prometheus {
         .unwrap_or_else(|e| panic!("{promtool} does not start ({e}): scripts/test.sh installs prometheus"));
     assert!(made.status.success(), "promtool: {}", String::from_utf8_lossy(&made.stderr));
     let config = dir.join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 1h\n").expect("write");
+    std::fs::write(&config, format!("global:\n  scrape_interval: 1h\n{global}")).expect("write");
     let port = free_port();
     let exe = binary("VIGIL_TEST_PROMETHEUS", "prometheus");
     let child = Command::new(&exe)
@@ -147,7 +148,7 @@ fn text(bytes: &[u8]) -> String {
 fn a_backtest_through_prometheus_raises_the_alerts_of_a_replay_of_the_same_samples() {
     let dir = crate::support::temp_dir("backtest");
     let history = history();
-    let p = prometheus(&dir, &history);
+    let p = prometheus(&dir, &history, "");
 
     let streamed = backtest(&p.url, "1 d", "streamed");
     assert!(streamed.status.success(), "{}", text(&streamed.stderr));
@@ -282,12 +283,19 @@ async fn a_warm_start_judges_live_samples_from_the_first_minute() {
         for (k, step) in live.iter_mut().enumerate() {
             let n = k + 2;
             let value = if series.contains(FAULTED) && n >= 6 { peak * 3.0 + 50.0 } else { day_before[n].1 };
-            step.push((labels_of(series), (end + n as i64 * 300) * 1000, value));
+            let mut labels = labels_of(series);
+            labels.extend(
+                [("cluster", "test"), ("__replica__", "a")]
+                    .map(|(name, value)| vigil::remote_write::Label { name: name.into(), value: value.into() }),
+            );
+            step.push((labels, (end + n as i64 * 300) * 1000, value));
         }
     }
     let history = shifted + "# EOF\n";
     let dir = crate::support::temp_dir("warm");
-    let p = prometheus(&dir, &history);
+    // An HA pair's replica: its external labels come with live samples (the replica's taken
+    // off by Vigil), not with range queries' answers.
+    let p = prometheus(&dir, &history, "  external_labels:\n    cluster: test\n    __replica__: a\n");
 
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/metrics");
     let start = |warm: bool, name: &str| {

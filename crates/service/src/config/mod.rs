@@ -759,19 +759,18 @@ impl ServeConfig {
     pub fn warm_start(&self) -> Result<Option<crate::history::warm::WarmStart>, crate::history::PrometheusError> {
         let Some(url) = &self.warm_from_prometheus else { return Ok(None) };
         use crate::history::{Auth, Prometheus, ReadMode};
-        let auth = match (&self.prometheus_user, &self.prometheus_bearer_token) {
-            (Some(user), _) => {
-                Auth::Basic { user: user.clone(), password: self.prometheus_password.clone().unwrap_or_default() }
-            }
-            (None, Some(token)) => Auth::Bearer(token.clone()),
-            (None, None) => Auth::None,
-        };
+        let auth = Auth::of(
+            self.prometheus_user.as_deref(),
+            self.prometheus_password.as_deref(),
+            self.prometheus_bearer_token.as_deref(),
+        );
         Ok(Some(crate::history::warm::WarmStart {
             prometheus: Prometheus::new(url, auth, ReadMode::default(), Duration::from_secs(120))?,
             selector: self.warm_match.clone(),
             lookback: self.warm_lookback,
             step: self.warm_step,
             hosts: self.remote_write_hosts(),
+            dropped_labels: self.remote_write_ha().replica,
             max_state_bytes: self.max_state_bytes(),
         }))
     }

@@ -54,6 +54,18 @@ pub enum Auth {
     Bearer(String),
 }
 
+impl Auth {
+    /// Basic auth when a user is given (with its password, empty when none), else a bearer
+    /// token when one is, else none.
+    pub fn of(user: Option<&str>, password: Option<&str>, token: Option<&str>) -> Auth {
+        match (user, token) {
+            (Some(user), _) => Auth::Basic { user: user.into(), password: password.unwrap_or_default().into() },
+            (None, Some(token)) => Auth::Bearer(token.into()),
+            (None, None) => Auth::None,
+        }
+    }
+}
+
 /// Which answer to ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadMode {

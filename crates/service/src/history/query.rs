@@ -10,6 +10,7 @@ use serde_json::Value as Json;
 use std::time::Duration;
 
 const QUERY_RANGE: &str = "/api/v1/query_range";
+const CONFIG: &str = "/api/v1/status/config";
 
 /// Most points a series may have in one answer (Prometheus refuses more than 11,000).
 pub const MAX_POINTS: i64 = 10_000;
@@ -46,6 +47,47 @@ impl Prometheus {
         };
         self.tried("a range query", once).await
     }
+}
+
+impl Prometheus {
+    /// The external labels of the server's configuration (`global.external_labels`), which it
+    /// adds to what it remote-writes but not to range queries' answers.
+    pub async fn external_labels(&self) -> Result<Vec<(String, String)>, PrometheusError> {
+        let once = || async {
+            let response = self.send(self.http.get(format!("{}{CONFIG}", self.base)), CONFIG).await?;
+            let body = self.body(response, CONFIG).await?;
+            let answer: Json = serde_json::from_slice(&body)
+                .map_err(|e| fatal(format!("{}: the answer is not JSON: {e}", self.endpoint(CONFIG))))?;
+            Ok(external_labels(answer["data"]["yaml"].as_str().unwrap_or_default()))
+        };
+        self.tried("reading the configuration", once).await
+    }
+}
+
+/// `global.external_labels` of a configuration as Prometheus writes it back: the block's
+/// `key: value` lines, indented under `external_labels:`, itself under `global:`.
+fn external_labels(yaml: &str) -> Vec<(String, String)> {
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let mut out = Vec::new();
+    let (mut in_global, mut under) = (false, None);
+    for line in yaml.lines().filter(|l| !l.trim().is_empty()) {
+        let depth = indent(line);
+        if depth == 0 {
+            in_global = line.trim_end() == "global:";
+            under = None;
+            continue;
+        }
+        match under {
+            Some(block) if depth > block => {
+                if let Some((k, v)) = line.trim().split_once(':') {
+                    let unquote = |s: &str| s.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
+                    out.push((unquote(k), unquote(v)));
+                }
+            }
+            _ => under = (in_global && line.trim() == "external_labels:").then_some(depth),
+        }
+    }
+    out
 }
 
 /// The series of a `matrix` answer.
@@ -100,5 +142,13 @@ mod tests {
         assert!(series[0].samples[1].value.is_nan());
         let failed = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
         assert_eq!(matrix(failed).expect_err("failed"), "the query failed: parse error");
+    }
+
+    #[test]
+    fn external_labels_read_from_the_configuration_prometheus_writes_back() {
+        let yaml = "global:\n  scrape_interval: 1m\n  external_labels:\n    __replica__: a\n    cluster: \"eu 1\"\n  \
+                    evaluation_interval: 1m\nscrape_configs:\n- job_name: x\n  external_labels:\n    not: this\n";
+        assert_eq!(external_labels(yaml), [("__replica__".into(), "a".into()), ("cluster".into(), "eu 1".into())]);
+        assert_eq!(external_labels("global:\n  scrape_interval: 1m\n"), Vec::new());
     }
 }

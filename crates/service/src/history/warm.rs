@@ -11,6 +11,7 @@
 //! once, as firing now, and the rest are only counted. State restored from a checkpoint wins:
 //! with one, there is no warm start.
 
+use super::proto::Label;
 use super::{Prometheus, PrometheusError};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,6 +29,9 @@ pub struct WarmStart {
     pub lookback: Duration,
     pub step: Duration,
     pub hosts: HostLabels,
+    /// Labels a remote-write receiver takes off live series (an HA pair's replica label): not
+    /// added to the history from the server's external labels.
+    pub dropped_labels: Vec<String>,
     /// The state budget kept while history is taken.
     pub max_state_bytes: usize,
 }
@@ -65,10 +69,30 @@ pub fn warm(
     let mut last: BTreeMap<String, Alert> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
+    // Live samples carry the server's external labels, range queries' answers do not: added, so
+    // that the history warms the series live samples continue.
+    let external: Vec<Label> = match handle.block_on(w.prometheus.external_labels()) {
+        Ok(labels) => labels
+            .into_iter()
+            .filter(|(name, _)| !w.dropped_labels.contains(name))
+            .map(|(name, value)| Label { name, value })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the server's external labels cannot be read: the history is taken as it is");
+            Vec::new()
+        }
+    };
     let mut from = first;
     while from <= now {
         let to = (from + (per_page - 1) * step).min(now);
-        let series = handle.block_on(w.prometheus.query_range(&w.selector, from, to, w.step))?;
+        let mut series = handle.block_on(w.prometheus.query_range(&w.selector, from, to, w.step))?;
+        for s in &mut series {
+            for l in &external {
+                if !s.labels.iter().any(|have| have.name == l.name) {
+                    s.labels.push(l.clone());
+                }
+            }
+        }
         warmed.requests += 1;
         let mut events: Vec<Event> = Vec::new();
         for s in &series {
