@@ -164,3 +164,24 @@ fn kafka_options_are_key_value_and_leave_vigils_own_alone() {
     let err = parse_kafka_option("enable.auto.commit=true").expect_err("Vigil commits after checkpoints");
     assert!(err.starts_with("`enable.auto.commit` is set by Vigil"), "{err}");
 }
+
+#[test]
+fn a_warm_start_is_set_in_its_own_section_and_a_bad_selector_is_refused() {
+    let dir = std::env::temp_dir().join(format!("vigil-config-warm-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
+    let rules = format!("[engine]\nrules = {:?}\n", dir.join("rules"));
+    let warm = "[warm]\nfrom_prometheus = \"http://prometheus:9090/\"\nlookback = \"2 d\"\nmatch = '{job=\"node\"}'\n";
+    let file = write_config(&dir, "vigil.toml", &format!("{rules}{warm}"));
+    let c = ServeConfig::resolve(ServeArgs { config: Some(file), ..ServeArgs::default() }).expect("valid");
+    assert_eq!(c.warm_from_prometheus.as_deref(), Some("http://prometheus:9090"));
+    assert_eq!(c.warm_lookback, Duration::from_secs(2 * 86_400));
+    assert_eq!(c.warm_match, r#"{job="node"}"#);
+    assert_eq!(c.warm_step, Duration::from_secs(150), "the default");
+    let warm = c.warm_start().expect("a client").expect("a warm start");
+    assert_eq!(warm.dropped_labels, ["__replica__", "prometheus_replica"]);
+
+    let bad = write_config(&dir, "bad.toml", &format!("{rules}[warm]\nmatch = 'up{{job=\"node\"'\n"));
+    let err = ServeConfig::resolve(ServeArgs { config: Some(bad), ..ServeArgs::default() }).expect_err("refused");
+    assert!(err.to_string().contains("column 14: expected `,` or `}`"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
