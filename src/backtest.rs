@@ -72,9 +72,8 @@ pub fn parse_time(s: &str, now: Millis) -> Result<Millis, String> {
             return Ok((secs * 1000.0).round() as Millis);
         }
     }
-    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as Millis)
-        .map_err(|_| format!("`{s}` is not a time: write RFC 3339 (2026-11-22T00:00:00Z), Unix seconds or now-7d"))
+    vigil_engine::event::parse_time(s)
+        .ok_or_else(|| format!("`{s}` is not a time: write RFC 3339 (2026-11-22T00:00:00Z), Unix seconds or now-7d"))
 }
 
 impl PrometheusArgs {

@@ -119,21 +119,17 @@ fn backtest(url: &str, page: &str, mode: &str) -> Output {
 /// file recorded live has).
 fn adapter_lines(history: &str) -> String {
     let mut samples: Vec<(i64, String)> = Vec::new();
-    for line in history.lines().filter(|l| !l.starts_with('#')) {
-        let (series, rest) = line.split_once("} ").expect("name{labels} value ts");
-        let (name, labels) = series.split_once('{').expect("labels");
-        let (value, ts) = rest.split_once(' ').expect("value ts");
-        let mut map = serde_json::Map::new();
-        map.insert("__name__".into(), name.into());
-        for pair in labels.split(',') {
-            let (k, v) = pair.split_once('=').expect("label=value");
-            map.insert(k.into(), v.trim_matches('"').into());
+    for (series, points) in series_of(history) {
+        let labels = labels_of(&series);
+        let name = &labels[0].value;
+        let map: serde_json::Map<String, serde_json::Value> =
+            labels.iter().map(|l| (l.name.clone(), l.value.clone().into())).collect();
+        for (secs, value) in points {
+            let at = time::OffsetDateTime::from_unix_timestamp(secs).expect("time");
+            let stamp = at.format(&time::format_description::well_known::Rfc3339).expect("RFC 3339");
+            let json = serde_json::json!({"timestamp": stamp, "value": value, "name": name, "labels": map});
+            samples.push((secs, json.to_string()));
         }
-        let secs: i64 = ts.parse().expect("seconds");
-        let at = time::OffsetDateTime::from_unix_timestamp(secs).expect("time");
-        let stamp = at.format(&time::format_description::well_known::Rfc3339).expect("RFC 3339");
-        let json = serde_json::json!({"timestamp": stamp, "value": value, "name": name, "labels": map});
-        samples.push((secs, json.to_string()));
     }
     samples.sort_by_key(|(secs, _)| *secs);
     samples.into_iter().map(|(_, l)| l + "\n").collect()

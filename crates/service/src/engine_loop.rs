@@ -422,12 +422,8 @@ impl EngineLoop {
         for (rule, n) in self.engine.live_keys(&mut r.out) {
             self.telemetry.live_keys.with_label_values(&[&rule]).set(n as i64);
         }
-        for ((rule, reason), n) in self.engine.evicted(&mut r.out) {
-            let before = r.evicted_seen.insert((rule.clone(), reason), n).unwrap_or(0);
-            if n > before {
-                self.telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
-            }
-        }
+        let evicted = self.engine.evicted(&mut r.out);
+        self.telemetry.count_evicted(&mut r.evicted_seen, evicted);
         if let Some(w) = self.engine.watermark() {
             self.telemetry.watermark_lag_ms.set(now_ms().saturating_sub(w));
         }

@@ -441,6 +441,21 @@ impl Telemetry {
     pub fn emit(&self, event: impl InternalEvent) {
         event.emit(self);
     }
+
+    /// Adds to `vigil_evicted_keys_total` what `counts` (keys dropped so far, by rule and
+    /// reason) holds beyond `seen`, the counts as last read, which it then keeps.
+    pub fn count_evicted(
+        &self,
+        seen: &mut std::collections::BTreeMap<(String, &'static str), u64>,
+        counts: std::collections::BTreeMap<(String, &'static str), u64>,
+    ) {
+        for ((rule, reason), n) in counts {
+            let before = seen.insert((rule.clone(), reason), n).unwrap_or(0);
+            if n > before {
+                self.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
+            }
+        }
+    }
 }
 
 /// A store operation failed; it is retried (alerts go to the spool meanwhile).

@@ -207,14 +207,21 @@ impl StageTwo {
         self.judges.iter().map(|j| j.op.state_bytes()).sum()
     }
 
-    /// The groups each rule keeps here, by rule.
-    pub fn live_keys(&self) -> Vec<(String, usize)> {
-        self.judges.iter().flat_map(|j| j.op.live_keys()).collect()
+    /// Counts the groups each rule keeps here into `keys`, the live keys of its stage ones: a
+    /// group's open windows are there and its history here, so each group is counted once,
+    /// where more of them are.
+    pub fn count_live_keys(&self, keys: &mut BTreeMap<String, usize>) {
+        for (rule, n) in self.judges.iter().flat_map(|j| j.op.live_keys()) {
+            let held = keys.entry(rule).or_insert(0);
+            *held = (*held).max(n);
+        }
     }
 
-    /// Groups dropped so far, by rule and reason.
-    pub fn evicted(&self) -> Vec<(String, &'static str, u64)> {
-        self.judges.iter().flat_map(|j| j.op.evicted()).collect()
+    /// Adds the groups dropped here so far to `evicted`, by rule and reason.
+    pub fn count_evicted(&self, evicted: &mut BTreeMap<(String, &'static str), u64>) {
+        for (rule, reason, n) in self.judges.iter().flat_map(|j| j.op.evicted()) {
+            *evicted.entry((rule, reason)).or_insert(0) += n;
+        }
     }
 
     /// Drops the idlest groups of the operators that hold the most until the state is

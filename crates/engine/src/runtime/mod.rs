@@ -488,30 +488,21 @@ impl Runtime {
         }
     }
 
-    /// Groups, partial matches and active alerts by rule. A fleet-wide rule in two stages keeps
-    /// its groups' open windows in the partitions and their history in the stage two: each
-    /// group is counted once, where more of them are.
+    /// Groups, partial matches and active alerts by rule ([`StageTwo::count_live_keys`]).
     pub fn live_keys(&mut self, out: &mut Vec<Alert>) -> BTreeMap<String, usize> {
         let mut keys = sum(self.each(out, |_, engine, _| Engine::live_keys(engine)));
         if let Inner::Routed(r) = &self.inner {
-            for (rule, n) in r.stage_two.live_keys() {
-                let held = keys.entry(rule).or_insert(0);
-                *held = (*held).max(n);
-            }
+            r.stage_two.count_live_keys(&mut keys);
         }
         keys
     }
 
     pub fn evicted(&mut self, out: &mut Vec<Alert>) -> BTreeMap<(String, &'static str), u64> {
-        let mut all = self.each(out, |_, engine, _| engine.evicted());
+        let mut evicted = sum(self.each(out, |_, engine, _| engine.evicted()));
         if let Inner::Routed(r) = &self.inner {
-            let mut judged = BTreeMap::new();
-            for (rule, reason, n) in r.stage_two.evicted() {
-                *judged.entry((rule, reason)).or_insert(0) += n;
-            }
-            all.push(judged);
+            r.stage_two.count_evicted(&mut evicted);
         }
-        sum(all)
+        evicted
     }
 
     /// The stage two's estimated state, when fleet-wide rules run in two stages.

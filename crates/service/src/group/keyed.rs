@@ -570,23 +570,17 @@ impl KeyedPartition {
             + self.stage_two.enforce_budget(judging, &mut self.out)
     }
 
-    /// Groups, partial matches and active alerts by rule; a fleet-wide rule's groups are
-    /// counted once, where more of them are.
+    /// Groups, partial matches and active alerts by rule ([`StageTwo::count_live_keys`]).
     pub fn live_keys(&self) -> BTreeMap<String, usize> {
         let mut keys = self.engine.live_keys();
-        for (rule, n) in self.stage_two.live_keys() {
-            let held = keys.entry(rule).or_insert(0);
-            *held = (*held).max(n);
-        }
+        self.stage_two.count_live_keys(&mut keys);
         keys
     }
 
     /// Keys dropped so far by the state limits, by rule and reason.
     pub fn evicted(&self) -> BTreeMap<(String, &'static str), u64> {
         let mut evicted = self.engine.evicted();
-        for (rule, reason, n) in self.stage_two.evicted() {
-            *evicted.entry((rule, reason)).or_insert(0) += n;
-        }
+        self.stage_two.count_evicted(&mut evicted);
         evicted
     }
 }

@@ -49,13 +49,7 @@ impl StateGauges {
             for (rule, n) in p.live_keys() {
                 *live.entry(rule).or_insert(0) += n;
             }
-            let seen = self.evicted_seen.entry(*partition).or_default();
-            for ((rule, reason), n) in p.evicted() {
-                let before = seen.insert((rule.clone(), reason), n).unwrap_or(0);
-                if n > before {
-                    telemetry.evicted.with_label_values(&[&rule, reason]).inc_by(n - before);
-                }
-            }
+            telemetry.count_evicted(self.evicted_seen.entry(*partition).or_default(), p.evicted());
         }
         self.evicted_seen.retain(|partition, _| keyed.contains_key(partition));
         health.state_bytes.store(bytes as u64, Ordering::Relaxed);
