@@ -33,6 +33,7 @@ pub mod backtest;
 pub mod bench;
 pub mod eval;
 pub mod ruletest;
+pub mod why;
 
 pub use vigil_engine::{
     alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, runtime, settings,

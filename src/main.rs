@@ -198,6 +198,15 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Why a rule did not alert through a past incident: its tests' values in each window against
+    /// its thresholds, the smallest change of one threshold that would have caught it (checked by
+    /// replaying with it) and that change's alerts and pages; exit 1 if the rule did not alert.
+    Why {
+        #[command(flatten)]
+        args: Box<vigil::why::WhyArgs>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// Run rule test files (`*.toml`, or folders of them); exit 1 if any case fails.
     Test {
         /// Test files or folders.
@@ -250,6 +259,7 @@ fn main() -> ExitCode {
             let from = Inputs { files: &inputs, format, prometheus: &prometheus };
             replay(&rules, from, &input_options, &options, out.as_deref())
         }
+        Command::Why { args, engine } => why(&args, &engine),
         Command::Test { paths, engine } => rule_tests(&paths, &engine.over(EngineSettings::batch())),
         Command::Eval { rules, inputs, labels, scoreboard, budget, outages, format, hosts, threads, engine } => {
             let options = ReplayOptions {
@@ -447,6 +457,13 @@ fn replay(
         bail!("the backtest stopped early: {e}");
     }
     Ok(summary.stopped_at.is_none())
+}
+
+fn why(args: &vigil::why::WhyArgs, engine: &EngineArgs) -> Result<bool> {
+    let Some(set) = load_checked(std::slice::from_ref(&args.rules))? else { return Ok(false) };
+    let options =
+        ReplayOptions { speed: vigil::replay::Speed::Max, strict: false, engine: engine.over(EngineSettings::batch()) };
+    vigil::why::run(args, &set.plans(), set.catalog(), &options)
 }
 
 fn evaluate_outages(rules: &Path, inputs: &[PathBuf], options: &ReplayOptions, threads: usize) -> Result<bool> {

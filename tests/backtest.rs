@@ -169,6 +169,32 @@ fn a_backtest_through_prometheus_raises_the_alerts_of_a_replay_of_the_same_sampl
         assert!(other.status.success(), "{}", text(&other.stderr));
         assert_eq!(text(&other.stdout), alerts, "pages of {page}, {mode}");
     }
+
+    // `vigil why` over the same history gives the file's answer, changes and costs included.
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/metrics");
+    let question = [
+        "why",
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--rule",
+        "metric_deviation",
+        "--json",
+        "--key",
+        "ec2-1ef3de",
+        "--from",
+        "2014-03-08T00:00:00Z",
+        "--to",
+        "2014-03-08T12:00:00Z",
+    ];
+    let why =
+        |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_vigil")).args(question).args(args).output().expect("runs");
+    let range = ["--start", "2014-02-01T00:00:00Z", "--end", "1398902400"];
+    let read = why(&[&["--from-prometheus", &p.url, "--match", r#"{job="cloudwatch"}"#][..], &range[..]].concat());
+    let answer: serde_json::Value = serde_json::from_slice(&read.stdout).expect("JSON");
+    assert_eq!(answer["groups"].as_array().map(Vec::len), Some(1), "{answer}");
+    assert!(!answer["changes"].as_array().expect("changes").is_empty(), "{answer}");
+    let from_file = why(&["--format", "prometheus-kafka-adapter", file.to_str().expect("utf-8")]);
+    assert_eq!(text(&from_file.stdout), text(&read.stdout), "{}", text(&from_file.stderr));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -29,3 +29,4 @@ mod scores;
 mod service;
 mod structure;
 mod tls;
+mod why;

@@ -34,3 +34,4 @@ pub mod remote_write;
 pub mod replay;
 pub mod runtime;
 pub mod settings;
+pub mod why;

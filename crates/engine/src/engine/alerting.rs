@@ -115,7 +115,7 @@ impl Alerting {
     }
 
     /// Whether a new alert for `key` would start within the refractory period of its last one.
-    fn quieted(&self, key: &Key, t: Millis) -> bool {
+    pub(crate) fn quieted(&self, key: &Key, t: Millis) -> bool {
         !self.quiet.is_empty() && !self.lifecycle.is_active(key) && self.quiet.get(key).is_some_and(|until| t < *until)
     }
 
@@ -226,16 +226,34 @@ impl Alerting {
         }
     }
 
-    fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
-        let plan = &self.plan;
-        let key_fields = Fields::new(
+    /// A key's values by name, as an alert of the rule shows them.
+    fn key_fields(&self, key: &Key) -> Fields {
+        Fields::new(
             self.key_names
                 .iter()
                 .filter_map(|(name, i)| Some((name, key.0.get(*i)?)))
                 .filter(|(name, v)| !is_no_label_set(name, v))
                 .map(|(name, v)| (name.clone(), v.to_json()))
                 .collect(),
-        );
+        )
+    }
+
+    /// A key as text, `name=value` by name: `s.host=web-1 s.name=cpu`.
+    pub(crate) fn key_text(&self, key: &Key) -> String {
+        let fields = self.key_fields(key);
+        let shown: Vec<String> = fields
+            .iter()
+            .map(|(name, v)| match v {
+                serde_json::Value::String(s) => format!("{name}={s}"),
+                v => format!("{name}={v}"),
+            })
+            .collect();
+        shown.join(" ")
+    }
+
+    fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
+        let plan = &self.plan;
+        let key_fields = self.key_fields(key);
         let values = Fields::new(
             self.value_names
                 .iter()
@@ -339,6 +357,11 @@ pub fn shown(v: &Value, format: HoleFormat) -> String {
         HoleFormat::Si => scaled(n, 1000.0, &["", "k", "M", "G", "T", "P", "E"]),
         HoleFormat::Bytes => scaled(n, 1024.0, &[" B", " KiB", " MiB", " GiB", " TiB", " PiB", " EiB"]),
     }
+}
+
+/// A number as alerts show it: four significant digits at most.
+pub fn shown_number(n: f64) -> String {
+    significant(n, 4)
 }
 
 /// `n` with `digits` significant digits at most (whole digits are never dropped), without

@@ -21,6 +21,8 @@ pub struct EngineConfig {
     /// run them: their windows summarised where their events are, and judged where the
     /// summaries meet ([`super::stage_two`]).
     pub two_stage: bool,
+    /// One rule's judgements to note ([`super::trace`]), for `vigil why`.
+    pub trace: Option<super::trace::Trace>,
 }
 
 /// Which of the [`KEY_GROUPS`](super::keys::KEY_GROUPS) key groups an engine owns: those whose

@@ -45,8 +45,10 @@ mod state;
 mod summary;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 mod window;
 
+pub use alerting::shown_number;
 pub use blind::RULE as STATE_EVICTED_RULE;
 pub use config::{Clock, EngineConfig, EngineStats, Limits, Shard, SystemClock};
 pub use eval::{ClusterResult, Env, History, RegexCache};
@@ -198,7 +200,10 @@ impl Engine {
             }
         }
         let regexes = Arc::new(regexes);
-        let (operators, layout) = physical::build(&plans, config.limits, &regexes, config.two_stage);
+        let (mut operators, layout) = physical::build(&plans, config.limits, &regexes, config.two_stage);
+        if let Some(trace) = &config.trace {
+            operators.iter_mut().for_each(|op| op.trace(trace));
+        }
         let n = operators.len();
         let key_of: Vec<KeyOf> =
             operators.iter().zip(&layout.served).map(|(op, served)| KeyOf::of(served, op.as_ref())).collect();

@@ -35,6 +35,8 @@ pub trait Operator: Send {
     fn take_summaries(&mut self) -> Vec<super::summary::Summary> {
         Vec::new()
     }
+    /// Notes the judgements of the rule `trace` names, if this operator runs it.
+    fn trace(&mut self, _trace: &super::trace::Trace) {}
     /// Keys dropped so far, per rule and reason (`cap`, `idle` or `memory`).
     fn evicted(&self) -> Vec<(String, &'static str, u64)> {
         Vec::new()

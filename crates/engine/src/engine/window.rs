@@ -26,6 +26,7 @@ use super::operator::Operator;
 use super::outlier;
 use super::scorer::Scores;
 use super::state::Acc;
+use super::trace::Trace;
 use crate::alert::{Alert, Evidence};
 use crate::event::{Event, Millis, Value};
 use parts::{compare_keys, evidence, in_key_order, rebuild_positions, stand_in};
@@ -45,6 +46,8 @@ struct Dependent {
     scores: Option<ScorePlan>,
     /// A scored rule's self-alert for series whose learned history the limits dropped.
     blind: BlindSpot,
+    /// When its judgements are followed ([`super::trace`]).
+    trace: Option<Trace>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -112,6 +115,7 @@ impl Dependent {
             scores.clear();
         }
         let judged = Env { scores: Some(&scores.values), ..*env };
+        self.note(key, end, active, &judged);
         let fires = holds(&self.plan.alert.condition, &judged);
         let evidence = || {
             let mut out = windows();
@@ -119,6 +123,16 @@ impl Dependent {
             out
         };
         self.alerting.observe(key, end, fires, &judged, evidence, out);
+    }
+}
+
+impl Dependent {
+    /// Notes the judgement of `key` at `end` when the rule's judgements are followed.
+    fn note(&self, key: &Key, end: Millis, active: bool, env: &Env) {
+        if let Some(trace) = self.trace.as_ref().filter(|t| t.wants(end)) {
+            let quiet = self.alerting.quieted(key, end);
+            trace.note(self.alerting.key_text(key), end, active, &self.plan.alert.condition, env, quiet);
+        }
     }
 }
 
@@ -301,22 +315,7 @@ impl WindowOperator {
     /// A judging operator takes the groups' results from `incoming` (the summaries of the
     /// window) instead of their open windows: a group new in them is added first.
     fn close(&mut self, end: Millis, incoming: Option<Vec<(Key, Arc<[Value]>)>>, out: &mut Vec<Alert>) {
-        let start = end - self.size;
-        let mut incoming = incoming.map(|groups| self.summarised_groups(groups));
-        let empty = &self.empty;
-        let mut any_active = false;
-        for (key, group) in self.groups.iter_mut() {
-            let results = match incoming.as_mut() {
-                Some(summaries) => summaries.remove(key),
-                None => group.open.close(start),
-            };
-            group.active = results.is_some();
-            any_active |= group.active;
-            let results = results.unwrap_or_else(|| empty.iter().map(Acc::result).collect());
-            group.history.insert(0, results);
-            group.history.truncate(self.history);
-            group.idle = if group.active { 0 } else { group.idle.saturating_add(1) };
-        }
+        let any_active = self.close_windows(end - self.size, incoming);
         let clusters: Vec<HashMap<Key, ClusterResult>> = (0..self.dependents.len()).map(|d| self.cluster(d)).collect();
         let (size, slide) = (self.size, self.slide);
         let Self { groups, dependents, source, rebuild, regexes, field_names: names, scores_bytes, .. } = self;
@@ -337,7 +336,11 @@ impl WindowOperator {
                 // for a group that does not meet it and has no alert to resolve, nothing more
                 // (unless the rule rolls its alerts up, which follows every group it judges).
                 let compiled = dependent.test.as_ref().map(|test| test.holds_on_window(history));
-                if compiled == Some(false) && dependent.alerting.active() == 0 && !dependent.alerting.rolls_up() {
+                if compiled == Some(false)
+                    && dependent.alerting.active() == 0
+                    && !dependent.alerting.rolls_up()
+                    && dependent.trace.is_none()
+                {
                     continue;
                 }
                 let plan = &dependent.plan;
@@ -359,7 +362,6 @@ impl WindowOperator {
                     *scores_bytes = (*scores_bytes + group_scores.bytes()).saturating_sub(before);
                     continue;
                 }
-                let alerting = &mut dependent.alerting;
                 match plan.model.invariant() {
                     // No alert while a group trains; windows without events teach nothing.
                     Some(inv) if baselines[d].training(inv) => {
@@ -369,18 +371,20 @@ impl WindowOperator {
                     }
                     Some(inv) => {
                         let judged = Env { baselines: Some(&baselines[d].values), ..env };
+                        dependent.note(key, end, active, &judged);
                         let fires = holds(&plan.alert.condition, &judged);
                         let evidence =
                             || evidence(names, history, end, size, slide, Some(&baselines[d].values), cluster);
-                        alerting.observe(key, end, fires, &judged, evidence, out);
+                        dependent.alerting.observe(key, end, fires, &judged, evidence, out);
                         if active {
                             baselines[d].after_alert(inv, &env);
                         }
                     }
                     None => {
+                        dependent.note(key, end, active, &env);
                         let fires = compiled.unwrap_or_else(|| holds(&plan.alert.condition, &env));
                         let evidence = || evidence(names, history, end, size, slide, None, cluster);
-                        alerting.observe(key, end, fires, &env, evidence, out);
+                        dependent.alerting.observe(key, end, fires, &env, evidence, out);
                     }
                 }
             }
@@ -397,6 +401,27 @@ impl WindowOperator {
         }
         self.quiet_closes = if any_active { 0 } else { self.quiet_closes.saturating_add(1) };
         self.forget_idle();
+    }
+
+    /// Puts each group's window starting at `start` (or its summary in `incoming`, when judging)
+    /// at the head of its history; whether any group had events in it.
+    fn close_windows(&mut self, start: Millis, incoming: Option<Vec<(Key, Arc<[Value]>)>>) -> bool {
+        let mut incoming = incoming.map(|groups| self.summarised_groups(groups));
+        let empty = &self.empty;
+        let mut any_active = false;
+        for (key, group) in self.groups.iter_mut() {
+            let results = match incoming.as_mut() {
+                Some(summaries) => summaries.remove(key),
+                None => group.open.close(start),
+            };
+            group.active = results.is_some();
+            any_active |= group.active;
+            let results = results.unwrap_or_else(|| empty.iter().map(Acc::result).collect());
+            group.history.insert(0, results);
+            group.history.truncate(self.history);
+            group.idle = if group.active { 0 } else { group.idle.saturating_add(1) };
+        }
+        any_active
     }
 
     /// Forgets the groups idle for longer than they are remembered (or than the idle timeout),
@@ -462,6 +487,12 @@ impl WindowOperator {
 }
 
 impl Operator for WindowOperator {
+    fn trace(&mut self, trace: &Trace) {
+        for d in self.dependents.iter_mut().filter(|d| d.plan.name == trace.rule) {
+            d.trace = Some(trace.clone());
+        }
+    }
+
     fn key_fields(&self, _source: usize) -> Option<Vec<usize>> {
         // A cluster step compares every group of a window: its state is one whole, unless a
         // second stage judges the summaries of its groups.

@@ -97,6 +97,7 @@ impl WindowOperatorBuilder {
                 scores: plan.model.scores().cloned(),
                 test: plan.model.invariant().is_none().then(|| NumberTest::of_window(&plan.alert.condition)).flatten(),
                 blind: BlindSpot::default(),
+                trace: None,
                 plan,
             })
             .collect();

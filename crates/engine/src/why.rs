@@ -1,0 +1,443 @@
+//! "Why didn't it page?": a rule's judgements of the series of a past incident, the smallest
+//! change of one of its thresholds that would have caught it, and what that change costs.
+//!
+//! The input (files, or a range of a team's Prometheus) is replayed through the one rule with
+//! a [`Trace`] on: every window the rule judged within the incident's range, for the groups the
+//! question names, with each test of its alert condition and the number it compared. From
+//! these, for each test that compares a number with a literal, the literal closest to today's
+//! that makes the condition hold in some judged window, the others unchanged ([`holds_with`]).
+//! A change found so is only a candidate: an earlier alert it raises can put the series in its
+//! refractory period through the incident. So each is checked by replaying the input again
+//! with the changed rule, which also counts its alerts and pages over the whole input: the
+//! change's cost, against the rule as written.
+
+use crate::alert::{Alert, Status};
+use crate::engine::config::EngineConfig;
+use crate::engine::trace::{holds_with, tests, thresholds, with_literal, Threshold, Trace, TracePoint};
+use crate::engine::Gate;
+use crate::event::{field_position, Decoded, EventPool, Millis};
+use crate::input::Input;
+use crate::replay::{replay_into, Quiet, ReplayOptions};
+use crate::runtime::Runtime;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use vigil_lang::ast::BinOp;
+use vigil_lang::plan::RulePlan;
+use vigil_lang::schema::Stream;
+
+/// Candidate changes checked by a replay each, smallest first.
+const CHECKED: usize = 3;
+
+/// What is asked: which windows, and which groups.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// The incident: the ends of the windows looked at, inclusive.
+    pub from: Millis,
+    pub to: Millis,
+    /// Only groups whose key (as alerts write it: `s.host=web-1 s.name=cpu`) contains this.
+    pub key: Option<String>,
+}
+
+/// Opens the input anew for each replay, its events drawn from the gate's pool.
+pub type Open<'a> = dyn FnMut(Gate, Rc<RefCell<EventPool>>) -> Result<Vec<Input<Decoded>>, String> + 'a;
+
+/// The answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Answer {
+    pub rule: String,
+    pub condition: String,
+    pub from: Millis,
+    pub to: Millis,
+    pub key: Option<String>,
+    /// The condition's tests, in the order of each point's outcomes.
+    pub tests: Vec<TestShown>,
+    /// The groups judged in the range that the question names.
+    pub groups: Vec<GroupAnswer>,
+    /// Whether the rule as written alerted for a group named within the range.
+    pub caught: bool,
+    /// The smallest changes, each checked by a replay, smallest first.
+    pub changes: Vec<Change>,
+    /// Alerts and pages of the rule as written over the whole input.
+    pub cost: Cost,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TestShown {
+    pub text: String,
+    /// `>`, `>=`, `<` or `<=` with the literal, for a test that compares a number with one.
+    pub op: Option<String>,
+    pub threshold: Option<f64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GroupAnswer {
+    pub key: String,
+    pub points: Vec<TracePoint>,
+    /// The rule's firing alerts of this group (and of its roll-up) in the range.
+    pub alerts: Vec<Seen>,
+    /// Why it did or did not alert, in words.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Seen {
+    pub time: Millis,
+    pub severity: String,
+    pub key: String,
+}
+
+/// A threshold changed, and what the replay with it showed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Change {
+    pub test: usize,
+    pub text: String,
+    pub from: f64,
+    pub to: f64,
+    /// The change relative to the threshold (or absolute, for a threshold of 0).
+    pub relative: f64,
+    pub condition: String,
+    /// The first alert of the changed rule for a named group within the range, if any.
+    pub caught: Option<Seen>,
+    /// If none: why, from the replay with the change.
+    pub missed: Option<String>,
+    pub cost: Cost,
+}
+
+/// A rule's alerts over a replay, against the series and hosts it read.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Cost {
+    pub alerts: usize,
+    /// Firing alerts of severity `critical`.
+    pub pages: usize,
+    pub series: usize,
+    pub hosts: usize,
+    /// Days of samples summed over series, and over hosts.
+    pub series_days: f64,
+    pub host_days: f64,
+}
+
+impl Cost {
+    pub fn alerts_per_series_day(&self) -> f64 {
+        self.alerts as f64 / self.series_days.max(f64::MIN_POSITIVE)
+    }
+
+    pub fn pages_per_host_week(&self) -> f64 {
+        self.pages as f64 * 7.0 / self.host_days.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Asks `question` of `plan` over the input `open` gives.
+pub fn ask(plan: &RulePlan, question: &Question, options: &ReplayOptions, open: &mut Open) -> Result<Answer, String> {
+    let condition = &plan.alert.condition;
+    let shown: Vec<TestShown> = tests(condition)
+        .iter()
+        .zip(thresholds(condition))
+        .map(|(t, th)| TestShown {
+            text: t.to_string(),
+            op: th.map(|th| op_text(th.op).to_string()),
+            threshold: th.map(|th| th.literal),
+        })
+        .collect();
+    let first = run(plan, question, options, open)?;
+    let mut groups: BTreeMap<String, Vec<TracePoint>> = BTreeMap::new();
+    for p in first.points {
+        groups.entry(p.key.clone()).or_default().push(p);
+    }
+    let alerts = seen(&first.alerts, plan, question);
+    let groups: Vec<GroupAnswer> = groups
+        .into_iter()
+        .map(|(key, points)| {
+            let alerts: Vec<Seen> = alerts.iter().filter(|a| a.key == key || key.contains(&a.key)).cloned().collect();
+            let verdict = verdict(&points, &alerts, &shown);
+            GroupAnswer { key, points, alerts, verdict }
+        })
+        .collect();
+    let caught = !alerts.is_empty();
+    let mut changes = Vec::new();
+    if !caught {
+        let points: Vec<&TracePoint> = groups.iter().flat_map(|g| &g.points).collect();
+        for (test, from, to) in candidates(condition, &points).into_iter().take(CHECKED) {
+            let mut changed = plan.clone();
+            changed.alert.condition = with_literal(condition, test, to);
+            let rerun = run(&changed, question, options, open)?;
+            let caught = seen(&rerun.alerts, &changed, question).into_iter().next();
+            // Why a change that makes the condition hold still raised nothing.
+            let missed = match caught {
+                Some(_) => None,
+                None => {
+                    let held = rerun.points.iter().find(|p| p.held).or(rerun.points.first());
+                    held.map(|h| {
+                        let points: Vec<TracePoint> = rerun.points.iter().filter(|p| p.key == h.key).cloned().collect();
+                        verdict(&points, &[], &shown)
+                    })
+                }
+            };
+            changes.push(Change {
+                test,
+                text: shown[test].text.clone(),
+                from,
+                to,
+                relative: relative(from, to),
+                condition: changed.alert.condition.to_string(),
+                caught,
+                missed,
+                cost: rerun.cost,
+            });
+        }
+    }
+    Ok(Answer {
+        rule: plan.name.clone(),
+        condition: condition.to_string(),
+        from: question.from,
+        to: question.to,
+        key: question.key.clone(),
+        tests: shown,
+        groups,
+        caught,
+        changes,
+        cost: first.cost,
+    })
+}
+
+fn op_text(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Gt => ">",
+        BinOp::Ge => ">=",
+        BinOp::Lt => "<",
+        _ => "<=",
+    }
+}
+
+fn relative(from: f64, to: f64) -> f64 {
+    if from == 0.0 {
+        (to - from).abs()
+    } else {
+        ((to - from) / from).abs()
+    }
+}
+
+/// What one replay gave.
+struct Run {
+    points: Vec<TracePoint>,
+    alerts: Vec<Alert>,
+    cost: Cost,
+}
+
+/// Replays the input through `plan` alone, its judgements in the range noted.
+fn run(plan: &RulePlan, question: &Question, options: &ReplayOptions, open: &mut Open) -> Result<Run, String> {
+    let trace = Trace::new(&plan.name, question.from, question.to, question.key.clone());
+    let config = EngineConfig { trace: Some(trace.clone()), ..options.engine.config() };
+    let mut runtime = Runtime::new(vec![plan.clone()], config, 1, 1);
+    let gate = runtime.gate();
+    let pool = Rc::new(RefCell::new(EventPool::default()));
+    let spans = Rc::new(RefCell::new(Spans::default()));
+    let inputs = open(gate, pool.clone())?
+        .into_iter()
+        .map(|mut input| {
+            let spans = spans.clone();
+            let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
+            input.records = Box::new(records.inspect(move |r| {
+                if let Ok(Decoded::Event(e)) = &r.event {
+                    spans.borrow_mut().note(e);
+                }
+            }));
+            input
+        })
+        .collect();
+    let mut alerts = Vec::new();
+    let mut sink = |batch: &mut Vec<Alert>| {
+        alerts.extend(batch.drain(..).filter(|a| a.status == Status::Firing));
+        Ok(())
+    };
+    replay_into(&mut runtime, inputs, &pool, options, &mut sink, &mut Quiet).map_err(|e| e.to_string())?;
+    let cost = spans.borrow().cost(&alerts);
+    let mut points = trace.take();
+    points.sort_by(|a, b| (a.end, &a.key).cmp(&(b.end, &b.key)));
+    Ok(Run { points, alerts, cost })
+}
+
+/// The rule's firing alerts within the range for the groups named (a roll-up's page names the
+/// host alone, and counts when a named group's key has that host).
+fn seen(alerts: &[Alert], plan: &RulePlan, question: &Question) -> Vec<Seen> {
+    alerts
+        .iter()
+        .filter(|a| *a.rule == *plan.name && (question.from..=question.to).contains(&a.time))
+        .map(|a| {
+            let key: Vec<String> = a
+                .key
+                .iter()
+                .map(|(n, v)| match v {
+                    serde_json::Value::String(s) => format!("{n}={s}"),
+                    v => format!("{n}={v}"),
+                })
+                .collect();
+            Seen { time: a.time, severity: a.severity.to_string(), key: key.join(" ") }
+        })
+        .filter(|s| question.key.as_ref().is_none_or(|k| s.key.contains(k.as_str()) || k.contains(&s.key)))
+        .collect()
+}
+
+/// For each test that compares a number with a literal, the literal closest to its own that
+/// makes the condition hold in one of `points` (the others' outcomes as they were), rounded to
+/// one more decimal than the literal is written with: `(test, literal, changed)`, the smallest
+/// relative change first.
+pub fn candidates(condition: &vigil_lang::plan::TExpr, points: &[&TracePoint]) -> Vec<(usize, f64, f64)> {
+    let mut out = Vec::new();
+    for (test, threshold) in thresholds(condition).into_iter().enumerate() {
+        let Some(th) = threshold else { continue };
+        // The values at which forcing this test to pass makes the condition hold.
+        let mut needed: Option<f64> = None;
+        // A quiet window (a refractory period after an earlier alert) fires nothing.
+        for p in points.iter().filter(|p| p.active && !p.quiet) {
+            let Some(v) = p.values.get(test).copied().flatten() else { continue };
+            let mut outcomes = p.tests.clone();
+            outcomes[test] = Some(true);
+            if holds_with(condition, &outcomes) != Some(true) {
+                continue;
+            }
+            needed = Some(match needed {
+                None => v,
+                Some(n) if th.upper() => n.max(v),
+                Some(n) => n.min(v),
+            });
+        }
+        let Some(value) = needed else { continue };
+        if th.passes(value, th.literal) {
+            continue;
+        }
+        let literal = rounded_past(th, value);
+        out.push((test, th.literal, literal));
+    }
+    out.sort_by(|a, b| relative(a.1, a.2).total_cmp(&relative(b.1, b.2)));
+    out
+}
+
+/// The literal nearest `value` at one more decimal than `th`'s literal is written with, on the
+/// side of `value` that makes the test pass.
+fn rounded_past(th: Threshold, value: f64) -> f64 {
+    let decimals = format!("{}", th.literal).split('.').nth(1).map_or(0, str::len) as i32 + 1;
+    let step = 10f64.powi(-decimals);
+    let mut literal = if th.upper() { (value / step).floor() * step } else { (value / step).ceil() * step };
+    if !th.passes(value, literal) {
+        literal += if th.upper() { -step } else { step };
+    }
+    // Printed as the decimals say, not as the float's binary remainder.
+    format!("{literal:.*}", decimals.max(0) as usize).parse().unwrap_or(literal)
+}
+
+/// Why a group did or did not alert in the range, from its judgements.
+fn verdict(points: &[TracePoint], alerts: &[Seen], tests: &[TestShown]) -> String {
+    if let Some(a) = alerts.first() {
+        return format!("alerted at {} ({})", crate::event::format_time(a.time), a.severity);
+    }
+    let judged: Vec<&TracePoint> = points.iter().filter(|p| p.active).collect();
+    if judged.is_empty() {
+        return "not judged: no window in the range had samples".into();
+    }
+    let held: Vec<&&TracePoint> = judged.iter().filter(|p| p.held).collect();
+    if let Some(p) = held.iter().find(|p| p.quiet) {
+        return format!(
+            "the condition held at {}, but the group was in its refractory period after an earlier alert",
+            crate::event::format_time(p.end)
+        );
+    }
+    if let Some(p) = held.first() {
+        return format!(
+            "the condition held in {} window(s) from {}, but not for as long as the rule's `for`",
+            held.len(),
+            crate::event::format_time(p.end)
+        );
+    }
+    let unknown: Vec<&str> = (0..tests.len())
+        .filter(|&t| judged.iter().all(|p| p.tests.get(t).copied().flatten().is_none()))
+        .map(|t| tests[t].text.as_str())
+        .collect();
+    if !unknown.is_empty() {
+        return format!(
+            "the condition never held; never known in the range (a scorer still warming up, or a missing value): {}",
+            unknown.join(", ")
+        );
+    }
+    // The window that failed fewest tests, and of those the one whose failed thresholds were
+    // nearest (relative to each threshold).
+    let distance = |p: &TracePoint| {
+        let failed = p.tests.iter().filter(|t| **t != Some(true)).count();
+        let gaps: f64 = (0..tests.len())
+            .filter(|&t| p.tests.get(t).copied().flatten() == Some(false))
+            .filter_map(|t| Some(relative(tests[t].threshold?, p.values.get(t).copied().flatten()?)))
+            .sum();
+        (failed, gaps)
+    };
+    let closest = judged
+        .iter()
+        .min_by(|a, b| {
+            let ((fa, ga), (fb, gb)) = (distance(a), distance(b));
+            fa.cmp(&fb).then(ga.total_cmp(&gb))
+        })
+        .expect("judged is not empty");
+    let failed: Vec<String> = tests
+        .iter()
+        .zip(&closest.tests)
+        .zip(&closest.values)
+        .filter(|((_, outcome), _)| **outcome != Some(true))
+        .map(|((t, _), v)| match v {
+            Some(v) => format!("{} ({})", t.text, crate::engine::shown_number(*v)),
+            None => t.text.clone(),
+        })
+        .collect();
+    let quiet: Vec<&&TracePoint> = judged.iter().filter(|p| p.quiet).collect();
+    let quiet = match quiet.last() {
+        Some(last) => format!(
+            "; {} of them in its refractory period after an earlier alert (the last at {})",
+            quiet.len(),
+            crate::event::format_time(last.end)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "the condition never held in {} judged window(s){quiet}; closest at {}, where these tests failed: {}",
+        judged.len(),
+        crate::event::format_time(closest.end),
+        failed.join(", ")
+    )
+}
+
+/// The first and last sample time of each metric series and host read.
+#[derive(Default)]
+struct Spans {
+    series: HashMap<(String, String, String), (Millis, Millis)>,
+    hosts: HashMap<String, (Millis, Millis)>,
+}
+
+impl Spans {
+    fn note(&mut self, e: &crate::event::Event) {
+        if e.stream != Stream::Metric {
+            return;
+        }
+        let text = |field: &str| e.value(field_position(e.stream, field)).to_text();
+        let widen = |span: &mut (Millis, Millis)| {
+            span.0 = span.0.min(e.ts);
+            span.1 = span.1.max(e.ts);
+        };
+        widen(self.series.entry((text("host"), text("name"), text("labels"))).or_insert((e.ts, e.ts)));
+        widen(self.hosts.entry(text("host")).or_insert((e.ts, e.ts)));
+    }
+
+    fn cost(&self, alerts: &[Alert]) -> Cost {
+        const DAY: f64 = 86_400_000.0;
+        let days = |spans: &mut dyn Iterator<Item = &(Millis, Millis)>| spans.map(|(a, b)| (b - a) as f64 / DAY).sum();
+        Cost {
+            alerts: alerts.len(),
+            pages: alerts.iter().filter(|a| &*a.severity == "critical").count(),
+            series: self.series.len(),
+            hosts: self.hosts.len(),
+            series_days: days(&mut self.series.values()),
+            host_days: days(&mut self.hosts.values()),
+        }
+    }
+}
+
+pub mod plot;
+#[cfg(test)]
+mod tests;
