@@ -3,9 +3,10 @@
 
 use anyhow::{anyhow, bail, Result};
 use std::time::Duration;
-use vigil_engine::event::{Decoded, Millis};
+use vigil_engine::event::Decoded;
 use vigil_engine::input::Input;
 use vigil_engine::remote_write::HostLabels;
+pub use vigil_service::history::parse_time;
 use vigil_service::history::{self, backtest, Auth, Prometheus, ReadMode};
 
 /// Where history is read from, and which of it.
@@ -57,25 +58,6 @@ fn parse_mode(s: &str) -> Result<ReadMode, String> {
     }
 }
 
-/// A time as --start and --end take it, in ms since the epoch; `now` is the wall clock's.
-pub fn parse_time(s: &str, now: Millis) -> Result<Millis, String> {
-    let s = s.trim();
-    if s == "now" {
-        return Ok(now);
-    }
-    if let Some(ago) = s.strip_prefix("now-") {
-        let d = vigil_engine::settings::parse_duration(ago)?;
-        return Ok(now - d.as_millis() as Millis);
-    }
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() {
-            return Ok((secs * 1000.0).round() as Millis);
-        }
-    }
-    vigil_engine::event::parse_time(s)
-        .ok_or_else(|| format!("`{s}` is not a time: write RFC 3339 (2026-11-22T00:00:00Z), Unix seconds or now-7d"))
-}
-
 impl PrometheusArgs {
     /// The backtest's input, its samples mapped to hosts by `hosts`.
     pub fn input(&self, hosts: HostLabels) -> Result<(Input<Decoded>, backtest::Failure)> {
@@ -99,20 +81,5 @@ impl PrometheusArgs {
         let read = Prometheus::new(url, auth, self.mode, self.timeout)?;
         let page_ms = (self.page.as_millis() as i64).max(1);
         Ok(backtest::input(backtest::Backtest { read, selectors, start, end, page_ms, hosts })?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_time;
-
-    #[test]
-    fn times_read_as_rfc_3339_unix_seconds_or_before_now() {
-        let now = 1_800_000_000_000;
-        assert_eq!(parse_time("2026-11-22T00:00:00Z", now), Ok(1_795_305_600_000));
-        assert_eq!(parse_time("1795305600.5", now), Ok(1_795_305_600_500));
-        assert_eq!(parse_time("now", now), Ok(now));
-        assert_eq!(parse_time("now-7d", now), Ok(now - 7 * 86_400_000));
-        assert!(parse_time("yesterday", now).expect_err("not a time").contains("RFC 3339"));
     }
 }

@@ -5,7 +5,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, cpSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, cpSync, mkdirSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { gunzipSync } from 'node:zlib';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -252,6 +255,68 @@ test('10,000 alerts are paged, filtered and opened without the page falling behi
   await page.keyboard.press('Escape');
   await shot('ten-thousand');
   await page.selectOption('#f-rule', '');
+});
+
+/// A free port on 127.0.0.1.
+async function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
+
+/// Debian's Prometheus, its TSDB filled by promtool with the backtest's history (three of NAB's
+/// AWS series, two weeks in 2014); resolves with its URL once ready.
+async function prometheus() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-prometheus-'));
+  const history = gunzipSync(readFileSync(path.join(ROOT, 'tests/data/prometheus/nab.om.gz')));
+  writeFileSync(path.join(dir, 'history.om'), history);
+  const made = spawnSync(process.env.VIGIL_TEST_PROMTOOL || 'promtool',
+    ['tsdb', 'create-blocks-from', 'openmetrics', path.join(dir, 'history.om'), path.join(dir, 'tsdb')]);
+  assert.equal(made.status, 0, String(made.stderr));
+  writeFileSync(path.join(dir, 'prometheus.yml'), 'global:\n  scrape_interval: 1h\n');
+  const port = await freePort();
+  const child = spawn(process.env.VIGIL_TEST_PROMETHEUS || 'prometheus', [`--config.file=${dir}/prometheus.yml`,
+    `--storage.tsdb.path=${dir}/tsdb`, '--storage.tsdb.retention.time=100y', `--web.listen-address=127.0.0.1:${port}`],
+  { stdio: 'ignore' });
+  const url = `http://127.0.0.1:${port}`;
+  await until('Prometheus ready', async () => (await fetch(url + '/-/ready').catch(() => null))?.status === 200, 60000);
+  return { url, stop() { child.kill('SIGTERM'); rmSync(dir, { recursive: true, force: true }); } };
+}
+
+test("a rule's page answers why it did not page, with a plot per threshold", async () => {
+  const prom = await prometheus();
+  const asking = await serve(['--warm-from-prometheus', prom.url, '--warm-lookback', '1h']);
+  // Dates typed into the form are read in the browser's time zone: UTC here.
+  const p = await browser.newPage({ viewport: { width: 1280, height: 1000 }, timezoneId: 'UTC' });
+  p.on('pageerror', (e) => errors.push(String(e)));
+  try {
+    await p.goto(asking.url + '/');
+    await p.click('nav button[data-view="rules"]');
+    await p.click('#rules tbody tr[data-rule="metric_deviation"]');
+    await p.waitForSelector('#rule-detail:not([hidden])');
+    await p.fill('#why-host', 'ec2-1ef3de');
+    await p.fill('#why-from', '2014-03-08T00:00');
+    await p.fill('#why-to', '2014-03-08T12:00');
+    await p.fill('#why-lookback', '30d');
+    await p.click('#why-ask');
+    await until('the answer', async () => (await p.locator('#why-result .verdict').count()) > 0, 120000);
+    const verdict = await p.textContent('#why-result .verdict');
+    assert.match(verdict, /never held in \d+ judged window/);
+    // One plot per test that compares a number with a literal: p, rare, nv, d and p again.
+    assert.equal(await p.locator('#why-result .plot').count(), 5);
+    const changes = await p.textContent('#why-result .changes');
+    assert.match(changes, /d > 0\.9999 → 0\.7846: caught at 2014-03-08T00:00:00\.000Z/);
+    await p.locator('#why-result').screenshot({ path: path.join(ARTIFACTS, 'why.png') });
+    // Without a Prometheus, the page says what to set.
+    const answer = await fetch(service.url + '/api/v1/rules/metric_deviation/why?from=now-1h&to=now');
+    assert.equal(answer.status, 409);
+    assert.match((await answer.json()).error, /--warm-from-prometheus/);
+  } finally {
+    await p.close();
+    asking.stop();
+    prom.stop();
+  }
 });
 
 test('the page raised no script errors', () => {

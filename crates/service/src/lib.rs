@@ -448,12 +448,17 @@ fn app_state(
         engine_health: wiring.engine_health.clone(),
         webhook_wake: wiring.webhook_wake.clone(),
         silences: wiring.silences.clone(),
+        history: config.history().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "no history for questions: the Prometheus URL is not usable");
+            None
+        }),
         limits: api::Limits {
             body_timeout: config.http_body_timeout,
             stream_clients: Arc::new(Semaphore::new(config.max_stream_clients)),
             catch_up: Arc::new(Semaphore::new(CATCH_UP_READS)),
             stall_timeout: config.stall_timeout,
             max_samples_per_request: config.max_samples_per_request,
+            questions: Arc::new(Semaphore::new(1)),
         },
     })
 }

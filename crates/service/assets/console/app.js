@@ -453,8 +453,80 @@ async function openRule(name) {
   $('#source').value = source;
   $('#explain').textContent = explain || '';
   $('#save-result').textContent = '';
+  $('#why-result').replaceChildren();
   validate();
   $('#source').focus();
+}
+
+// ---- Why didn't it page? ----
+
+// Asks why the open rule did not alert through a past incident, from the team's Prometheus
+// history (`GET /api/v1/rules/{name}/why`), and draws each threshold test through it.
+async function askWhy(event) {
+  event.preventDefault();
+  const out = $('#why-result');
+  const from = $('#why-from').value, to = $('#why-to').value;
+  if (!from || !to) { out.replaceChildren(el('p', { class: 'error', text: "Give the incident's start and end." })); return; }
+  const q = new URLSearchParams({ from: new Date(from).toISOString(), to: new Date(to).toISOString() });
+  for (const k of ['host', 'key', 'lookback']) {
+    const v = $('#why-' + k).value.trim();
+    if (v) q.set(k, v);
+  }
+  out.replaceChildren(el('p', { text: 'Replaying the history through the rule…' }));
+  $('#why-ask').disabled = true;
+  try {
+    const answer = await api(`/api/v1/rules/${encodeURIComponent(state.rule)}/why?${q}`);
+    out.replaceChildren(...whyView(answer));
+  } catch (error) {
+    out.replaceChildren(el('p', { class: 'error', text: String(error.message || error) }));
+  } finally {
+    $('#why-ask').disabled = false;
+  }
+}
+$('#why').addEventListener('submit', (e) => { askWhy(e).catch(report); });
+
+function whyView(a) {
+  const parts = [el('p', { class: 'key', text: `alert ${a.condition}` })];
+  if (!a.groups.length) parts.push(el('p', { text: 'The rule judged nothing in the range: no samples it reads, or none matching.' }));
+  for (const g of a.groups) {
+    parts.push(el('h4', { class: 'key', text: g.key }), el('p', { class: 'verdict', text: g.verdict }));
+    a.tests.forEach((t, i) => { if (t.threshold != null) parts.push(testPlot(a, g, i)); });
+  }
+  if (a.caught) return parts;
+  if (!a.changes.length) {
+    parts.push(el('p', { text: 'No change of one threshold makes the condition hold in a judged window.' }));
+    return parts;
+  }
+  parts.push(el('h4', { text: 'Smallest changes of one threshold, each checked by replaying the history with it' }));
+  parts.push(el('ul', { class: 'changes' }, ...a.changes.map((c) => el('li', { text: changeText(a, c) }))));
+  return parts;
+}
+
+function changeText(a, c) {
+  const outcome = c.caught
+    ? `caught at ${new Date(c.caught.time).toISOString()} (${c.caught.severity})`
+    : `still not caught: ${c.missed || 'no window judged'}`;
+  const perWeek = (cost) => readable(cost.host_days > 0 ? (cost.pages * 7) / cost.host_days : 0);
+  return `${c.text} → ${readable(c.to)}: ${outcome}. Over the history: ${a.cost.alerts} → ${c.cost.alerts} alerts, `
+    + `${a.cost.pages} → ${c.cost.pages} pages (${perWeek(a.cost)} → ${perWeek(c.cost)} per host per week).`;
+}
+
+// One threshold test through the incident: the value it compared in each judged window, its
+// threshold, and the change found for it; the group's first alert shaded.
+function testPlot(a, g, i) {
+  const points = g.points.filter((p) => p.active);
+  const xs = points.map((p) => p.end / 1000);
+  const data = [xs, points.map((p) => p.values[i])];
+  const series = [{}, { label: a.tests[i].text, stroke: '#1565c0', width: 2 }];
+  data.push(xs.map(() => a.tests[i].threshold));
+  series.push({ label: 'threshold', stroke: '#c0392b', dash: [6, 4], width: 1 });
+  const change = a.changes.find((c) => c.test === i);
+  if (change) {
+    data.push(xs.map(() => change.to));
+    series.push({ label: `changed to ${readable(change.to)}`, stroke: '#2e7d32', dash: [6, 4], width: 1 });
+  }
+  const alert = g.alerts.length ? g.alerts[0].time / 1000 : null;
+  return plot(a.tests[i].text, data, series, alert, alert);
 }
 
 let validateTimer = null;

@@ -11,6 +11,7 @@
 //! | `POST /v1/metrics` | OTLP/HTTP metrics, protobuf or JSON | [`otlp`] |
 //! | `GET /api/v1/rules`, `GET/PUT/DELETE /api/v1/rules/{name}` | the rule set; PUT takes the rule's text | [`rules`] |
 //! | `POST /api/v1/rules/validate` | diagnostics for a rule text, as JSON | [`rules`] |
+//! | `GET /api/v1/rules/{name}/why` | why the rule did not alert through a past incident, from Prometheus' history | [`why`] |
 //! | `GET /api/v1/dead-letters` | input that could not be read | [`ops`] |
 //! | `GET /api/v1/webhook`, `POST /api/v1/webhook/redeliver` | webhook deliveries by state; retry dead ones | [`ops`] |
 //! | `GET /metrics`, `GET /healthz`, `GET /readyz` | Prometheus metrics, liveness, readiness | [`ops`] |
@@ -29,6 +30,7 @@ mod otlp;
 mod prometheus;
 mod remote_write;
 pub mod rules;
+pub mod why;
 
 use super::engine_loop::EngineHealth;
 use super::rules::LiveRules;
@@ -87,6 +89,8 @@ pub struct AppState {
     pub webhook_wake: Arc<Notify>,
     /// What the Alertmanagers hold silenced ([`crate::alertmanager`]).
     pub silences: Arc<crate::alertmanager::Silences>,
+    /// The team's Prometheus, that "why didn't it page?" reads ([`why`]).
+    pub history: Option<crate::history::Source>,
     pub limits: Limits,
 }
 
@@ -102,6 +106,8 @@ pub struct Limits {
     pub stall_timeout: Duration,
     /// Samples a request to a collector receiver may carry.
     pub max_samples_per_request: usize,
+    /// Questions answered at once ([`why`]).
+    pub questions: Arc<Semaphore>,
 }
 
 /// An API error: a status and a message, as JSON.
@@ -238,6 +244,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/streams", get(rules::list_streams))
         .route("/api/v1/rules/{name}", get(rules::get_rule))
         .route("/api/v1/rules/validate", post(rules::validate_rule))
+        .route("/api/v1/rules/{name}/why", get(why::why))
         .route("/api/v1/dead-letters", get(ops::dead_letters))
         .route("/api/v1/webhook", get(ops::webhook_state))
         .route("/api/v1/alertmanager/silenced", get(ops::silenced))

@@ -115,12 +115,14 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
         silences: Default::default(),
+        history: None,
         limits: Limits {
             body_timeout: Duration::from_secs(5),
             stream_clients: Arc::new(Semaphore::new(4)),
             catch_up: Arc::new(Semaphore::new(2)),
             stall_timeout: Duration::from_secs(10),
             max_samples_per_request: 1000,
+            questions: Arc::new(Semaphore::new(1)),
         },
     });
     App { router: router(state.clone()), state, dir, stop }

@@ -757,6 +757,21 @@ impl ServeConfig {
 
     /// The warm start `--warm-from-prometheus` asks for, if any.
     pub fn warm_start(&self) -> Result<Option<crate::history::warm::WarmStart>, crate::history::PrometheusError> {
+        let Some(history) = self.history()? else { return Ok(None) };
+        Ok(Some(crate::history::warm::WarmStart {
+            prometheus: history.prometheus,
+            selector: history.selector,
+            lookback: history.lookback,
+            step: self.warm_step,
+            hosts: history.hosts,
+            dropped_labels: self.remote_write_ha().replica,
+            max_state_bytes: self.max_state_bytes(),
+        }))
+    }
+
+    /// The team's Prometheus `--warm-from-prometheus` names, and its series, if it names one:
+    /// what a warm start and "why didn't it page?" read.
+    pub fn history(&self) -> Result<Option<crate::history::Source>, crate::history::PrometheusError> {
         let Some(url) = &self.warm_from_prometheus else { return Ok(None) };
         use crate::history::{Auth, Prometheus, ReadMode};
         let auth = Auth::of(
@@ -764,14 +779,11 @@ impl ServeConfig {
             self.prometheus_password.as_deref(),
             self.prometheus_bearer_token.as_deref(),
         );
-        Ok(Some(crate::history::warm::WarmStart {
+        Ok(Some(crate::history::Source {
             prometheus: Prometheus::new(url, auth, ReadMode::default(), Duration::from_secs(120))?,
             selector: self.warm_match.clone(),
             lookback: self.warm_lookback,
-            step: self.warm_step,
             hosts: self.remote_write_hosts(),
-            dropped_labels: self.remote_write_ha().replica,
-            max_state_bytes: self.max_state_bytes(),
         }))
     }
 

@@ -22,6 +22,7 @@ pub mod xor;
 use crate::backoff::Backoff;
 use proto::{ChunkedReadResponse, LabelMatcher, Query, ReadRequest, ReadResponse, TimeSeries};
 use std::time::Duration;
+use vigil_engine::event::Millis;
 
 /// Why history could not be read, and whether trying again may help.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,4 +273,51 @@ fn frames(mut body: &[u8], start: i64, end: i64) -> Result<Vec<TimeSeries>, Stri
         }
     }
     Ok(out)
+}
+
+/// The team's Prometheus and the series of it that Vigil reads: a warm start's history, and what
+/// "why didn't it page?" replays.
+#[derive(Clone)]
+pub struct Source {
+    pub prometheus: Prometheus,
+    /// A series selector (PromQL).
+    pub selector: String,
+    /// History read back from the start (a warm start) or from an incident (a question).
+    pub lookback: Duration,
+    pub hosts: vigil_engine::remote_write::HostLabels,
+}
+
+/// A time as a backtest's --start and --end and a question's --from and --to take it, in ms
+/// since the epoch: RFC 3339, Unix seconds, `now` or `now-7d` (the wall clock's `now`).
+pub fn parse_time(s: &str, now: Millis) -> Result<Millis, String> {
+    let s = s.trim();
+    if s == "now" {
+        return Ok(now);
+    }
+    if let Some(ago) = s.strip_prefix("now-") {
+        let d = vigil_engine::settings::parse_duration(ago)?;
+        return Ok(now - d.as_millis() as Millis);
+    }
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() {
+            return Ok((secs * 1000.0).round() as Millis);
+        }
+    }
+    vigil_engine::event::parse_time(s)
+        .ok_or_else(|| format!("`{s}` is not a time: write RFC 3339 (2026-11-22T00:00:00Z), Unix seconds or now-7d"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn times_read_as_rfc_3339_unix_seconds_or_before_now() {
+        let now = 1_800_000_000_000;
+        assert_eq!(parse_time("2026-11-22T00:00:00Z", now), Ok(1_795_305_600_000));
+        assert_eq!(parse_time("1795305600.5", now), Ok(1_795_305_600_500));
+        assert_eq!(parse_time("now", now), Ok(now));
+        assert_eq!(parse_time("now-7d", now), Ok(now - 7 * 86_400_000));
+        assert!(parse_time("yesterday", now).expect_err("not a time").contains("RFC 3339"));
+    }
 }
