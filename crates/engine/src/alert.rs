@@ -115,6 +115,18 @@ impl Fields {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// As text, `name=value` by name, text values unquoted: `s.host=web-1 s.name=cpu`.
+    pub fn text(&self) -> String {
+        let shown: Vec<String> = self
+            .iter()
+            .map(|(name, v)| match v {
+                Json::String(s) => format!("{name}={s}"),
+                v => format!("{name}={v}"),
+            })
+            .collect();
+        shown.join(" ")
+    }
 }
 
 impl Serialize for Fields {

@@ -263,17 +263,7 @@ fn seen(alerts: &[Alert], plan: &RulePlan, question: &Question) -> Vec<Seen> {
     alerts
         .iter()
         .filter(|a| *a.rule == *plan.name && (question.from..=question.to).contains(&a.time))
-        .map(|a| {
-            let key: Vec<String> = a
-                .key
-                .iter()
-                .map(|(n, v)| match v {
-                    serde_json::Value::String(s) => format!("{n}={s}"),
-                    v => format!("{n}={v}"),
-                })
-                .collect();
-            Seen { time: a.time, severity: a.severity.to_string(), key: key.join(" ") }
-        })
+        .map(|a| Seen { time: a.time, severity: a.severity.to_string(), key: a.key.text() })
         .filter(|s| question.key.as_ref().is_none_or(|k| s.key.contains(k.as_str()) || k.contains(&s.key)))
         .collect()
 }

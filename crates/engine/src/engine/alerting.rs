@@ -240,15 +240,7 @@ impl Alerting {
 
     /// A key as text, `name=value` by name: `s.host=web-1 s.name=cpu`.
     pub(crate) fn key_text(&self, key: &Key) -> String {
-        let fields = self.key_fields(key);
-        let shown: Vec<String> = fields
-            .iter()
-            .map(|(name, v)| match v {
-                serde_json::Value::String(s) => format!("{name}={s}"),
-                v => format!("{name}={v}"),
-            })
-            .collect();
-        shown.join(" ")
+        self.key_fields(key).text()
     }
 
     fn build(&self, key: &Key, tr: &Transition, env: &Env, evidence: Vec<Evidence>) -> Alert {
