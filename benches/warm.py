@@ -7,11 +7,12 @@ with a day of history in Debian's Prometheus, read at the start of `vigil serve`
 
 One scrape of a real node_exporter (Debian's) gives the series: each host has them all, with
 its own `instance`. Counters climb by a rate of their own per series, 30% of the gauges move
-(a daily cycle with noise) and the rest stay flat, as most of a host's do. The history, one
-value per `--step` seconds over `--hours` ending a minute ago, is written as OpenMetrics text
+(a daily cycle with noise) and the rest stay flat, as most of a host's do. The history, every
+10 s scrape in its last `--raw-hours` and one value per `--step` seconds before, over `--hours`
+ending a minute ago, is written as OpenMetrics text
 and turned into TSDB blocks by `promtool tsdb create-blocks-from openmetrics`; Prometheus serves
 them. Then `vigil serve` (release build, SQLite in a fresh folder, `rules/metrics`) starts with
-a warm start of the same lookback and step, and the script reads, until its log says the warm
+a warm start of the same lookback, step and raw part, and the script reads, until its log says the warm
 start is done: its duration, samples read per second, Vigil's peak RSS, Prometheus' peak RSS,
 and the latency of a query (`up`) sent to Prometheus every half second meanwhile. Then `vigil
 replay --from-prometheus` of the same range, streamed and as samples: samples read per second
@@ -71,10 +72,12 @@ def series_of(text):
     return out
 
 
-def write_history(path, series, hosts, hours, step, end):
+def write_history(path, series, hosts, hours, step, end, raw=3600, scrape=10):
     rng = random.Random(7)
     start = end - hours * 3600
-    steps = list(range(start - start % step + step, end + 1, step))
+    # Every scrape in the last `raw` seconds (what the warm start reads raw), one per step before.
+    raw_from = end - raw
+    steps = [t for t in range(start - start % step + step, raw_from, step)] + list(range(raw_from, end + 1, scrape))
     by_name = {}
     for name, labels, v in series:
         by_name.setdefault(name, []).append((labels, v))
@@ -139,6 +142,7 @@ def main():
     ap.add_argument("--hosts", type=int, default=20)
     ap.add_argument("--hours", type=int, default=24)
     ap.add_argument("--step", type=int, default=150)
+    ap.add_argument("--raw-hours", type=float, default=1, help="--warm-raw: the last history, every 10 s scrape")
     ap.add_argument("--node-exporter", default="prometheus-node-exporter")
     ap.add_argument("--prometheus", default="prometheus")
     ap.add_argument("--promtool", default="promtool")
@@ -150,7 +154,7 @@ def main():
         end = int(time.time()) - 60
         om = os.path.join(work, "history.om")
         t = time.time()
-        samples, n_series = write_history(om, series, a.hosts, a.hours, a.step, end)
+        samples, n_series = write_history(om, series, a.hosts, a.hours, a.step, end, int(a.raw_hours * 3600))
         print(f"history: {n_series} series, {samples} samples, written in {time.time() - t:.0f} s", file=sys.stderr)
         t = time.time()
         tsdb = os.path.join(work, "tsdb")
@@ -179,7 +183,8 @@ def main():
                                   "--http-addr", f"127.0.0.1:{free_port()}", "--database-url", f"sqlite://{vdir}/v.db",
                                   "--spool-dir", f"{vdir}/spool", "--ingest-log-dir", f"{vdir}/ingest",
                                   "--warm-from-prometheus", purl, "--warm-lookback", f"{a.hours}h",
-                                  "--warm-step", f"{a.step}s", "--warm-match", '{job="node"}'],
+                                  "--warm-step", f"{a.step}s", "--warm-raw", f"{int(a.raw_hours * 60)}min",
+                                  "--warm-match", '{job="node"}'],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, "VIGIL_LOG": "info"})
         done = threading.Event()

@@ -14,9 +14,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Prometheus, stopped when dropped.
-struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Prometheus {
@@ -46,7 +46,7 @@ fn history() -> String {
 
 /// A Prometheus whose TSDB holds `history`, answering on a port of its own, with `global`
 /// settings of its configuration.
-fn prometheus(dir: &Path, history: &str, global: &str) -> Prometheus {
+pub(crate) fn prometheus(dir: &Path, history: &str, global: &str) -> Prometheus {
     let text = dir.join("history.om");
     std::fs::write(&text, history).expect("write");
     let tsdb = dir.join("tsdb");

@@ -21,6 +21,7 @@ mod group_outage;
 mod hostile;
 mod monitoring;
 mod node_mixin;
+mod node_warm;
 mod properties;
 mod robustness;
 mod rule_behaviour;

@@ -16,6 +16,7 @@ use vigil_engine::settings::{parse_duration, parse_positive, EngineArgs, EngineS
 use vigil_lang::schema::{Catalog, Stream};
 
 mod file;
+mod history;
 
 pub use vigil_engine::settings::millis;
 
@@ -311,7 +312,9 @@ settings! {
     warm_match: String ["{__name__=~\".+\"}"] = parse_selector, env "VIGIL_WARM_MATCH", in warm,
         "The series a warm start reads: a PromQL series selector";
     warm_step: Duration ["150s"] = parse_positive_duration, env "VIGIL_WARM_STEP", in warm,
-        "The step of the history a warm start reads (two values in each five-minute window by default, so that a counter's rate has two)";
+        "The step of the history a warm start reads before its raw part (two values in each five-minute window by default, so that a counter's rate has two)";
+    warm_raw: Duration ["1h"] = parse_duration, env "VIGIL_WARM_RAW", in warm,
+        "The most recent history a warm start reads raw (remote-read, every sample), so that the windows live samples continue are judged at their resolution";
     prometheus_user: String [] = parse_nonempty, env "VIGIL_PROMETHEUS_USER", in warm,
         "Basic auth at --warm-from-prometheus: the user (the password in VIGIL_PROMETHEUS_PASSWORD)";
     prometheus_password: String [] = parse_nonempty, env "VIGIL_PROMETHEUS_PASSWORD", in warm,
@@ -753,38 +756,6 @@ impl ServeConfig {
             cluster: self.remote_write_cluster_label.clone(),
             failover: self.remote_write_ha_failover,
         }
-    }
-
-    /// The warm start `--warm-from-prometheus` asks for, if any.
-    pub fn warm_start(&self) -> Result<Option<crate::history::warm::WarmStart>, crate::history::PrometheusError> {
-        let Some(history) = self.history()? else { return Ok(None) };
-        Ok(Some(crate::history::warm::WarmStart {
-            prometheus: history.prometheus,
-            selector: history.selector,
-            lookback: history.lookback,
-            step: self.warm_step,
-            hosts: history.hosts,
-            dropped_labels: self.remote_write_ha().replica,
-            max_state_bytes: self.max_state_bytes(),
-        }))
-    }
-
-    /// The team's Prometheus `--warm-from-prometheus` names, and its series, if it names one:
-    /// what a warm start and "why didn't it page?" read.
-    pub fn history(&self) -> Result<Option<crate::history::Source>, crate::history::PrometheusError> {
-        let Some(url) = &self.warm_from_prometheus else { return Ok(None) };
-        use crate::history::{Auth, Prometheus, ReadMode};
-        let auth = Auth::of(
-            self.prometheus_user.as_deref(),
-            self.prometheus_password.as_deref(),
-            self.prometheus_bearer_token.as_deref(),
-        );
-        Ok(Some(crate::history::Source {
-            prometheus: Prometheus::new(url, auth, ReadMode::default(), Duration::from_secs(120))?,
-            selector: self.warm_match.clone(),
-            lookback: self.warm_lookback,
-            hosts: self.remote_write_hosts(),
-        }))
     }
 
     /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.

@@ -4,8 +4,14 @@
 //! `metric_deviation` at five-minute windows).
 //!
 //! The history is read with range queries of `--warm-match` at `--warm-step` over
-//! `--warm-lookback` before now, an hour of steps at a time, and taken page by page in time
-//! order, under the state budget. Its samples become events as remote-written ones do (the same
+//! `--warm-lookback` before now, an hour of steps at a time, except its last `--warm-raw`, read
+//! raw (remote-read, every sample) ten minutes at a time, and taken page by page in time order,
+//! under the state budget. Stepped history is cheap (about 15 times fewer samples than a 10 s
+//! scrape's), but the windows live samples continue must be judged at their resolution: a
+//! counter's rate over five minutes from two values is not the one from thirty, and on real
+//! node_exporter series a day at 150 s handed straight to live samples raised false pages in the
+//! first windows, where an hour of raw history before the handover raised none
+//! (`benches/node_warm.py`, RELIABILITY.md). Its samples become events as remote-written ones do (the same
 //! host mapping). It ends at the start, where live samples take over; it never runs ahead of
 //! them. What the history raises is not sent: an alert it leaves firing at the handover is sent
 //! once, as firing now, and the rest are only counted. State restored from a checkpoint wins:
@@ -28,6 +34,8 @@ pub struct WarmStart {
     pub selector: String,
     pub lookback: Duration,
     pub step: Duration,
+    /// The most recent history, read raw: every sample, as live samples come.
+    pub raw: Duration,
     pub hosts: HostLabels,
     /// Labels a remote-write receiver takes off live series (an HA pair's replica label): not
     /// added to the history from the server's external labels.
@@ -53,8 +61,30 @@ fn steps_per_page(step: Duration) -> i64 {
     (3_600_000 / step.as_millis().max(1) as i64).clamp(1, super::query::MAX_POINTS)
 }
 
-/// Feeds `runtime` the history up to `now`. Runs on a blocking thread; `handle` makes the
-/// requests.
+/// Each series of `selector` at each step: its last sample within the step before it. A plain
+/// selector would answer a series at every step within five minutes (Prometheus' lookback) of
+/// its last sample: a series that ended, or a history that stops before now, would run on for
+/// five minutes with its last value, ahead of the live samples that continue it.
+/// `last_over_time` keeps the series' name.
+fn fresh(selector: &str, step: Duration) -> String {
+    format!("last_over_time({selector}[{}ms])", step.as_millis().max(1))
+}
+
+/// Dates each answer of a range query at `t` (the last sample of `[t + 1 - step, t]`) at the
+/// start of that interval: never after the sample itself, so never ahead of the live samples
+/// that continue the series (dated `t`, a history that ends before now would run up to a step
+/// into them), and in the window the sample belongs to when the step divides the rules' windows.
+fn dated(series: &mut super::proto::TimeSeries, step: i64) {
+    for sample in &mut series.samples {
+        sample.timestamp = sample.timestamp + 1 - step;
+    }
+}
+
+/// Time of the raw history read at once.
+const RAW_PAGE_MS: i64 = 600_000;
+
+/// Feeds `runtime` the history up to `now`: at `--warm-step` up to `--warm-raw` before now, then
+/// every sample. Runs on a blocking thread; `handle` makes the requests.
 pub fn warm(
     runtime: &mut Runtime,
     w: &WarmStart,
@@ -63,67 +93,112 @@ pub fn warm(
 ) -> Result<Warmed, PrometheusError> {
     let step = w.step.as_millis().max(1) as i64;
     let per_page = steps_per_page(w.step);
-    // On the step grid, so that pages meet without a gap or an overlap.
-    let first = (now - w.lookback.as_millis() as i64).div_euclid(step) * step;
-    let mut warmed = Warmed::default();
-    let mut last: BTreeMap<String, Alert> = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    // Live samples carry the server's external labels, range queries' answers do not: added, so
-    // that the history warms the series live samples continue.
-    let external: Vec<Label> = match handle.block_on(w.prometheus.external_labels()) {
-        Ok(labels) => labels
-            .into_iter()
-            .filter(|(name, _)| !w.dropped_labels.contains(name))
-            .map(|(name, value)| Label { name, value })
-            .collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, "the server's external labels cannot be read: the history is taken as it is");
-            Vec::new()
-        }
-    };
-    let mut from = first;
+    let start = now - w.lookback.as_millis() as i64;
+    // Where the raw history starts: a point of the step grid, where the stepped one ends.
+    let raw_from = (now - w.raw.as_millis() as i64).max(start).div_euclid(step) * step;
+    let mut taken = Taken::new(w, handle);
+    // Asked a millisecond before each point `g` of the step grid, so that pages meet without a gap
+    // or an overlap and each answer is the last sample of `[g - step, g)`; dated `g - step`, the
+    // interval's start ([`dated`]).
+    let mut from = start.div_euclid(step) * step - 1;
+    while from < raw_from - 1 {
+        let to = (from + (per_page - 1) * step).min(raw_from - 1);
+        let mut series = handle.block_on(w.prometheus.query_range(&fresh(&w.selector, w.step), from, to, w.step))?;
+        series.iter_mut().for_each(|s| dated(s, step));
+        taken.take(runtime, series);
+        from = to + step;
+    }
+    let matchers = super::selector::parse(&w.selector).map_err(|e| super::fatal(format!("`{}`: {e}", w.selector)))?;
+    let mut from = raw_from.max(start);
     while from <= now {
-        let to = (from + (per_page - 1) * step).min(now);
-        let mut series = handle.block_on(w.prometheus.query_range(&w.selector, from, to, w.step))?;
+        let to = (from + RAW_PAGE_MS - 1).min(now);
+        let series = handle.block_on(w.prometheus.read(&matchers, from, to))?;
+        taken.take(runtime, series);
+        from = to + 1;
+    }
+    let Taken { mut warmed, last, .. } = taken;
+    warmed.firing = last.into_values().filter(|a| a.status == Status::Firing).collect();
+    Ok(warmed)
+}
+
+/// What the history fed so far.
+struct Taken<'a> {
+    w: &'a WarmStart,
+    warmed: Warmed,
+    /// Each alert's last transition, by id.
+    last: BTreeMap<String, Alert>,
+    seen: std::collections::BTreeSet<Vec<(String, String)>>,
+    out: Vec<Alert>,
+    /// The server's external labels, less those a receiver drops.
+    external: Vec<Label>,
+}
+
+impl<'a> Taken<'a> {
+    fn new(w: &'a WarmStart, handle: &tokio::runtime::Handle) -> Taken<'a> {
+        // Live samples carry the server's external labels, its answers do not: added, so that
+        // the history warms the series live samples continue.
+        let external = match handle.block_on(w.prometheus.external_labels()) {
+            Ok(labels) => labels
+                .into_iter()
+                .filter(|(name, _)| !w.dropped_labels.contains(name))
+                .map(|(name, value)| Label { name, value })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the server's external labels cannot be read: the history is taken as it is");
+                Vec::new()
+            }
+        };
+        Taken {
+            w,
+            warmed: Warmed::default(),
+            last: BTreeMap::new(),
+            seen: Default::default(),
+            out: Vec::new(),
+            external,
+        }
+    }
+
+    /// One answer's series, fed to `runtime` in time order under the state budget; what they
+    /// raise held back.
+    fn take(&mut self, runtime: &mut Runtime, mut series: Vec<super::proto::TimeSeries>) {
+        self.warmed.requests += 1;
+        let mut events: Vec<Event> = Vec::new();
         for s in &mut series {
-            for l in &external {
+            for l in &self.external {
                 if !s.labels.iter().any(|have| have.name == l.name) {
                     s.labels.push(l.clone());
                 }
             }
-        }
-        warmed.requests += 1;
-        let mut events: Vec<Event> = Vec::new();
-        for s in &series {
-            if let Ok(samples) = series_samples(s, &w.hosts, None) {
+            if let Ok(samples) = series_samples(s, &self.w.hosts, None) {
                 let labels: Vec<(String, String)> =
                     s.labels.iter().map(|l| (l.name.clone(), l.value.clone())).collect();
-                if !samples.events.is_empty() && seen.insert(labels) {
-                    warmed.series += 1;
+                if !samples.events.is_empty() && self.seen.insert(labels) {
+                    self.warmed.series += 1;
                 }
                 events.extend(samples.events);
             }
         }
         events.sort_by_key(|e| e.ts);
-        warmed.samples += events.len() as u64;
-        runtime.push(events, Vec::new(), &mut out);
-        runtime.catch_up(&mut out);
-        runtime.enforce_budget(w.max_state_bytes, &mut out);
-        for a in out.drain(..) {
-            warmed.held_back += 1;
-            last.insert(a.id.clone(), a);
+        self.warmed.samples += events.len() as u64;
+        runtime.push(events, Vec::new(), &mut self.out);
+        runtime.catch_up(&mut self.out);
+        runtime.enforce_budget(self.w.max_state_bytes, &mut self.out);
+        for a in self.out.drain(..) {
+            self.warmed.held_back += 1;
+            self.last.insert(a.id.clone(), a);
         }
-        from = to + step;
     }
-    warmed.firing = last.into_values().filter(|a| a.status == Status::Firing).collect();
-    Ok(warmed)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::steps_per_page;
+    use super::{fresh, steps_per_page};
     use std::time::Duration;
+
+    #[test]
+    fn the_history_reads_each_steps_last_sample_within_the_step() {
+        assert_eq!(fresh(r#"{job="node"}"#, Duration::from_secs(150)), r#"last_over_time({job="node"}[150000ms])"#);
+    }
 
     #[test]
     fn a_page_is_an_hour_of_steps_within_the_query_apis_limit() {
