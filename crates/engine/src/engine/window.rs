@@ -124,9 +124,7 @@ impl Dependent {
         };
         self.alerting.observe(key, end, fires, &judged, evidence, out);
     }
-}
 
-impl Dependent {
     /// Notes the judgement of `key` at `end` when the rule's judgements are followed.
     fn note(&self, key: &Key, end: Millis, active: bool, env: &Env) {
         if let Some(trace) = self.trace.as_ref().filter(|t| t.wants(end)) {

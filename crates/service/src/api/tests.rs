@@ -23,6 +23,11 @@ impl Drop for App {
 }
 
 async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
+    app_with(token, read_token, None).await
+}
+
+/// [`app`], reading its history for questions from `history`.
+async fn app_with(token: Option<&str>, read_token: Option<&str>, history: Option<crate::history::Source>) -> App {
     let dir = std::env::temp_dir().join(format!("vigil-api-{}-{}", std::process::id(), fastrand::u64(..)));
     std::fs::create_dir_all(dir.join("rules")).expect("temp dir");
     std::fs::copy(
@@ -115,7 +120,7 @@ async fn app(token: Option<&str>, read_token: Option<&str>) -> App {
         engine_health,
         webhook_wake: Arc::new(Notify::new()),
         silences: Default::default(),
-        history: None,
+        history,
         limits: Limits {
             body_timeout: Duration::from_secs(5),
             stream_clients: Arc::new(Semaphore::new(4)),
@@ -621,4 +626,34 @@ async fn a_declared_stream_is_taken_once_declared_and_kept_while_a_rule_reads_it
     let error = body["error"].as_str().unwrap_or_default();
     assert!(error.contains("E0405") && error.contains("removes stream `k8s_event`"), "{body}");
     assert!(error.contains("rule pod_evicted_then_failed reads"), "{body}");
+}
+
+#[tokio::test]
+async fn a_question_is_refused_with_its_reason_before_any_history_is_read() {
+    let without = app(None, None).await;
+    let (status, body) =
+        call(&without, Method::GET, "/api/v1/rules/evicted_then_failed/why?from=now-1h&to=now", "", None).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("--warm-from-prometheus"), "{body}");
+    // A Prometheus nothing listens at: each refusal below comes before it would be asked.
+    let auth = crate::history::Auth::of(None, None, None);
+    let down = crate::history::Prometheus::new("http://127.0.0.1:9", auth, Default::default(), Duration::from_secs(1))
+        .expect("a client");
+    let source = crate::history::Source {
+        prometheus: down,
+        selector: r#"{job="node"}"#.into(),
+        lookback: Duration::from_secs(3600),
+        hosts: Default::default(),
+    };
+    let app = app_with(None, None, Some(source)).await;
+    for (uri, status, reason) in [
+        ("/api/v1/rules/evicted_then_failed/why?from=yesterday&to=now", 400, "from: `yesterday` is not a time"),
+        ("/api/v1/rules/evicted_then_failed/why?from=now&to=now-1h", 400, "`to` is before `from`"),
+        ("/api/v1/rules/evicted_then_failed/why?from=now-1h&to=now&lookback=soon", 400, "lookback:"),
+        ("/api/v1/rules/no_such_rule/why?from=now-1h&to=now", 404, "no rule `no_such_rule`"),
+    ] {
+        let (got, body) = call(&app, Method::GET, uri, "", None).await;
+        assert_eq!(got, status, "{uri}: {body}");
+        assert!(body["error"].as_str().unwrap_or_default().contains(reason), "{uri}: {body}");
+    }
 }

@@ -7,12 +7,11 @@
 //! `--warm-lookback` before now, an hour of steps at a time, except its last `--warm-raw`, read
 //! raw (remote-read, every sample) ten minutes at a time, and taken page by page in time order,
 //! under the state budget. Stepped history is cheap (about 15 times fewer samples than a 10 s
-//! scrape's), but the windows live samples continue must be judged at their resolution: a
-//! counter's rate over five minutes from two values is not the one from thirty, and on real
-//! node_exporter series a day at 150 s handed straight to live samples raised false pages in the
-//! first windows, where an hour of raw history before the handover raised none
-//! (`benches/node_warm.py`, RELIABILITY.md). Its samples become events as remote-written ones do (the same
-//! host mapping). It ends at the start, where live samples take over; it never runs ahead of
+//! scrape's), but the windows live samples continue must have been learned at their
+//! resolution: a counter's rate over five minutes from two values is not the one from thirty,
+//! and the first live windows would look unlike all of the history (RELIABILITY.md, "The same
+//! fork storm after a warm start"). Its samples become events as remote-written ones do (the
+//! same host mapping). It ends at the start, where live samples take over; it never runs ahead of
 //! them. What the history raises is not sent: an alert it leaves firing at the handover is sent
 //! once, as firing now, and the rest are only counted. State restored from a checkpoint wins:
 //! with one, there is no warm start.
