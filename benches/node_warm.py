@@ -37,7 +37,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fleet import serve  # noqa: E402
-from workers import free_port  # noqa: E402
+from warm import serve_history  # noqa: E402
 
 COUNTING = ("_total", "_count", "_sum", "_bucket")
 SCRAPE_MS = 10_000
@@ -197,19 +197,7 @@ def main():
         sys.exit(f"promtool: {made.stderr}")
     print(f"history: {samples:,} samples ({args.hosts} hosts x {len(keys)} series, {args.hours} h at "
           f"{args.step} s) in {time.time() - started:.0f} s")
-    port = free_port()
-    with open(os.path.join(work, "prometheus.yml"), "w") as f:
-        f.write("global:\n  scrape_interval: 1h\n")
-    prom = subprocess.Popen([args.prometheus, f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/tsdb",
-                             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    prom_url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(prom_url + "/-/ready", timeout=2)
-            break
-        except OSError:
-            time.sleep(0.2)
+    prom, prom_url = serve_history(args.prometheus, work, os.path.join(work, "tsdb"))
     extra = [] if args.cold else ["--warm-from-prometheus", prom_url, "--warm-lookback", f"{int(args.hours * 60) + 180}min",
                                   "--warm-step", f"{args.step}s", "--warm-raw", f"{int(args.raw_hours * 60) + 120}min", "--warm-match", '{job="node"}']
     folder = os.path.join(work, "vigil")
@@ -231,9 +219,6 @@ def main():
                         if name.endswith(COUNTING):
                             e["kind"] = "counter"
                         lines.append(json.dumps(e, separators=(",", ":")))
-            if os.environ.get("VIGIL_LIVE_FILE"):
-                with open(os.environ["VIGIL_LIVE_FILE"], "a") as f:
-                    f.write("\n".join(lines) + "\n")
             answer = post(url, lines)
             if minute == 0:
                 # Restarted with state (here, the history's), the service holds event time for
@@ -242,14 +227,8 @@ def main():
                 time.sleep(11)
             taken[0] += answer.get("accepted", 0)
             taken[1] += answer.get("late", 0)
-            if answer.get("late") and os.environ.get("VIGIL_DEBUG"):
-                print(f"minute {minute}: {answer}")
         time.sleep(5)
         print(f"live: {taken[0]:,} samples taken, {taken[1]:,} of them late")
-        if os.environ.get("VIGIL_DEBUG"):
-            with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-                print("\n".join(l for l in r.read().decode().splitlines()
-                                if l.startswith(("vigil_alerts_total", "vigil_live_keys", "vigil_watermark", "vigil_events"))))
         fork_at = fork_from * SCRAPE_MS
         caught, false = [], []
         for a in alerts(url):
@@ -271,9 +250,6 @@ def main():
         print(f"false alerts (another host, or before the fork): {len(false)}")
         for rule, severity, host, name, after in false:
             print(f"  {rule} {severity} {host} {name} at {after:+.0f} s")
-        if os.environ.get("VIGIL_HOLD"):
-            print("holding: prometheus at", prom_url, flush=True)
-            time.sleep(3600)
     finally:
         vigil.terminate()
         prom.terminate()

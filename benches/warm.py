@@ -105,6 +105,26 @@ def write_history(path, series, hosts, hours, step, end, raw=3600, scrape=10):
     return count, len(series) * hosts
 
 
+def serve_history(exe, work, tsdb):
+    """Prometheus (`exe`) serving the blocks in `tsdb`, scraping nothing, once ready: (process,
+    its URL)."""
+    config = os.path.join(work, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write("global:\n  scrape_interval: 1h\n")
+    port = free_port()
+    prom = subprocess.Popen([exe, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+                             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.2)
+    return prom, url
+
+
 def rss(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -161,20 +181,7 @@ def main():
         subprocess.run([a.promtool, "tsdb", "create-blocks-from", "openmetrics", om, tsdb], check=True, stdout=subprocess.DEVNULL)
         os.remove(om)
         print(f"blocks made in {time.time() - t:.0f} s", file=sys.stderr)
-        config = os.path.join(work, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write("global:\n  scrape_interval: 1h\n")
-        pport = free_port()
-        prom = subprocess.Popen([a.prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-                                 "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{pport}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        purl = f"http://127.0.0.1:{pport}"
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(purl + "/-/ready", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.2)
+        prom, purl = serve_history(a.prometheus, work, tsdb)
         prom_base = rss(prom.pid)
         vdir = os.path.join(work, "vigil")
         os.makedirs(vdir)
