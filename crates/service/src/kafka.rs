@@ -7,7 +7,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use vigil_lang::schema::Stream;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What went wrong with Kafka.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +16,33 @@ pub enum KafkaError {
     Client(#[from] rdkafka::error::KafkaError),
     #[error("cannot create topic {topic}: {code}")]
     CreateTopic { topic: String, code: String },
+}
+
+/// The errors a consumer hands out in place of messages while its brokers are away. librdkafka
+/// reconnects by itself and queues an error for each attempt that fails, ahead of the messages
+/// fetched once a broker is back: they are taken as fast as they come (a pause after each would
+/// hold those messages back by the pause times the errors queued, a minute after a broker's
+/// restart of ten seconds), and logged at most once every [`ReceiveErrors::EVERY`], with how many
+/// came since the last one logged.
+#[derive(Debug, Default)]
+pub struct ReceiveErrors {
+    logged_at: Option<Instant>,
+    since: u64,
+}
+
+impl ReceiveErrors {
+    pub const EVERY: Duration = Duration::from_secs(5);
+
+    pub fn note(&mut self, error: &rdkafka::error::KafkaError) {
+        let now = Instant::now();
+        if self.logged_at.is_some_and(|at| now.duration_since(at) < Self::EVERY) {
+            self.since += 1;
+            return;
+        }
+        tracing::warn!(%error, unlogged_since_last = self.since, "Kafka receive failed; librdkafka reconnects");
+        self.logged_at = Some(now);
+        self.since = 0;
+    }
 }
 
 /// The librdkafka properties Vigil sets itself, which `kafka_options` may not change, and what

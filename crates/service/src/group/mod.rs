@@ -341,6 +341,8 @@ struct Looping {
     /// Partitions found assigned here but held by another instance in the last survey.
     suspects: claims::Suspects,
     state: state::StateGauges,
+    /// The consumers' errors, taken at once and logged now and then.
+    receive_errors: crate::kafka::ReceiveErrors,
 }
 
 impl Looping {
@@ -361,6 +363,7 @@ impl Looping {
             subscribed: false,
             suspects: claims::Suspects::default(),
             state: state::StateGauges::default(),
+            receive_errors: crate::kafka::ReceiveErrors::default(),
         }
     }
 
@@ -525,18 +528,14 @@ impl Looping {
     /// Reads up to 512 messages of the input consumer, or of the keyed one when `keyed`, waiting
     /// up to `wait` for the first; how many.
     fn read(&mut self, keyed: bool, wait: Duration) -> usize {
-        let Looping { m, topics, decoder, input, keyed: keyed_consumer, .. } = self;
+        let Looping { m, topics, decoder, input, keyed: keyed_consumer, receive_errors, .. } = self;
         let by_topic = &topics.by_topic;
         let consumer = if keyed { keyed_consumer } else { input };
         for n in 0..512 {
             let Some(polled) = consumer.poll(if n == 0 { wait } else { Duration::ZERO }) else { return n };
             match polled {
                 Ok(message) => read::take(m, by_topic, decoder, consumer.context(), &message),
-                Err(e) => {
-                    tracing::warn!(error = %e, "Kafka receive failed");
-                    std::thread::sleep(Duration::from_millis(100));
-                    return n;
-                }
+                Err(e) => receive_errors.note(&e),
             }
         }
         512

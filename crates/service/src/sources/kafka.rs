@@ -176,6 +176,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
     let mut assigned: BTreeSet<(String, i32)> = BTreeSet::new();
     let mut decoder = intake.catalog.decoder();
     let mut catalog_seen = 0;
+    let mut errors = crate::kafka::ReceiveErrors::default();
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -208,9 +209,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
         let m = match message {
             Ok(m) => m,
             Err(e) => {
-                // Broker down or restarting: librdkafka reconnects by itself; wait a little.
-                tracing::warn!(error = %e, "Kafka receive failed");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                errors.note(&e);
                 continue;
             }
         };
