@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use vigil_engine::remote_write::{Label, MetricMetadata, Sample, TimeSeries, WriteRequest};
+use vigil_formats::remote_write::{Label, MetricMetadata, Sample, TimeSeries, WriteRequest};
 
 #[derive(Parser)]
 struct Args {

@@ -4,8 +4,8 @@
 use anyhow::{anyhow, bail, Result};
 use std::time::Duration;
 use vigil_engine::event::Decoded;
-use vigil_engine::input::Input;
-use vigil_engine::remote_write::HostLabels;
+use vigil_formats::input::Input;
+use vigil_formats::remote_write::HostLabels;
 pub use vigil_service::history::parse_time;
 use vigil_service::history::{self, backtest, Auth, Prometheus, ReadMode};
 

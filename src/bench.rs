@@ -314,7 +314,7 @@ fn measure<D: Driven>(
     options: &BenchOptions,
 ) -> std::io::Result<Measured> {
     let (mut decoder, mut pool) = (LineDecoder::new(catalog.clone()), EventPool::default());
-    let mut lines = vigil_engine::input::LineReader::new(file);
+    let mut lines = vigil_formats::input::LineReader::new(file);
     let bounds = options.engine.bounds();
     let now = vigil_engine::event::now_ms();
     let mut alerts = Vec::new();

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::event::{Decoded, Millis};
-use vigil_engine::input::{Format, InputOptions};
 use vigil_engine::replay::{replay_into, Quiet, ReplayOptions};
+use vigil_formats::input::{Format, InputOptions};
 use vigil_lang::plan::RulePlan;
 
 pub mod outages;
@@ -238,7 +238,7 @@ pub fn read_labels(path: &Path) -> Result<BTreeMap<String, Vec<(Millis, Millis)>
         let mut parsed = Vec::new();
         for [start, end] in windows {
             let time = |s: &str| {
-                vigil_engine::input::parse_naive_utc(s).ok_or_else(|| EvalError::Invalid {
+                vigil_formats::input::parse_naive_utc(s).ok_or_else(|| EvalError::Invalid {
                     path: path.display().to_string(),
                     reason: format!("{file}: `{s}` is not a time"),
                 })
@@ -291,7 +291,7 @@ pub(crate) fn nab_times(path: &Path) -> Result<Vec<Millis>, EvalError> {
     let mut times = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let stamp = line.split(',').next().unwrap_or_default();
-        let t = vigil_engine::input::parse_naive_utc(stamp).ok_or_else(|| EvalError::Invalid {
+        let t = vigil_formats::input::parse_naive_utc(stamp).ok_or_else(|| EvalError::Invalid {
             path: format!("{}:{}", path.display(), i + 1),
             reason: format!("`{stamp}` is not `YYYY-MM-DD hh:mm:ss`"),
         })?;
@@ -321,7 +321,7 @@ pub fn alerts_of(
     let mut opened = Vec::new();
     for path in inputs {
         let mut input =
-            vigil_engine::input::open_gated(path, format, &InputOptions::default(), gate.clone(), pool.clone())
+            vigil_formats::input::open_gated(path, format, &InputOptions::default(), gate.clone(), pool.clone())
                 .map_err(|source| EvalError::Read { path: path.display().to_string(), source })?;
         if let Some(hosts) = gather {
             let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));

@@ -6,20 +6,23 @@
 //! ```text
 //! vigil-lang     text --parser--> ast --check--> RulePlan
 //!                                                   |
-//! vigil-engine   files, collectors' formats --> Event --> Engine --> Alert
-//!                                                   |                  |
-//! vigil-service  Kafka, HTTP ingest, files --> Event     Alert --> store, webhook,
-//!                (alone, or one member of a group)              Alertmanager, API, console
-//!                                                                      |
-//! vigil          the command line: check, explain, replay, test, eval, bench, serve
+//! vigil-engine                          Event --> Engine --> Alert
+//!                                         ^                    |
+//! vigil-formats  files, collectors' formats                    |
+//!                                         ^                    |
+//! vigil-service  Kafka, HTTP ingest, files                     Alert --> store, webhook,
+//!                (alone, or one member of a group)             Alertmanager, API, console
+//!                                                                  |
+//! vigil          the command line: check, explain, replay, test, eval, bench, why, serve
 //! ```
 //!
 //! - [`vigil_lang`]: [`compile`] parses and checks rule files into [`plan::RulePlan`]s;
 //!   [`ruleset`] loads files and folders; user mistakes are [`diagnostic::Diagnostic`]s.
 //! - [`vigil_engine`]: [`engine::Engine`] turns plans into operators, takes events and gives
-//!   alerts; [`input`] reads recorded files, [`otlp`], [`remote_write`] and [`influx`] decode
-//!   what collectors send, [`replay`] runs files through the [`runtime`]: the rules' keyed
-//!   partitions on threads.
+//!   alerts; [`replay`] runs inputs through the [`runtime`]: the rules' keyed partitions on
+//!   threads.
+//! - [`vigil_formats`]: [`Format`], the one list of what Vigil reads; [`input`] reads recorded
+//!   files, [`otlp`], [`remote_write`] and [`influx`] decode what collectors send.
 //! - [`service`] (`vigil-service`): `vigil serve`, the engine between its sources and its
 //!   destinations.
 //! - This crate: [`ruletest`] runs rule test files, [`eval`] scores rules on labelled series
@@ -35,8 +38,7 @@ pub mod eval;
 pub mod ruletest;
 pub mod why;
 
-pub use vigil_engine::{
-    alert, engine, event, influx, input, metric_kind, otlp, remote_write, replay, runtime, settings,
-};
+pub use vigil_engine::{alert, engine, event, replay, runtime, settings};
+pub use vigil_formats::{influx, input, metric_kind, otlp, remote_write, Format};
 pub use vigil_lang::{ast, check, compile, compile_all, diagnostic, parser, plan, ruleset, schema, Compiled};
 pub use vigil_service as service;

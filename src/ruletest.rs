@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::engine::{release_target, EngineConfig};
 use vigil_engine::event::{format_time, parse_time, LineDecoder, Millis};
-use vigil_engine::input::{self, Format, InputOptions};
 use vigil_engine::runtime::Runtime;
 use vigil_engine::settings::EngineSettings;
+use vigil_formats::input::{self, Format, InputOptions};
 use vigil_lang::plan::RulePlan;
 use vigil_lang::schema::Catalog;
 

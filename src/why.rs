@@ -6,9 +6,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::fmt::Write;
 use std::path::PathBuf;
 use vigil_engine::event::format_time;
-use vigil_engine::input::{Format, InputOptions};
 use vigil_engine::replay::ReplayOptions;
 use vigil_engine::why::{self, Answer, Change, Cost, Question};
+use vigil_formats::input::{Format, InputOptions};
 use vigil_lang::plan::RulePlan;
 
 /// What `vigil why` is asked.
@@ -88,7 +88,7 @@ pub fn ask(
     let failures = std::cell::RefCell::new(Vec::new());
     let mut open = |gate: vigil_engine::engine::Gate,
                     pool: std::rc::Rc<std::cell::RefCell<vigil_engine::event::EventPool>>|
-     -> Result<Vec<vigil_engine::input::Input<vigil_engine::event::Decoded>>, String> {
+     -> Result<Vec<vigil_formats::input::Input<vigil_engine::event::Decoded>>, String> {
         if args.prometheus.url.is_some() {
             let (input, failure) =
                 args.prometheus.input(input_options.host_labels.clone()).map_err(|e| format!("{e:#}"))?;
@@ -98,7 +98,7 @@ pub fn ask(
         args.inputs
             .iter()
             .map(|p| {
-                vigil_engine::input::open_gated(p, args.format, &input_options, gate.clone(), pool.clone())
+                vigil_formats::input::open_gated(p, args.format, &input_options, gate.clone(), pool.clone())
                     .map_err(|e| format!("cannot read {}: {e}", p.display()))
             })
             .collect()

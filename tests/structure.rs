@@ -17,8 +17,9 @@ const MAX_FN_LINES: usize = 100;
 const CRATES: &[(&str, &[&str], &str)] = &[
     ("vigil-lang", &[], "crates/lang/src"),
     ("vigil-engine", &["vigil-lang"], "crates/engine/src"),
-    ("vigil-service", &["vigil-lang", "vigil-engine"], "crates/service/src"),
-    ("vigil", &["vigil-lang", "vigil-engine", "vigil-service"], "src"),
+    ("vigil-formats", &["vigil-lang", "vigil-engine"], "crates/formats/src"),
+    ("vigil-service", &["vigil-lang", "vigil-engine", "vigil-formats"], "crates/service/src"),
+    ("vigil", &["vigil-lang", "vigil-engine", "vigil-formats", "vigil-service"], "src"),
 ];
 
 /// Every `.rs` file of every crate, with its crate's source folder and its module path within

@@ -11,8 +11,8 @@
 use super::{alerts_of, nab_times, EvalError};
 use std::path::{Path, PathBuf};
 use vigil_engine::event::Millis;
-use vigil_engine::input::Format;
 use vigil_engine::replay::ReplayOptions;
+use vigil_formats::input::Format;
 use vigil_lang::plan::RulePlan;
 
 /// How long each cut lasts.

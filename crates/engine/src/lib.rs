@@ -2,7 +2,7 @@
 //! here does network or database I/O; `vigil-service` wraps it in sources and destinations.
 //!
 //! ```text
-//!   recorded files (input), collectors' payloads (otlp, remote_write, influx)
+//!   recorded files, collectors' payloads (decoded by vigil-formats)
 //!                                  |
 //!                                  v  event::Event
 //! RulePlan --> engine::Engine: routing --> filters, windows + scorers + roll-up,
@@ -18,19 +18,12 @@
 //! - [`runtime`]: the rule set as keyed partitions on threads, events routed to the
 //!   partitions that keep their keys, and the checkpoint record of them all.
 //! - [`settings`]: lateness, time bounds, workers and limits, as every command takes them.
-//! - [`input`]: recorded files (JSON lines, NAB, Google 2011, Alibaba 2017, collector dumps) to
-//!   events; [`replay`] runs them through the runtime.
-//! - [`otlp`], [`remote_write`], [`influx`]: what collectors send, as `metric` events, with
-//!   [`metric_kind`] telling counters from gauges.
+//! - [`replay`] runs inputs (records of events with their lines, as `vigil-formats` reads
+//!   files) through the runtime, merged by event time.
 
 pub mod alert;
 pub mod engine;
 pub mod event;
-pub mod influx;
-pub mod input;
-pub mod metric_kind;
-pub mod otlp;
-pub mod remote_write;
 pub mod replay;
 pub mod runtime;
 pub mod settings;

@@ -7,13 +7,32 @@
 
 use crate::alert::Alert;
 use crate::engine::EngineStats;
-use crate::event::{Decoded, Millis};
-use crate::input::{Input, Record};
+use crate::event::{DecodeError, Decoded, Event, Millis};
 use crate::runtime::{Driven, Runtime};
 use crate::settings::EngineSettings;
 use std::io::Write;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil_lang::plan::RulePlan;
+
+/// One input line: an event (or, from a gated reader, what the gate left of it), or why it is
+/// not one. `vigil-formats` reads files into these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<T = Event> {
+    /// 1-based line (for CSV, the data line including the header's count).
+    pub line: u64,
+    pub event: Result<T, DecodeError>,
+}
+
+/// A readable input and how far into it reading has got, for progress reports.
+pub struct Input<T = Event> {
+    pub name: String,
+    pub records: Box<dyn Iterator<Item = Record<T>>>,
+    /// Bytes of the file read so far, and the file's size.
+    pub progress: Arc<AtomicU64>,
+    pub size: u64,
+}
 
 /// How fast to replay: as fast as possible, or event time at a multiple of wall-clock time.
 #[derive(Debug, Clone, Copy, PartialEq)]

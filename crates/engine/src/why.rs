@@ -16,7 +16,7 @@ use crate::engine::config::EngineConfig;
 use crate::engine::trace::{holds_with, tests, thresholds, with_literal, Threshold, Trace, TracePoint};
 use crate::engine::Gate;
 use crate::event::{field_position, Decoded, EventPool, Millis};
-use crate::input::Input;
+use crate::replay::Input;
 use crate::replay::{replay_into, Quiet, ReplayOptions};
 use crate::runtime::Runtime;
 use std::cell::RefCell;

@@ -200,7 +200,7 @@ pub async fn produce(
     brokers: &str,
     options: &BTreeMap<String, String>,
     topic: Option<&str>,
-    inputs: Vec<vigil_engine::input::Input>,
+    inputs: Vec<vigil_formats::input::Input>,
     speed: vigil_engine::replay::Speed,
     create_topics: Option<i32>,
 ) -> Result<(u64, u64), KafkaError> {

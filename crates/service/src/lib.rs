@@ -404,7 +404,7 @@ fn stream_topics(config: &ServeConfig) -> sources::kafka::StreamTopics {
 /// How the collectors' formats read from Kafka become samples.
 fn collectors(config: &ServeConfig) -> sources::kafka::Collectors {
     sources::kafka::Collectors {
-        influx: vigil_engine::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
+        influx: vigil_formats::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
         otlp_host_attribute: config.otlp_host_attribute.clone(),
         remote_write_hosts: config.remote_write_hosts(),
     }

@@ -31,7 +31,7 @@ fn opener(events: Vec<Event>) -> impl FnMut(Gate, Rc<RefCell<EventPool>>) -> Res
         let records = events
             .into_iter()
             .enumerate()
-            .map(|(i, e)| crate::input::Record { line: i as u64 + 1, event: Ok(Decoded::Event(Arc::new(e))) });
+            .map(|(i, e)| crate::replay::Record { line: i as u64 + 1, event: Ok(Decoded::Event(Arc::new(e))) });
         Ok(vec![Input { name: "events".into(), records: Box::new(records), progress: Default::default(), size: 0 }])
     }
 }

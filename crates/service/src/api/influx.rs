@@ -1,6 +1,6 @@
 //! `POST /api/v2/write` (the InfluxDB 2 API) and `POST /write` (InfluxDB 1.x): line protocol
 //! in, as Telegraf's `outputs.influxdb_v2` and `outputs.influxdb` and the Influx client
-//! libraries send it. Each numeric field of a line is one `metric` sample ([`vigil_engine::influx`]).
+//! libraries send it. Each numeric field of a line is one `metric` sample ([`vigil_formats::influx`]).
 //!
 //! Answers as InfluxDB does, so that senders retry what can succeed and drop what cannot:
 //! 204 once every sample is on disk in the ingest log; 400 with `{"code": "invalid",
@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
-use vigil_engine::influx::{Mapping, Precision};
+use vigil_formats::influx::{Mapping, Precision};
 
 /// `POST /api/v2/write?bucket=..&org=..&precision=ns|us|ms|s` and
 /// `POST /write?db=..&precision=n|u|ms|s|m|h`: the same but for the precisions they name.

@@ -79,9 +79,9 @@ pub struct AppState {
     /// The newest sample taken of each remote-write series, so that a resent batch is taken once.
     pub resent: crate::resent::Resent,
     /// The remote-write labels that place a sample under a host.
-    pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
+    pub remote_write_hosts: vigil_formats::remote_write::HostLabels,
     /// The metric families remote-write senders described, for their samples' `kind`.
-    pub metric_families: vigil_engine::metric_kind::Families,
+    pub metric_families: vigil_formats::metric_kind::Families,
     /// The OTLP resource (or data point) attribute that names a sample's host.
     pub otlp_host_attribute: String,
     pub health: Arc<Health>,

@@ -1,4 +1,4 @@
-//! `POST /v1/metrics`: OTLP/HTTP metrics ([`vigil_engine::otlp`]), as OpenTelemetry SDKs' OTLP/HTTP
+//! `POST /v1/metrics`: OTLP/HTTP metrics ([`vigil_formats::otlp`]), as OpenTelemetry SDKs' OTLP/HTTP
 //! exporters and the OpenTelemetry Collector's `otlphttp` exporter send them.
 //!
 //! Answers as the OTLP specification says a sender reads them, in the request's encoding
@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::Arc;
-use vigil_engine::otlp::{
+use vigil_formats::otlp::{
     decode, samples, Encoding, ExportMetricsPartialSuccess, ExportMetricsServiceResponse, Status,
 };
 

@@ -1,4 +1,4 @@
-//! `POST /api/v1/write`: Prometheus remote-write 1.0 and 2.0 ([`vigil_engine::remote_write`]), as Prometheus,
+//! `POST /api/v1/write`: Prometheus remote-write 1.0 and 2.0 ([`vigil_formats::remote_write`]), as Prometheus,
 //! Grafana Agent/Alloy, the OpenTelemetry Collector and vmagent send it.
 //!
 //! Status codes as the specification says a sender reads them: 204 once every sample is on
@@ -10,9 +10,9 @@
 //! stopping). Prometheus drops a whole request on a 400 and counts every sample of it failed,
 //! which pages its team past 1%, so nothing a well-behaved Prometheus sends is refused: a
 //! series without a host (a recording rule's) is placed under a fallback host
-//! ([`vigil_engine::remote_write::HostLabels`]), a value that is not finite is "no value", and
+//! ([`vigil_formats::remote_write::HostLabels`]), a value that is not finite is "no value", and
 //! exemplars are taken and not kept. Remote-write 2.0 (`proto=io.prometheus.write.v2.Request`,
-//! [`vigil_engine::remote_write::v2`]) on the same path, by its content type, answers with the
+//! [`vigil_formats::remote_write::v2`]) on the same path, by its content type, answers with the
 //! `X-Prometheus-Remote-Write-{Samples,Histograms,Exemplars}-Written` headers.
 
 use super::ingest::{as_json_lines, log_events, within_request_limit, Logging, Rejects};
@@ -25,8 +25,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::Arc;
 use vigil_engine::event::DecodeError;
-use vigil_engine::metric_kind::Family;
-use vigil_engine::remote_write::{decode_body, series_samples, v2, BodyError, TimeSeries, WriteRequest};
+use vigil_formats::metric_kind::Family;
+use vigil_formats::remote_write::{decode_body, series_samples, v2, BodyError, TimeSeries, WriteRequest};
 
 pub(super) async fn write(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     receive(&state, &headers, body).await.unwrap_or_else(IntoResponse::into_response)
@@ -80,7 +80,7 @@ fn read_series(state: &AppState, version: Version, body: &[u8]) -> Result<Vec<(R
         BodyError::Bad(reason) => ApiError::new(StatusCode::BAD_REQUEST, reason),
     };
     let hosts = &state.remote_write_hosts;
-    let shown = |labels: &[vigil_engine::remote_write::Label]| {
+    let shown = |labels: &[vigil_formats::remote_write::Label]| {
         labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect::<Vec<_>>().join(",")
     };
     Ok(match version {
@@ -125,7 +125,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let (mut events, mut stale, mut not_finite) = (Vec::new(), 0usize, 0usize);
     // Samples, histograms and exemplars written, as 2.0's headers count them.
     let mut written = [0usize; 3];
-    let mut count_written = |w: &vigil_engine::remote_write::v2::Written| {
+    let mut count_written = |w: &vigil_formats::remote_write::v2::Written| {
         for (n, more) in written.iter_mut().zip([w.sample_count, w.histogram_count, w.exemplar_count]) {
             *n += more;
         }

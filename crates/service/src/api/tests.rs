@@ -225,7 +225,7 @@ async fn line_protocol_is_taken_and_a_bad_line_refused_with_where_and_why() {
 
 #[tokio::test]
 async fn remote_write_is_taken_and_answered_as_the_specification_says() {
-    use vigil_engine::remote_write::{Label, Sample, TimeSeries, WriteRequest, STALE_NAN};
+    use vigil_formats::remote_write::{Label, Sample, TimeSeries, WriteRequest, STALE_NAN};
     let app = app(None, None).await;
     let now = vigil_engine::event::now_ms();
     let series = |labels: &[(&str, &str)], samples: &[f64]| TimeSeries {
@@ -251,7 +251,7 @@ async fn remote_write_is_taken_and_answered_as_the_specification_says() {
     // Prometheus sends the types of metric families in requests of their own: remembered.
     let metadata = WriteRequest {
         timeseries: Vec::new(),
-        metadata: vec![vigil_engine::remote_write::MetricMetadata {
+        metadata: vec![vigil_formats::remote_write::MetricMetadata {
             r#type: 2,
             metric_family_name: "queue_total".into(),
             unit: String::new(),
@@ -326,8 +326,8 @@ async fn a_stopping_service_answers_its_senders_503_with_retry_after() {
 
 #[tokio::test]
 async fn remote_write_2_is_read_on_the_same_path_and_says_what_it_wrote() {
-    use vigil_engine::remote_write::v2::{Histogram, Request, Series};
-    use vigil_engine::remote_write::Sample;
+    use vigil_formats::remote_write::v2::{Histogram, Request, Series};
+    use vigil_formats::remote_write::Sample;
     let app = app(None, None).await;
     let now = vigil_engine::event::now_ms();
     let symbols = ["", "__name__", "rpc_seconds", "instance", "web-1:9100", "up", "job"];
@@ -374,7 +374,7 @@ async fn remote_write_2_is_read_on_the_same_path_and_says_what_it_wrote() {
     let encode =
         |r: &Request| snap::raw::Encoder::new().compress_vec(&prost::Message::encode_to_vec(r)).expect("snappy");
     assert_eq!(send_for_headers(&app, "/api/v1/write", encode(&good), &headers).await.0, 204);
-    good.timeseries[0].exemplars.push(vigil_engine::remote_write::v2::Exemplar {
+    good.timeseries[0].exemplars.push(vigil_formats::remote_write::v2::Exemplar {
         labels_refs: vec![],
         value: 1.0,
         timestamp: now,

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use vigil_engine::settings::{parse_duration, parse_positive, EngineArgs, EngineSettings};
+use vigil_formats::{Carrier, Format};
 use vigil_lang::schema::{Catalog, Stream};
 
 mod file;
@@ -119,7 +120,7 @@ macro_rules! settings {
             /// `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's Kafka exporter writes
             /// them), `prometheus-kafka-adapter`; all but `vigil` on the metric stream's topic
             #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
-            pub kafka_topic_formats: Vec<(String, TopicFormat)>,
+            pub kafka_topic_formats: Vec<(String, Format)>,
             /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
             /// settings, `fetch.wait.max.ms`, ...); over the same key in `vigil.toml`
             #[arg(long = "kafka-option", value_parser = parse_kafka_option)]
@@ -198,7 +199,7 @@ macro_rules! settings {
             /// rules' catalogue when the service starts ([`ServeConfig::add_declared_topics`]).
             pub declared_topics: BTreeMap<String, String>,
             /// Topics whose messages are not Vigil's JSON lines.
-            pub topic_formats: BTreeMap<String, TopicFormat>,
+            pub topic_formats: BTreeMap<String, Format>,
             pub replay: Vec<PathBuf>,
             pub alertmanager_url: Vec<String>,
             pub alertmanager_external_labels: BTreeMap<String, String>,
@@ -479,59 +480,14 @@ fn table_pairs<T>(
         .collect()
 }
 
-/// The format of a Kafka topic's messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopicFormat {
-    /// Vigil's JSON lines, one event per message (or several lines).
-    Vigil,
-    /// InfluxDB line protocol ([`vigil_engine::influx`]): one sample per numeric field of each line.
-    Influx,
-    /// OTLP metrics in protobuf ([`vigil_engine::otlp`]), one request per message, as the
-    /// OpenTelemetry Collector's Kafka exporter writes them (`otlp_proto`).
-    OtlpProto,
-    /// OTLP metrics in OTLP's JSON, one request per message (the exporter's `otlp_json`).
-    OtlpJson,
-    /// Telegraf's JSON output (`data_format = "json"`), a metric or a batch per message.
-    TelegrafJson,
-    /// prometheus-kafka-adapter's JSON: one remote-written sample per message.
-    PrometheusKafkaAdapter,
-}
-
-impl TopicFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            TopicFormat::Vigil => "vigil",
-            TopicFormat::Influx => "influx",
-            TopicFormat::OtlpProto => "otlp-proto",
-            TopicFormat::OtlpJson => "otlp-json",
-            TopicFormat::TelegrafJson => "telegraf-json",
-            TopicFormat::PrometheusKafkaAdapter => "prometheus-kafka-adapter",
-        }
-    }
-}
-
-/// `TOPIC=FORMAT`.
-pub fn parse_topic_format(s: &str) -> Result<(String, TopicFormat), String> {
+/// `TOPIC=FORMAT`: a topic and the format of its messages.
+pub fn parse_topic_format(s: &str) -> Result<(String, Format), String> {
     let (topic, format) = s.split_once('=').ok_or_else(|| format!("`{s}` is not TOPIC=FORMAT"))?;
     let topic = topic.trim();
     if topic.is_empty() {
         return Err(format!("`{s}` names no topic"));
     }
-    let format = match format.trim() {
-        "vigil" => TopicFormat::Vigil,
-        "influx" => TopicFormat::Influx,
-        "otlp-proto" | "otlp_proto" => TopicFormat::OtlpProto,
-        "otlp-json" | "otlp_json" => TopicFormat::OtlpJson,
-        "telegraf-json" => TopicFormat::TelegrafJson,
-        "prometheus-kafka-adapter" => TopicFormat::PrometheusKafkaAdapter,
-        other => {
-            return Err(format!(
-                "`{other}` is not a topic format Vigil reads: vigil, influx, telegraf-json, otlp-proto, otlp-json or \
-                 prometheus-kafka-adapter"
-            ))
-        }
-    };
-    Ok((topic.to_string(), format))
+    Ok((topic.to_string(), Format::parse_for(format, Carrier::Message)?))
 }
 
 pub fn parse_kafka_option(s: &str) -> Result<(String, String), String> {
@@ -636,7 +592,7 @@ impl ServeConfig {
         let formats = table_pairs("kafka_topic_format", &file.kafka_topic_format, parse_topic_format, &mut problems);
         config.topic_formats.extend(formats);
         config.topic_formats.extend(args.kafka_topic_formats);
-        config.topic_formats.retain(|_, f| *f != TopicFormat::Vigil);
+        config.topic_formats.retain(|_, f| *f != Format::Jsonl);
         config.replay = if args.replay.is_empty() { file.replay } else { args.replay };
         config.alertmanager_url = if args.alertmanager_url.is_empty() {
             file.alertmanager_url.iter().filter_map(|u| parse_http_url(u).map_err(|e| problems.push(e)).ok()).collect()
@@ -685,7 +641,7 @@ impl ServeConfig {
                     "--kafka-topic-format {topic}={}: `{topic}` is not a stream's topic (set one with --topic STREAM={topic})",
                     format.name()
                 )),
-                Some(s) if s != Stream::Metric => problems.push(format!(
+                Some(s) if s != Stream::Metric && *format != Format::Jsonl => problems.push(format!(
                     "--kafka-topic-format {topic}={}: the format carries metric samples, and `{topic}` is the {} stream's topic",
                     format.name(),
                     s.name()
@@ -759,8 +715,8 @@ impl ServeConfig {
     }
 
     /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.
-    pub fn remote_write_hosts(&self) -> vigil_engine::remote_write::HostLabels {
-        vigil_engine::remote_write::HostLabels {
+    pub fn remote_write_hosts(&self) -> vigil_formats::remote_write::HostLabels {
+        vigil_formats::remote_write::HostLabels {
             label: self.remote_write_host_label.clone(),
             fallback: self.remote_write_fallback_label.clone(),
         }

@@ -113,28 +113,34 @@ fn flat_keys_still_read_each_with_a_warning_naming_its_section() {
 
 #[test]
 fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
-    assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), TopicFormat::Influx)));
-    assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), TopicFormat::OtlpProto)));
-    assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), TopicFormat::OtlpJson)));
-    assert_eq!(parse_topic_format("t=telegraf-json"), Ok(("t".into(), TopicFormat::TelegrafJson)));
+    assert_eq!(parse_topic_format("telegraf=influx"), Ok(("telegraf".into(), Format::Influx)));
+    assert_eq!(parse_topic_format("otel=otlp_proto"), Ok(("otel".into(), Format::OtlpProto)));
+    assert_eq!(parse_topic_format("otel=otlp-json"), Ok(("otel".into(), Format::OtlpJson)));
+    assert_eq!(parse_topic_format("t=telegraf-json"), Ok(("t".into(), Format::TelegrafJson)));
     let adapter = parse_topic_format("p=prometheus-kafka-adapter");
-    assert_eq!(adapter, Ok(("p".into(), TopicFormat::PrometheusKafkaAdapter)));
+    assert_eq!(adapter, Ok(("p".into(), Format::PrometheusKafkaAdapter)));
     let err = parse_topic_format("telegraf=graphite").expect_err("not read");
-    assert!(err.contains("`graphite` is not a topic format Vigil reads"), "{err}");
+    assert!(err.contains("`graphite` is not a format of Kafka messages Vigil reads"), "{err}");
+    assert_eq!(parse_topic_format("t=vigil"), Ok(("t".into(), Format::Jsonl)));
+    let err = parse_topic_format("t=nab").expect_err("a file format");
+    assert!(err.contains("`nab` is not a format of Kafka messages: jsonl, influx"), "{err}");
     assert!(parse_topic_format("telegraf").is_err());
     let dir = std::env::temp_dir().join(format!("vigil-config-format-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let args = |formats: &[(&str, TopicFormat)]| ServeArgs {
+    let args = |formats: &[(&str, Format)]| ServeArgs {
         rules: Some(dir.clone()),
         topics: vec![("metric".into(), "telegraf".into())],
         kafka_topic_formats: formats.iter().map(|(t, f)| (t.to_string(), *f)).collect(),
         ..ServeArgs::default()
     };
-    let c = ServeConfig::resolve(args(&[("telegraf", TopicFormat::Influx)])).expect("valid");
-    assert_eq!(c.topic_formats["telegraf"], TopicFormat::Influx);
-    let err = ServeConfig::resolve(args(&[("task_event", TopicFormat::Influx)])).expect_err("refused").to_string();
+    let c = ServeConfig::resolve(args(&[("telegraf", Format::Influx)])).expect("valid");
+    assert_eq!(c.topic_formats["telegraf"], Format::Influx);
+    let err = ServeConfig::resolve(args(&[("task_event", Format::Influx)])).expect_err("refused").to_string();
     assert!(err.contains("the format carries metric samples, and `task_event` is the task_event stream's"), "{err}");
-    let err = ServeConfig::resolve(args(&[("other", TopicFormat::Influx)])).expect_err("refused").to_string();
+    let args =
+        |formats: &[(&str, Format)]| ServeArgs { topics: vec![("task_event".into(), "tasks".into())], ..args(formats) };
+    ServeConfig::resolve(args(&[("tasks", Format::Jsonl)])).expect("JSON lines carry any stream");
+    let err = ServeConfig::resolve(args(&[("other", Format::Influx)])).expect_err("refused").to_string();
     assert!(err.contains("`other` is not a stream's topic"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

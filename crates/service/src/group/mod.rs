@@ -75,7 +75,7 @@ pub struct Member {
     /// The streams' topics: those of the streams a rule change declares are read too.
     pub topics: crate::sources::kafka::StreamTopics,
     /// Topics whose messages are a collector's format, not Vigil's JSON lines.
-    pub formats: BTreeMap<String, crate::config::TopicFormat>,
+    pub formats: BTreeMap<String, vigil_formats::Format>,
     pub collectors: crate::sources::kafka::Collectors,
     pub keyed_partitions: u32,
     /// Threads that run the owned keyed partitions (`--workers`).

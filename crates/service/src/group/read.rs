@@ -4,12 +4,12 @@
 
 use super::keyed::KeyedPartition;
 use super::{forward, Ctx, Member};
-use crate::config::TopicFormat;
 use crate::store::DeadLetter;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::Message;
 use std::collections::BTreeMap;
 use vigil_engine::event::LineDecoder;
+use vigil_formats::Format;
 use vigil_lang::schema::Stream;
 
 /// Takes one message: an input partition's events are forwarded, a keyed partition's record
@@ -49,11 +49,11 @@ pub(super) fn take(
         received_at_ms: vigil_engine::event::now_ms(),
     };
     let format = match vigil_lines(message) {
-        true => TopicFormat::Vigil,
-        false => m.formats.get(topic).copied().unwrap_or(TopicFormat::Vigil),
+        true => Format::Jsonl,
+        false => m.formats.get(topic).copied().unwrap_or(Format::Jsonl),
     };
     let letters = match format {
-        TopicFormat::Vigil => match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
+        Format::Jsonl => match m.intake.decode(decoder, payload, by_topic.get(topic).copied()) {
             Ok(event) => {
                 m.telemetry.events_in.with_label_values(&[event.stream.name()]).inc();
                 let sent = owned.forwarder.forward(topic, partition, offset, payload, &event);

@@ -1,7 +1,7 @@
 //! A range of a team's history as an input of `vigil replay`: a backtest of rules over what
 //! Prometheus kept. The range is read a page of time at a time (every selector's series over
 //! the page), the page's samples become `metric` events as remote-written samples do
-//! ([`vigil_engine::remote_write::series_samples`], the same host mapping), in time order, and
+//! ([`vigil_formats::remote_write::series_samples`], the same host mapping), in time order, and
 //! the next page is read once they are taken.
 
 use super::proto::LabelMatcher;
@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use vigil_engine::event::{Decoded, Event, Millis};
-use vigil_engine::input::{Input, Record};
-use vigil_engine::remote_write::{series_samples, HostLabels};
+use vigil_formats::input::{Input, Record};
+use vigil_formats::remote_write::{series_samples, HostLabels};
 
 /// What to read.
 pub struct Backtest {

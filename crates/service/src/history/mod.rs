@@ -284,7 +284,7 @@ pub struct Source {
     pub selector: String,
     /// History read back from the start (a warm start) or from an incident (a question).
     pub lookback: Duration,
-    pub hosts: vigil_engine::remote_write::HostLabels,
+    pub hosts: vigil_formats::remote_write::HostLabels,
 }
 
 /// A time as a backtest's --start and --end and a question's --from and --to take it, in ms

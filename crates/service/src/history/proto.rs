@@ -3,7 +3,7 @@
 //! `SAMPLES` answer are remote-write's ([`TimeSeries`]), so that they become events the same
 //! way.
 
-pub use vigil_engine::remote_write::{Label, Sample, TimeSeries};
+pub use vigil_formats::remote_write::{Label, Sample, TimeSeries};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ReadRequest {

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::event::{Event, Millis};
-use vigil_engine::remote_write::{series_samples, HostLabels};
 use vigil_engine::runtime::Runtime;
+use vigil_formats::remote_write::{series_samples, HostLabels};
 
 /// What to read.
 #[derive(Clone)]

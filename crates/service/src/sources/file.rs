@@ -27,10 +27,10 @@ pub fn replay(
     let source = source_name(&path);
     let next_line = super::resume_offset(resume, &source).unwrap_or(0);
     std::thread::spawn(move || {
-        let input = match vigil_engine::input::open(
+        let input = match vigil_formats::input::open(
             &path,
-            vigil_engine::input::Format::Auto,
-            &vigil_engine::input::InputOptions { catalog: intake.catalog.get(), ..Default::default() },
+            vigil_formats::input::Format::Auto,
+            &vigil_formats::input::InputOptions { catalog: intake.catalog.get(), ..Default::default() },
         ) {
             Ok(i) => i,
             Err(e) => {

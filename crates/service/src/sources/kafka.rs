@@ -14,7 +14,6 @@
 
 use super::{now_ms, offer, Intake, Offered, Position, SharedCatalog};
 use crate::config::Overload;
-use crate::config::TopicFormat;
 use crate::engine_loop::Input;
 use crate::store::DeadLetter;
 use crate::telemetry::Telemetry;
@@ -26,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use vigil_engine::event::DecodeError;
+use vigil_formats::Format;
 use vigil_lang::schema::Stream;
 
 /// How often the topics are looked up again for partitions added since.
@@ -153,7 +153,7 @@ impl TopicMap {
 pub struct KafkaSource {
     pub topics: StreamTopics,
     /// Topics whose messages are not Vigil's JSON lines.
-    pub formats: BTreeMap<String, TopicFormat>,
+    pub formats: BTreeMap<String, Format>,
     /// How the collectors' formats become samples.
     pub collectors: Collectors,
     /// The checkpoint's next offset of each partition.
@@ -226,8 +226,8 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
             payload: super::dead_payload(payload),
             received_at_ms: now_ms(),
         };
-        let sent = match formats.get(&topic).copied().unwrap_or(TopicFormat::Vigil) {
-            TopicFormat::Vigil => {
+        let sent = match formats.get(&topic).copied().unwrap_or(Format::Jsonl) {
+            Format::Jsonl => {
                 match intake.decode_synced(
                     &mut decoder,
                     &mut catalog_seen,
@@ -260,11 +260,11 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
 #[derive(Debug, Clone)]
 pub struct Collectors {
     /// Line protocol's and Telegraf JSON's: the tag that names the host.
-    pub influx: vigil_engine::influx::Mapping,
+    pub influx: vigil_formats::influx::Mapping,
     /// The OTLP attribute that names a sample's host.
     pub otlp_host_attribute: String,
     /// The labels of prometheus-kafka-adapter's samples that place them under a host.
-    pub remote_write_hosts: vigil_engine::remote_write::HostLabels,
+    pub remote_write_hosts: vigil_formats::remote_write::HostLabels,
 }
 
 impl Collectors {
@@ -272,7 +272,7 @@ impl Collectors {
     pub(crate) fn samples(
         &self,
         intake: &Intake,
-        format: TopicFormat,
+        format: Format,
         payload: &[u8],
         telemetry: &Telemetry,
     ) -> (Vec<vigil_engine::event::Event>, Vec<Refused>) {
@@ -281,20 +281,20 @@ impl Collectors {
                 .map_err(|e| DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
         };
         let (label, (events, refused)) = match format {
-            TopicFormat::Influx => ("influx", influx_samples(intake, &self.influx, payload)),
-            TopicFormat::TelegrafJson => {
+            Format::Influx => ("influx", influx_samples(intake, &self.influx, payload)),
+            Format::TelegrafJson => {
                 let host = &self.influx.host_tag;
                 let each = match text() {
                     Ok(t) => {
-                        vigil_engine::influx::telegraf_json(t, host).into_iter().map(|r| r.map(|s| s.events)).collect()
+                        vigil_formats::influx::telegraf_json(t, host).into_iter().map(|r| r.map(|s| s.events)).collect()
                     }
                     Err(e) => vec![Err(e)],
                 };
                 ("telegraf_json", each_checked(intake, each, payload, host))
             }
-            TopicFormat::PrometheusKafkaAdapter => {
+            Format::PrometheusKafkaAdapter => {
                 let hosts = &self.remote_write_hosts;
-                let one = text().and_then(|t| vigil_engine::remote_write::adapter_sample(t, hosts)).map(|s| s.events);
+                let one = text().and_then(|t| vigil_formats::remote_write::adapter_sample(t, hosts)).map(|s| s.events);
                 let host = &hosts.label;
                 ("prometheus_kafka_adapter", each_checked(intake, vec![one], payload, host))
             }
@@ -340,7 +340,7 @@ pub(crate) fn dead_letters(
 /// The samples of a message of line protocol, and each line refused.
 fn influx_samples(
     intake: &Intake,
-    mapping: &vigil_engine::influx::Mapping,
+    mapping: &vigil_formats::influx::Mapping,
     payload: &[u8],
 ) -> (Vec<vigil_engine::event::Event>, Vec<Refused>) {
     let text = match std::str::from_utf8(payload) {
@@ -391,18 +391,18 @@ fn each_checked(
 fn otlp_samples(
     intake: &Intake,
     host_attribute: &str,
-    format: TopicFormat,
+    format: Format,
     payload: &[u8],
 ) -> (Vec<vigil_engine::event::Event>, Vec<Refused>) {
-    use vigil_engine::otlp::Encoding;
-    let encoding = if format == TopicFormat::OtlpJson { Encoding::Json } else { Encoding::Protobuf };
-    let request = match vigil_engine::otlp::decode(payload, encoding) {
+    use vigil_formats::otlp::Encoding;
+    let encoding = if format == Format::OtlpJson { Encoding::Json } else { Encoding::Protobuf };
+    let request = match vigil_formats::otlp::decode(payload, encoding) {
         Ok(r) => r,
         Err(reason) => {
             return (Vec::new(), vec![(None, "malformed", reason, String::from_utf8_lossy(payload).into_owned())])
         }
     };
-    let decoded = vigil_engine::otlp::samples(&request, host_attribute, now_ms());
+    let decoded = vigil_formats::otlp::samples(&request, host_attribute, now_ms());
     let mut refused: Vec<Refused> = decoded
         .refused
         .into_iter()

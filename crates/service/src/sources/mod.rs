@@ -196,13 +196,13 @@ impl Intake {
     /// time bounds, or why it is refused. Lines without a timestamp are taken at now.
     pub fn influx<'a>(
         &'a self,
-        mapping: &'a vigil_engine::influx::Mapping,
+        mapping: &'a vigil_formats::influx::Mapping,
         text: &'a str,
-    ) -> impl Iterator<Item = (u64, &'a str, Result<vigil_engine::influx::Samples, DecodeError>)> + 'a {
+    ) -> impl Iterator<Item = (u64, &'a str, Result<vigil_formats::influx::Samples, DecodeError>)> + 'a {
         let now = now_ms();
-        vigil_engine::influx::lines(text).map(move |(line_no, line)| {
+        vigil_formats::influx::lines(text).map(move |(line_no, line)| {
             let samples =
-                vigil_engine::influx::samples(line, mapping, now).and_then(|s| self.check_all(&s.events).map(|_| s));
+                vigil_formats::influx::samples(line, mapping, now).and_then(|s| self.check_all(&s.events).map(|_| s));
             (line_no, line, samples)
         })
     }

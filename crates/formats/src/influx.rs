@@ -19,10 +19,10 @@
 //! under the fleet-level host rather than refused: a sender drops a refused batch whole.
 //! Parsing is InfluxDB IOx's parser (`influxdb-line-protocol`).
 
-use crate::event::{DecodeError, Event, Millis, Value};
 use crate::remote_write::FLEET_HOST;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use vigil_engine::event::{DecodeError, Event, Millis, Value};
 use vigil_lang::schema::Stream;
 
 /// The unit of line protocol timestamps.
@@ -212,7 +212,7 @@ fn telegraf_metric(m: &serde_json::Value, host_tag: &str) -> Result<Samples, Dec
     let name = m.get("name").and_then(|n| n.as_str()).ok_or_else(|| bad("name", "a metric needs a text `name`"))?;
     let ts = match m.get("timestamp") {
         Some(serde_json::Value::Number(n)) => n.as_i64().and_then(epoch_ms),
-        Some(serde_json::Value::String(t)) => crate::event::parse_time(t),
+        Some(serde_json::Value::String(t)) => vigil_engine::event::parse_time(t),
         _ => None,
     }
     .ok_or_else(|| bad("timestamp", "a metric needs a `timestamp`: epoch seconds (or ms, us, ns) or RFC 3339"))?;

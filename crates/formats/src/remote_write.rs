@@ -22,10 +22,10 @@
 
 pub mod v2;
 
-use crate::event::{DecodeError, Event, Value};
 use crate::metric_kind::{self, Families};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use vigil_engine::event::{DecodeError, Event, Value};
 use vigil_lang::schema::Stream;
 
 /// The host of a series that names neither its host nor its fallback label.
@@ -230,7 +230,7 @@ pub fn adapter_sample(text: &str, hosts: &HostLabels) -> Result<SeriesSamples, D
     let timestamp = m
         .get("timestamp")
         .and_then(|t| t.as_str())
-        .and_then(crate::event::parse_time)
+        .and_then(vigil_engine::event::parse_time)
         .ok_or_else(|| bad(Some("timestamp"), "a sample needs an RFC 3339 `timestamp`".into()))?;
     let mut labels: Vec<Label> = match m.get("labels") {
         Some(serde_json::Value::Object(l)) => {

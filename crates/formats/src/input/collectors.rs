@@ -2,8 +2,8 @@
 //! and prometheus-kafka-adapter's JSON, each read a line at a time into one record per sample.
 
 use super::{Format, InputOptions, LineReader, Record, Records};
-use crate::event::{DecodeError, Event, Millis};
 use std::io::BufRead;
+use vigil_engine::event::{DecodeError, Event, Millis};
 
 /// The records of a file of a collector's `format`.
 pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputOptions) -> Records<Event> {
@@ -55,7 +55,7 @@ fn sample_lines(
     let mut lines = LineReader::new(reader);
     let mut line_no = 0u64;
     let mut pending = std::collections::VecDeque::new();
-    let now = crate::event::now_ms();
+    let now = vigil_engine::event::now_ms();
     std::iter::from_fn(move || loop {
         if let Some(record) = pending.pop_front() {
             return Some(record);

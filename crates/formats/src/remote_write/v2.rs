@@ -14,8 +14,8 @@
 //! buckets, created timestamps).
 
 use super::{series_samples_of_kind, HostLabels, Label, Sample, SeriesSamples, TimeSeries};
-use crate::event::DecodeError;
 use crate::metric_kind::{self, About, Families, Family};
+use vigil_engine::event::DecodeError;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Request {
@@ -200,7 +200,7 @@ fn invalid(h: &Histogram) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Value;
+    use vigil_engine::event::Value;
 
     fn request() -> Request {
         let symbols = ["", "__name__", "rpc_seconds", "instance", "web-1:9100", "job", "api"];

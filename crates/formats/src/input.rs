@@ -19,8 +19,7 @@
 
 mod collectors;
 
-use crate::engine::Gate;
-use crate::event::{DecodeError, Decoded, Event, EventPool, LineDecoder, Millis, Value};
+pub use crate::Format;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -28,30 +27,9 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use vigil_engine::engine::Gate;
+use vigil_engine::event::{DecodeError, Decoded, Event, EventPool, LineDecoder, Millis, Value};
 use vigil_lang::schema::Stream;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Decide from the file name and its first line.
-    Auto,
-    Jsonl,
-    Nab,
-    GoogleTaskEvents,
-    GoogleTaskUsage,
-    GoogleMachineEvents,
-    AlibabaBatchTask,
-    AlibabaServerEvent,
-    AzureCpu,
-    Planetlab,
-    /// InfluxDB line protocol.
-    Influx,
-    /// Telegraf's JSON output, a metric or a batch per line.
-    TelegrafJson,
-    /// OTLP metrics in OTLP's JSON, a request per line.
-    OtlpJson,
-    /// prometheus-kafka-adapter's JSON, a sample per line.
-    PrometheusKafkaAdapter,
-}
 
 /// Options for adapters that cannot learn everything from the file.
 #[derive(Debug, Clone)]
@@ -84,23 +62,7 @@ impl Default for InputOptions {
     }
 }
 
-/// One input line: an event (or, from [`open_gated`], what the gate left of it), or why it is
-/// not one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record<T = Event> {
-    /// 1-based line (for CSV, the data line including the header's count).
-    pub line: u64,
-    pub event: Result<T, DecodeError>,
-}
-
-/// A readable input and how far into it reading has got, for progress reports.
-pub struct Input<T = Event> {
-    pub name: String,
-    pub records: Box<dyn Iterator<Item = Record<T>>>,
-    /// Bytes of the file read so far, and the file's size.
-    pub progress: Arc<AtomicU64>,
-    pub size: u64,
-}
+pub use vigil_engine::replay::{Input, Record};
 
 struct Counting<R> {
     inner: R,
@@ -125,7 +87,7 @@ pub fn open(path: &Path, format: Format, options: &InputOptions) -> std::io::Res
 /// come back as [`Decoded::Time`], checked but not built. Other formats are decoded in full.
 ///
 /// Events are read into those of `pool`, which the caller fills from the engine
-/// ([`crate::engine::Engine::recycle_into`]): it owns both ends.
+/// ([`vigil_engine::engine::Engine::recycle_into`]): it owns both ends.
 pub fn open_gated(
     path: &Path,
     format: Format,
@@ -188,6 +150,17 @@ fn open_with<T: 'static>(
         Format::AzureCpu => Box::new(csv_rows(reader, true, azure_cpu)),
         Format::Influx | Format::TelegrafJson | Format::OtlpJson | Format::PrometheusKafkaAdapter => {
             collectors::records(reader, format, options)
+        }
+        Format::OtlpProto | Format::RemoteWrite => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                match format {
+                    Format::RemoteWrite => {
+                        format!("{format} is read from HTTP bodies (`POST /api/v1/write`), not files")
+                    }
+                    _ => format!("{format} is read from Kafka messages and HTTP bodies, not files"),
+                },
+            ))
         }
         Format::Planetlab => {
             let start = planetlab_start(path).ok_or_else(|| {
@@ -434,7 +407,7 @@ fn nab_row(row: &csv::StringRecord, host: &str, name: &str) -> Result<Event, Dec
 pub fn parse_naive_utc(s: &str) -> Option<Millis> {
     let s = s.trim();
     let (date, clock) = s.split_once([' ', 'T'])?;
-    crate::event::parse_time(&format!("{date}T{clock}Z"))
+    vigil_engine::event::parse_time(&format!("{date}T{clock}Z"))
 }
 
 /// An Azure V1 reading: seconds from the trace's start (taken as the Unix epoch, as the trace
@@ -458,7 +431,7 @@ fn planetlab_start(path: &Path) -> Option<Millis> {
     if day.len() != 8 || !day.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    crate::event::parse_time(&format!("{}-{}-{}T00:00:00Z", &day[..4], &day[4..6], &day[6..]))
+    vigil_engine::event::parse_time(&format!("{}-{}-{}T00:00:00Z", &day[..4], &day[4..6], &day[6..]))
 }
 
 /// Line i of a PlanetLab file is the sample at `start + (i - 1) * 5 min`; a blank line is a
@@ -655,7 +628,7 @@ mod tests {
     fn planetlab_samples_are_five_minutes_apart_from_the_folders_day() {
         let r = read("20110303/146-179_surfsnel host", "24\n34\n\n7\n", Format::Auto);
         let events: Vec<&Event> = r.iter().map(|r| r.event.as_ref().expect("event")).collect();
-        let day = crate::event::parse_time("2011-03-03T00:00:00Z").expect("day");
+        let day = vigil_engine::event::parse_time("2011-03-03T00:00:00Z").expect("day");
         assert_eq!(events.iter().map(|e| e.ts - day).collect::<Vec<_>>(), [0, 300_000, 900_000]);
         assert_eq!(events[0].value(0), Value::str("146-179_surfsnel host"));
         assert_eq!(events[2].value(2), Value::Num(7.0));
@@ -673,7 +646,7 @@ mod tests {
             (e.get("host"), e.get("name"), e.get("value")),
             (Value::str("5f5533"), Value::str("ec2_cpu_utilization"), Value::Num(0.132))
         );
-        assert_eq!(crate::event::format_time(e.ts), "2014-02-14T14:30:00.000Z");
+        assert_eq!(vigil_engine::event::format_time(e.ts), "2014-02-14T14:30:00.000Z");
         assert_eq!(r[1].line, 3);
         assert_eq!(r[1].event.as_ref().expect_err("bad time").field.as_deref(), Some("timestamp"));
     }

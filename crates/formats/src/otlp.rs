@@ -19,12 +19,12 @@
 //! flagged "no recorded value" and points that are not finite are skipped and counted, as
 //! remote-write's stale markers are.
 
-use crate::event::{DecodeError, Event, Millis, Value};
 use crate::metric_kind::{COUNTER, GAUGE};
 use crate::remote_write::FLEET_HOST;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use vigil_engine::event::{DecodeError, Event, Millis, Value};
 use vigil_lang::schema::Stream;
 
 // The messages below are those of opentelemetry-proto (collector/metrics/v1, metrics/v1,
@@ -606,7 +606,11 @@ mod tests {
     }
 
     fn shown(samples: &Samples) -> Vec<String> {
-        samples.events.iter().map(|e| serde_json::to_string(&crate::event::EventJson(e)).unwrap_or_default()).collect()
+        samples
+            .events
+            .iter()
+            .map(|e| serde_json::to_string(&vigil_engine::event::EventJson(e)).unwrap_or_default())
+            .collect()
     }
 
     #[test]
