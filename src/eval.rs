@@ -16,10 +16,11 @@
 //! **Page budget.** Unlabelled inputs are replayed together, as a deployment would read them;
 //! the count is firing alerts per metric series per day of that series' samples.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::event::{Decoded, Millis};
+use vigil_engine::replay::Spans;
 use vigil_engine::replay::{replay_into, Quiet, ReplayOptions};
 use vigil_formats::input::{Format, InputOptions};
 use vigil_lang::plan::RulePlan;
@@ -343,13 +344,7 @@ pub fn alerts_of(
             }));
         }
         if let Some(spans) = spans {
-            let spans = spans.clone();
-            let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
-            input.records = Box::new(records.inspect(move |r| {
-                if let Ok(Decoded::Event(e)) = &r.event {
-                    spans.borrow_mut().note(e);
-                }
-            }));
+            input = input.noting(spans);
         }
         opened.push(input);
     }
@@ -386,22 +381,6 @@ pub fn gather_onto(e: &mut vigil_engine::event::Event, hosts: u32) {
     labels.insert("instance".into(), own);
     e.fields[host_at] = Value::str(&format!("gathered-{n}"));
     e.fields[labels_at] = Value::Map(std::sync::Arc::new(labels));
-}
-
-/// The first and last sample time of each metric series (host, name, labels).
-#[derive(Debug, Default)]
-pub struct Spans(HashMap<(String, String, String), (Millis, Millis)>);
-
-impl Spans {
-    fn note(&mut self, e: &vigil_engine::event::Event) {
-        if e.stream != vigil_lang::schema::Stream::Metric {
-            return;
-        }
-        let text = |field: &str| e.value(vigil_engine::event::field_position(e.stream, field)).to_text();
-        let span = self.0.entry((text("host"), text("name"), text("labels"))).or_insert((e.ts, e.ts));
-        span.0 = span.0.min(e.ts);
-        span.1 = span.1.max(e.ts);
-    }
 }
 
 /// Firing alerts per series per day over unlabelled input.
@@ -444,18 +423,11 @@ pub fn run_budget(
     let spans = std::rc::Rc::new(std::cell::RefCell::new(Spans::default()));
     let alerts = alerts_of(plans, inputs, format, options, Some(&spans), gather, &[])?;
     let spans = spans.borrow();
-    const DAY: f64 = 86_400_000.0;
-    let mut hosts: HashMap<&str, (Millis, Millis)> = HashMap::new();
-    for ((host, _, _), &(first, last)) in &spans.0 {
-        let span = hosts.entry(host).or_insert((first, last));
-        span.0 = span.0.min(first);
-        span.1 = span.1.max(last);
-    }
     let mut budget = Budget {
-        series: spans.0.len(),
-        hosts: hosts.len(),
-        series_days: spans.0.values().map(|(a, b)| (b - a) as f64 / DAY).sum(),
-        host_days: hosts.values().map(|(a, b)| (b - a) as f64 / DAY).sum(),
+        series: spans.series(),
+        hosts: spans.hosts(),
+        series_days: spans.series_days(),
+        host_days: spans.host_days(),
         alerts: BTreeMap::new(),
         pages: BTreeMap::new(),
     };

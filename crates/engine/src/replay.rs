@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil_lang::plan::RulePlan;
 
+mod spans;
+pub use spans::Spans;
+
 /// One input line: an event (or, from a gated reader, what the gate left of it), or why it is
 /// not one. `vigil-formats` reads files into these.
 #[derive(Debug, Clone, PartialEq)]

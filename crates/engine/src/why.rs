@@ -15,16 +15,15 @@ use crate::alert::{Alert, Status};
 use crate::engine::config::EngineConfig;
 use crate::engine::trace::{holds_with, tests, thresholds, with_literal, Threshold, Trace, TracePoint};
 use crate::engine::Gate;
-use crate::event::{field_position, Decoded, EventPool, Millis};
+use crate::event::{Decoded, EventPool, Millis};
 use crate::replay::Input;
-use crate::replay::{replay_into, Quiet, ReplayOptions};
+use crate::replay::{replay_into, Quiet, ReplayOptions, Spans};
 use crate::runtime::Runtime;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use vigil_lang::ast::BinOp;
 use vigil_lang::plan::RulePlan;
-use vigil_lang::schema::Stream;
 
 /// Candidate changes checked by a replay each, smallest first.
 const CHECKED: usize = 3;
@@ -118,6 +117,17 @@ pub struct Cost {
 }
 
 impl Cost {
+    fn of(spans: &Spans, alerts: &[Alert]) -> Cost {
+        Cost {
+            alerts: alerts.len(),
+            pages: alerts.iter().filter(|a| &*a.severity == "critical").count(),
+            series: spans.series(),
+            hosts: spans.hosts(),
+            series_days: spans.series_days(),
+            host_days: spans.host_days(),
+        }
+    }
+
     pub fn alerts_per_series_day(&self) -> f64 {
         self.alerts as f64 / self.series_days.max(f64::MIN_POSITIVE)
     }
@@ -232,26 +242,14 @@ fn run(plan: &RulePlan, question: &Question, options: &ReplayOptions, open: &mut
     let gate = runtime.gate();
     let pool = Rc::new(RefCell::new(EventPool::default()));
     let spans = Rc::new(RefCell::new(Spans::default()));
-    let inputs = open(gate, pool.clone())?
-        .into_iter()
-        .map(|mut input| {
-            let spans = spans.clone();
-            let records = std::mem::replace(&mut input.records, Box::new(std::iter::empty()));
-            input.records = Box::new(records.inspect(move |r| {
-                if let Ok(Decoded::Event(e)) = &r.event {
-                    spans.borrow_mut().note(e);
-                }
-            }));
-            input
-        })
-        .collect();
+    let inputs = open(gate, pool.clone())?.into_iter().map(|input| input.noting(&spans)).collect();
     let mut alerts = Vec::new();
     let mut sink = |batch: &mut Vec<Alert>| {
         alerts.extend(batch.drain(..).filter(|a| a.status == Status::Firing));
         Ok(())
     };
     replay_into(&mut runtime, inputs, &pool, options, &mut sink, &mut Quiet).map_err(|e| e.to_string())?;
-    let cost = spans.borrow().cost(&alerts);
+    let cost = Cost::of(&spans.borrow(), &alerts);
     let mut points = trace.take();
     points.sort_by(|a, b| (a.end, &a.key).cmp(&(b.end, &b.key)));
     Ok(Run { points, alerts, cost })
@@ -391,41 +389,6 @@ fn verdict(points: &[TracePoint], alerts: &[Seen], tests: &[TestShown]) -> Strin
         crate::event::format_time(closest.end),
         failed.join(", ")
     )
-}
-
-/// The first and last sample time of each metric series and host read.
-#[derive(Default)]
-struct Spans {
-    series: HashMap<(String, String, String), (Millis, Millis)>,
-    hosts: HashMap<String, (Millis, Millis)>,
-}
-
-impl Spans {
-    fn note(&mut self, e: &crate::event::Event) {
-        if e.stream != Stream::Metric {
-            return;
-        }
-        let text = |field: &str| e.value(field_position(e.stream, field)).to_text();
-        let widen = |span: &mut (Millis, Millis)| {
-            span.0 = span.0.min(e.ts);
-            span.1 = span.1.max(e.ts);
-        };
-        widen(self.series.entry((text("host"), text("name"), text("labels"))).or_insert((e.ts, e.ts)));
-        widen(self.hosts.entry(text("host")).or_insert((e.ts, e.ts)));
-    }
-
-    fn cost(&self, alerts: &[Alert]) -> Cost {
-        const DAY: f64 = 86_400_000.0;
-        let days = |spans: &mut dyn Iterator<Item = &(Millis, Millis)>| spans.map(|(a, b)| (b - a) as f64 / DAY).sum();
-        Cost {
-            alerts: alerts.len(),
-            pages: alerts.iter().filter(|a| &*a.severity == "critical").count(),
-            series: self.series.len(),
-            hosts: self.hosts.len(),
-            series_days: days(&mut self.series.values()),
-            host_days: days(&mut self.hosts.values()),
-        }
-    }
 }
 
 pub mod plot;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::event::{Event, Value};
 use std::sync::Arc;
+use vigil_lang::schema::Stream;
 
 const MIN: Millis = 60_000;
 
