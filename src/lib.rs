@@ -39,6 +39,6 @@ pub mod ruletest;
 pub mod why;
 
 pub use vigil_engine::{alert, engine, event, replay, runtime, settings};
-pub use vigil_formats::{influx, input, metric_kind, otlp, remote_write, Format};
+pub use vigil_formats::{influx, input, metric_kind, otlp, remote_write, Format, HostMapping};
 pub use vigil_lang::{ast, check, compile, compile_all, diagnostic, parser, plan, ruleset, schema, Compiled};
 pub use vigil_service as service;

@@ -251,9 +251,11 @@ fn main() -> ExitCode {
             let input_options = InputOptions {
                 host,
                 metric_name,
-                influx: vigil::influx::Mapping { host_tag, precision },
-                otlp_host_attribute: host_attribute,
-                host_labels: vigil::remote_write::HostLabels::new(&host_label),
+                hosts: vigil::HostMapping {
+                    influx: vigil::influx::Mapping { host_tag, precision },
+                    otlp_attribute: host_attribute,
+                    remote_write: vigil::remote_write::HostLabels::new(&host_label),
+                },
                 ..InputOptions::default()
             };
             let from = Inputs { files: &inputs, format, prometheus: &prometheus };
@@ -428,7 +430,7 @@ fn replay(
     let pool = std::rc::Rc::new(std::cell::RefCell::new(vigil::event::EventPool::default()));
     let (opened, failure) = match inputs.prometheus.url {
         Some(_) => {
-            let (input, failure) = inputs.prometheus.input(input_options.host_labels.clone())?;
+            let (input, failure) = inputs.prometheus.input(input_options.hosts.remote_write.clone())?;
             (vec![input], Some(failure))
         }
         None => {

@@ -91,7 +91,7 @@ pub fn ask(
      -> Result<Vec<vigil_formats::input::Input<vigil_engine::event::Decoded>>, String> {
         if args.prometheus.url.is_some() {
             let (input, failure) =
-                args.prometheus.input(input_options.host_labels.clone()).map_err(|e| format!("{e:#}"))?;
+                args.prometheus.input(input_options.hosts.remote_write.clone()).map_err(|e| format!("{e:#}"))?;
             failures.borrow_mut().push(failure);
             return Ok(vec![input]);
         }

@@ -38,13 +38,8 @@ pub struct InputOptions {
     pub host: Option<String>,
     /// Metric name of NAB series (default: from the file name).
     pub metric_name: Option<String>,
-    /// How line protocol (and Telegraf's JSON) becomes samples: the host tag, the timestamps'
-    /// precision.
-    pub influx: crate::influx::Mapping,
-    /// The OTLP attribute that names the host.
-    pub otlp_host_attribute: String,
-    /// The labels of prometheus-kafka-adapter's samples that place them under a host.
-    pub host_labels: crate::remote_write::HostLabels,
+    /// How the collectors' formats name a sample's host (and line protocol's precision).
+    pub hosts: crate::HostMapping,
     /// The streams JSON lines may name: the rules' ([`vigil_lang::ruleset::RuleSet::catalog`]).
     pub catalog: vigil_lang::schema::Catalog,
 }
@@ -54,9 +49,7 @@ impl Default for InputOptions {
         InputOptions {
             host: None,
             metric_name: None,
-            influx: Default::default(),
-            otlp_host_attribute: "host.name".into(),
-            host_labels: Default::default(),
+            hosts: Default::default(),
             catalog: vigil_lang::schema::Catalog::prelude().clone(),
         }
     }

@@ -373,7 +373,7 @@ async fn join_group(
         instance_id: config.kafka_instance_id.clone(),
         topics: stream_topics(config),
         formats: config.topic_formats.clone(),
-        collectors: collectors(config),
+        collectors: config.host_mapping(),
         keyed_partitions: config.kafka_keyed_partitions,
         workers: config.engine.workers,
         checkpoint_every: config.checkpoint_interval,
@@ -399,15 +399,6 @@ async fn join_group(
 /// The streams' topics: as configured, and for streams the rules declare.
 fn stream_topics(config: &ServeConfig) -> sources::kafka::StreamTopics {
     sources::kafka::StreamTopics { start: config.topics.clone(), declared: config.declared_topics.clone() }
-}
-
-/// How the collectors' formats read from Kafka become samples.
-fn collectors(config: &ServeConfig) -> sources::kafka::Collectors {
-    sources::kafka::Collectors {
-        influx: vigil_formats::influx::Mapping { host_tag: config.influx_host_tag.clone(), ..Default::default() },
-        otlp_host_attribute: config.otlp_host_attribute.clone(),
-        remote_write_hosts: config.remote_write_hosts(),
-    }
 }
 
 /// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`group::push`]).
@@ -437,13 +428,11 @@ fn app_state(
         rules,
         token: config.api_token.clone(),
         read_token: config.api_read_token.clone(),
-        influx_host_tag: config.influx_host_tag.clone(),
         stop: wiring.stop.clone(),
         ha: Arc::new(ha::HaTracker::new(config.remote_write_ha())),
         resent: Default::default(),
-        remote_write_hosts: config.remote_write_hosts(),
         metric_families: Default::default(),
-        otlp_host_attribute: config.otlp_host_attribute.clone(),
+        hosts: config.host_mapping(),
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),
         webhook_wake: wiring.webhook_wake.clone(),
@@ -654,7 +643,7 @@ fn spawn_sources(
         let source = sources::kafka::KafkaSource {
             topics: stream_topics(config),
             formats: config.topic_formats.clone(),
-            collectors: collectors(config),
+            collectors: config.host_mapping(),
             start: resume.to_vec(),
             engine: w.engine.clone(),
             dead: w.dead.clone(),
@@ -668,7 +657,8 @@ fn spawn_sources(
     }
     let ticker = tokio::spawn(engine_loop::tick(w.engine.clone()));
     for file in &config.replay {
-        sources::file::replay(file.clone(), resume, w.intake.clone(), w.engine.clone(), w.dead.clone());
+        let hosts = config.host_mapping();
+        sources::file::replay(file.clone(), resume, w.intake.clone(), hosts, w.engine.clone(), w.dead.clone());
         tracing::info!(file = %file.display(), "replaying into the service");
     }
     let (ingest_tx, ingest_rx) = mpsc::channel(256);

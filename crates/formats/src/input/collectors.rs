@@ -9,13 +9,13 @@ use vigil_engine::event::{DecodeError, Event, Millis};
 pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputOptions) -> Records<Event> {
     match format {
         Format::TelegrafJson => {
-            let host = options.influx.host_tag.clone();
+            let host = options.hosts.influx.host_tag.clone();
             Box::new(sample_lines(reader, move |text, _| {
                 crate::influx::telegraf_json(text, &host).into_iter().map(|r| r.map(|s| s.events)).collect()
             }))
         }
         Format::OtlpJson => {
-            let host = options.otlp_host_attribute.clone();
+            let host = options.hosts.otlp_attribute.clone();
             Box::new(sample_lines(reader, move |text, now| {
                 match crate::otlp::decode(text.as_bytes(), crate::otlp::Encoding::Json) {
                     Err(reason) => vec![Err(DecodeError { field: None, reason })],
@@ -28,7 +28,7 @@ pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputO
             }))
         }
         Format::PrometheusKafkaAdapter => {
-            let host = options.host_labels.clone();
+            let host = options.hosts.remote_write.clone();
             Box::new(sample_lines(reader, move |text, _| {
                 vec![crate::remote_write::adapter_sample(text, &host).map(|s| s.events)]
             }))
@@ -36,7 +36,7 @@ pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputO
         _ => {
             // A newline inside a quoted string field ends the line here: files of Telegraf's
             // output have none.
-            let mapping = options.influx.clone();
+            let mapping = options.hosts.influx.clone();
             Box::new(sample_lines(reader, move |text, now| match crate::influx::lines(text).next() {
                 None => Vec::new(),
                 Some((_, line)) => vec![crate::influx::samples(line, &mapping, now).map(|s| s.events)],

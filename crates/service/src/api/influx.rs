@@ -74,7 +74,7 @@ async fn write(
         let message = format!("the body is not UTF-8 (at byte {})", e.valid_up_to());
         influx_error(StatusCode::BAD_REQUEST, "invalid", message, json!({}))
     })?;
-    let mapping = Mapping { host_tag: state.influx_host_tag.clone(), precision };
+    let mapping = Mapping { precision, ..state.hosts.influx.clone() };
     let mut rejects = Rejects::new("influx");
     let (mut events, mut skipped, mut lines) = (Vec::new(), 0usize, 0usize);
     for (line_no, line, taken) in state.intake.influx(&mapping, text) {

@@ -70,20 +70,17 @@ pub struct AppState {
     pub token: Option<String>,
     /// When set, reading endpoints need it (or `token`).
     pub read_token: Option<String>,
-    /// The line protocol tag that names a sample's host.
-    pub influx_host_tag: String,
     /// True once the service is stopping: bodies are then refused with 503 and `Retry-After`.
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// The replica taken of each HA pair of Prometheus.
     pub ha: Arc<crate::ha::HaTracker>,
     /// The newest sample taken of each remote-write series, so that a resent batch is taken once.
     pub resent: crate::resent::Resent,
-    /// The remote-write labels that place a sample under a host.
-    pub remote_write_hosts: vigil_formats::remote_write::HostLabels,
     /// The metric families remote-write senders described, for their samples' `kind`.
     pub metric_families: vigil_formats::metric_kind::Families,
-    /// The OTLP resource (or data point) attribute that names a sample's host.
-    pub otlp_host_attribute: String,
+    /// How the receivers' samples are placed under hosts (line protocol's tag, OTLP's
+    /// attribute, remote-write's labels), as every other source places them.
+    pub hosts: vigil_formats::HostMapping,
     pub health: Arc<Health>,
     pub engine_health: Arc<EngineHealth>,
     pub webhook_wake: Arc<Notify>,

@@ -67,7 +67,7 @@ async fn receive(state: &AppState, encoding: Encoding, headers: &HeaderMap, body
     let body = read_body(state, body, MAX_BODY).await?;
     let body = super::gunzipped(headers, body)?;
     let request = decode(&body, encoding).map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, reason))?;
-    let host = &state.otlp_host_attribute;
+    let host = &state.hosts.otlp_attribute;
     let decoded = samples(&request, host, vigil_engine::event::now_ms());
     let mut rejects = Rejects::counting("otlp", "refusal");
     let mut refused_points = 0usize;

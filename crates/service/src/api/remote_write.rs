@@ -79,7 +79,7 @@ fn read_series(state: &AppState, version: Version, body: &[u8]) -> Result<Vec<(R
         ),
         BodyError::Bad(reason) => ApiError::new(StatusCode::BAD_REQUEST, reason),
     };
-    let hosts = &state.remote_write_hosts;
+    let hosts = &state.hosts.remote_write;
     let shown = |labels: &[vigil_formats::remote_write::Label]| {
         labels.iter().map(|l| format!("{}={:?}", l.name, l.value)).collect::<Vec<_>>().join(",")
     };
@@ -157,7 +157,7 @@ async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
                 events.extend(w.samples.events);
             }
             Err(reason) => {
-                let counted = reject_reason(&reason, &state.remote_write_hosts.label);
+                let counted = reject_reason(&reason, &state.hosts.remote_write.label);
                 state.telemetry.samples.rejected.with_label_values(&["remote_write", counted]).inc();
                 rejects.add(state, i as u64 + 1, reason.to_string(), labels.as_bytes()).await;
             }

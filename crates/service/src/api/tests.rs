@@ -105,7 +105,6 @@ async fn app_with(token: Option<&str>, read_token: Option<&str>, history: Option
         rules: Arc::new(live),
         token: token.map(String::from),
         read_token: read_token.map(String::from),
-        influx_host_tag: "host".into(),
         stop: stop_rx,
         ha: Arc::new(crate::ha::HaTracker::new(crate::ha::HaLabels {
             replica: vec!["__replica__".into()],
@@ -113,9 +112,8 @@ async fn app_with(token: Option<&str>, read_token: Option<&str>, history: Option
             failover: Duration::from_secs(30),
         })),
         resent: Default::default(),
-        remote_write_hosts: Default::default(),
         metric_families: Default::default(),
-        otlp_host_attribute: "host.name".into(),
+        hosts: Default::default(),
         health,
         engine_health,
         webhook_wake: Arc::new(Notify::new()),

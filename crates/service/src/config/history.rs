@@ -34,7 +34,7 @@ impl ServeConfig {
             prometheus: Prometheus::new(url, auth, ReadMode::default(), Duration::from_secs(120))?,
             selector: self.warm_match.clone(),
             lookback: self.warm_lookback,
-            hosts: self.remote_write_hosts(),
+            hosts: self.host_mapping().remote_write,
         }))
     }
 }

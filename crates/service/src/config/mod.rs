@@ -279,9 +279,9 @@ settings! {
     api_read_token: String [] = parse_nonempty, env "VIGIL_API_READ_TOKEN", in http,
         "Bearer token required by reading endpoints (the API token works too); needs --api-token";
     influx_host_tag: String ["host"] = parse_nonempty, env "VIGIL_INFLUX_HOST_TAG", in sources,
-        "The tag of InfluxDB line protocol (POST /api/v2/write, /write) that names a sample's host; the other tags become labels";
+        "The tag of InfluxDB line protocol and Telegraf's JSON (POST /api/v2/write, /write, Kafka topics, --replay files) that names a sample's host; the other tags become labels";
     remote_write_host_label: String ["instance"] = parse_nonempty, env "VIGIL_REMOTE_WRITE_HOST_LABEL", in sources,
-        "The label of Prometheus remote-write (POST /api/v1/write) that names a sample's host, its `:port` dropped; the other labels stay labels";
+        "The label of Prometheus remote-write (POST /api/v1/write) and prometheus-kafka-adapter (Kafka topics, --replay files) that names a sample's host, its `:port` dropped; the other labels stay labels";
     remote_write_fallback_label: String ["job"] = parse_any, env "VIGIL_REMOTE_WRITE_FALLBACK_LABEL", in sources,
         "For a remote-write series without the host label (a recording rule's aggregate): the label whose value places it, as the host `LABEL=VALUE` (`job=node`); without that label too, or when this is empty, the host `fleet`. Such a series is kept, never refused: Prometheus drops a whole batch on a refusal";
     remote_write_replica_labels: String ["__replica__,prometheus_replica"] = parse_any, env "VIGIL_REMOTE_WRITE_REPLICA_LABELS", in sources,
@@ -291,7 +291,7 @@ settings! {
     remote_write_ha_failover: Duration ["30s"] = parse_positive_duration, env "VIGIL_REMOTE_WRITE_HA_FAILOVER", in sources,
         "How long the elected replica of an HA pair may send nothing before the next replica heard is taken";
     otlp_host_attribute: String ["host.name"] = parse_nonempty, env "VIGIL_OTLP_HOST_ATTRIBUTE", in sources,
-        "The attribute of OTLP metrics (POST /v1/metrics) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
+        "The attribute of OTLP metrics (POST /v1/metrics, Kafka topics, --replay files) that names a sample's host, taken from the resource, else from the data point; the point's other attributes become labels";
     max_labels_per_series: usize ["64"] = parse_positive::<usize>, env "VIGIL_MAX_LABELS_PER_SERIES", in sources,
         "Labels a sample may carry; past it the sample is refused with the reason (counted, a dead letter)";
     max_label_name_length: usize ["1024"] = parse_positive::<usize>, env "VIGIL_MAX_LABEL_NAME_LENGTH", in sources,
@@ -714,11 +714,15 @@ impl ServeConfig {
         }
     }
 
-    /// The labels of remote-write (and prometheus-kafka-adapter) series that place them.
-    pub fn remote_write_hosts(&self) -> vigil_formats::remote_write::HostLabels {
-        vigil_formats::remote_write::HostLabels {
-            label: self.remote_write_host_label.clone(),
-            fallback: self.remote_write_fallback_label.clone(),
+    /// How the collectors' samples are placed under hosts, from every source alike.
+    pub fn host_mapping(&self) -> vigil_formats::HostMapping {
+        vigil_formats::HostMapping {
+            influx: vigil_formats::influx::Mapping { host_tag: self.influx_host_tag.clone(), ..Default::default() },
+            otlp_attribute: self.otlp_host_attribute.clone(),
+            remote_write: vigil_formats::remote_write::HostLabels {
+                label: self.remote_write_host_label.clone(),
+                fallback: self.remote_write_fallback_label.clone(),
+            },
         }
     }
 }

@@ -76,7 +76,7 @@ pub struct Member {
     pub topics: crate::sources::kafka::StreamTopics,
     /// Topics whose messages are a collector's format, not Vigil's JSON lines.
     pub formats: BTreeMap<String, vigil_formats::Format>,
-    pub collectors: crate::sources::kafka::Collectors,
+    pub collectors: vigil_formats::HostMapping,
     pub keyed_partitions: u32,
     /// Threads that run the owned keyed partitions (`--workers`).
     pub workers: usize,

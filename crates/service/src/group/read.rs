@@ -63,7 +63,8 @@ pub(super) fn take(
             Err(reason) => vec![letter(None, reason.to_string(), payload)],
         },
         format => {
-            let (events, refused) = m.collectors.samples(&m.intake, format, payload, &m.telemetry);
+            let (events, refused) =
+                crate::sources::kafka::samples(&m.collectors, &m.intake, format, payload, &m.telemetry);
             if let Some(first) = events.first() {
                 let counter = m.telemetry.events_in.with_label_values(&[first.stream.name()]);
                 counter.inc_by(events.len() as u64);

@@ -15,12 +15,14 @@ pub fn source_name(path: &std::path::Path) -> String {
     format!("{}{}", crate::position::FILE_PREFIX, path.display())
 }
 
-/// Feeds a recorded file into the running service on a thread of its own, reporting malformed
+/// Feeds a recorded file into the running service on a thread of its own, its collectors'
+/// samples placed under hosts as `hosts` says (as from Kafka and HTTP), reporting malformed
 /// lines (and times out of bounds) as dead letters.
 pub fn replay(
     path: std::path::PathBuf,
     resume: &[Position],
     intake: Intake,
+    hosts: vigil_formats::HostMapping,
     tx: mpsc::Sender<Input>,
     dead: mpsc::Sender<DeadLetter>,
 ) -> std::thread::JoinHandle<()> {
@@ -30,7 +32,7 @@ pub fn replay(
         let input = match vigil_formats::input::open(
             &path,
             vigil_formats::input::Format::Auto,
-            &vigil_formats::input::InputOptions { catalog: intake.catalog.get(), ..Default::default() },
+            &vigil_formats::input::InputOptions { catalog: intake.catalog.get(), hosts, ..Default::default() },
         ) {
             Ok(i) => i,
             Err(e) => {

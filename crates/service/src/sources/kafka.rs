@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use vigil_engine::event::DecodeError;
-use vigil_formats::Format;
+use vigil_formats::{Format, HostMapping};
 use vigil_lang::schema::Stream;
 
 /// How often the topics are looked up again for partitions added since.
@@ -154,8 +154,8 @@ pub struct KafkaSource {
     pub topics: StreamTopics,
     /// Topics whose messages are not Vigil's JSON lines.
     pub formats: BTreeMap<String, Format>,
-    /// How the collectors' formats become samples.
-    pub collectors: Collectors,
+    /// How the collectors' samples are placed under hosts.
+    pub collectors: HostMapping,
     /// The checkpoint's next offset of each partition.
     pub start: Vec<Position>,
     pub engine: mpsc::Sender<Input>,
@@ -239,7 +239,7 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
                 }
             }
             format => {
-                let (events, refused) = collectors.samples(&intake, format, payload, &telemetry);
+                let (events, refused) = samples(&collectors, &intake, format, payload, &telemetry);
                 let mut sent = true;
                 for l in dead_letters(refused, letter) {
                     sent &= dead.send(l).await.is_ok();
@@ -256,56 +256,43 @@ pub async fn consume(consumer: Arc<StreamConsumer>, source: KafkaSource, mut sto
     }
 }
 
-/// How the collectors' formats become samples.
-#[derive(Debug, Clone)]
-pub struct Collectors {
-    /// Line protocol's and Telegraf JSON's: the tag that names the host.
-    pub influx: vigil_formats::influx::Mapping,
-    /// The OTLP attribute that names a sample's host.
-    pub otlp_host_attribute: String,
-    /// The labels of prometheus-kafka-adapter's samples that place them under a host.
-    pub remote_write_hosts: vigil_formats::remote_write::HostLabels,
-}
-
-impl Collectors {
-    /// The samples of a message in `format`, and what is refused, counted by format and reason.
-    pub(crate) fn samples(
-        &self,
-        intake: &Intake,
-        format: Format,
-        payload: &[u8],
-        telemetry: &Telemetry,
-    ) -> (Vec<vigil_engine::event::Event>, Vec<Refused>) {
-        let text = || {
-            std::str::from_utf8(payload)
-                .map_err(|e| DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
-        };
-        let (label, (events, refused)) = match format {
-            Format::Influx => ("influx", influx_samples(intake, &self.influx, payload)),
-            Format::TelegrafJson => {
-                let host = &self.influx.host_tag;
-                let each = match text() {
-                    Ok(t) => {
-                        vigil_formats::influx::telegraf_json(t, host).into_iter().map(|r| r.map(|s| s.events)).collect()
-                    }
-                    Err(e) => vec![Err(e)],
-                };
-                ("telegraf_json", each_checked(intake, each, payload, host))
-            }
-            Format::PrometheusKafkaAdapter => {
-                let hosts = &self.remote_write_hosts;
-                let one = text().and_then(|t| vigil_formats::remote_write::adapter_sample(t, hosts)).map(|s| s.events);
-                let host = &hosts.label;
-                ("prometheus_kafka_adapter", each_checked(intake, vec![one], payload, host))
-            }
-            _ => ("otlp", otlp_samples(intake, &self.otlp_host_attribute, format, payload)),
-        };
-        telemetry.samples.taken.with_label_values(&[label]).inc_by(events.len() as u64);
-        for (_, counted, _, _) in &refused {
-            telemetry.samples.rejected.with_label_values(&[label, counted]).inc();
+/// The samples of a message in `format`, placed under hosts by `hosts`, and what is refused,
+/// counted by format and reason.
+pub(crate) fn samples(
+    hosts: &HostMapping,
+    intake: &Intake,
+    format: Format,
+    payload: &[u8],
+    telemetry: &Telemetry,
+) -> (Vec<vigil_engine::event::Event>, Vec<Refused>) {
+    let text = || {
+        std::str::from_utf8(payload)
+            .map_err(|e| DecodeError { field: None, reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()) })
+    };
+    let (label, (events, refused)) = match format {
+        Format::Influx => ("influx", influx_samples(intake, &hosts.influx, payload)),
+        Format::TelegrafJson => {
+            let host = &hosts.influx.host_tag;
+            let each = match text() {
+                Ok(t) => {
+                    vigil_formats::influx::telegraf_json(t, host).into_iter().map(|r| r.map(|s| s.events)).collect()
+                }
+                Err(e) => vec![Err(e)],
+            };
+            ("telegraf_json", each_checked(intake, each, payload, host))
         }
-        (events, refused)
+        Format::PrometheusKafkaAdapter => {
+            let labels = &hosts.remote_write;
+            let one = text().and_then(|t| vigil_formats::remote_write::adapter_sample(t, labels)).map(|s| s.events);
+            ("prometheus_kafka_adapter", each_checked(intake, vec![one], payload, &labels.label))
+        }
+        _ => ("otlp", otlp_samples(intake, &hosts.otlp_attribute, format, payload)),
+    };
+    telemetry.samples.taken.with_label_values(&[label]).inc_by(events.len() as u64);
+    for (_, counted, _, _) in &refused {
+        telemetry.samples.rejected.with_label_values(&[label, counted]).inc();
     }
+    (events, refused)
 }
 
 /// Refused lines of one message kept as dead letters; the rest are summed up in one more.
