@@ -337,8 +337,12 @@ async fn a_warm_start_judges_live_samples_from_the_first_minute() {
     };
     let warm = start(true, "warm");
     let cold = start(false, "cold");
-    let log = warm.log();
-    assert!(log.contains("warm start done") && log.contains("series=3"), "{log}");
+    let log = crate::support::eventually_within(Duration::from_secs(600), "the warm start done", || async {
+        let log = warm.log();
+        log.contains("warm start done").then_some(log)
+    })
+    .await;
+    assert!(log.contains("series=3"), "{log}");
     for step in &live {
         remote_write(&warm.url, step).await;
         remote_write(&cold.url, step).await;

@@ -207,7 +207,18 @@ async fn a_warm_start_catches_a_real_fork_storm_from_the_first_minute_and_nothin
         r#"{job="node"}"#,
     ];
     let vigil = crate::support::Service::start(&args);
-    assert!(vigil.log().contains("warm start done") && vigil.log().contains("series=1542"), "{}", vigil.log());
+    // The service answers while it warms (a day of 1,542 series takes tens of seconds), not
+    // ready; live samples are sent once the history is read.
+    let ready = reqwest::get(format!("{}/readyz", vigil.url)).await.expect("readyz answers");
+    assert_eq!(ready.status(), 503);
+    let body: Json = ready.json().await.expect("JSON");
+    assert!(body["reason"].as_str().is_some_and(|r| r.starts_with("warming")), "{body}");
+    let log = crate::support::eventually_within(Duration::from_secs(600), "the warm start done", || async {
+        let log = vigil.log();
+        log.contains("warm start done").then_some(log)
+    })
+    .await;
+    assert!(log.contains("series=1542"), "{log}");
     for (minute, ticks) in live.chunks(6).enumerate() {
         let mut body = String::new();
         for (t, values) in ticks {

@@ -152,7 +152,8 @@ impl EngineHealth {
         while !*stop.borrow() {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let now = self.inputs.load(Ordering::Relaxed);
-            if now != last.0 {
+            // A held engine (warming, or a member whose rules differ) is not stuck on an input.
+            if now != last.0 || self.held().is_some() {
                 last = (now, Instant::now());
                 if warned {
                     tracing::info!("the engine makes progress again");
@@ -169,14 +170,20 @@ impl EngineHealth {
     }
 }
 
+/// What `/readyz` says while a warm start reads history.
+const WARMING: &str = "warming: the rules read their history from Prometheus (--warm-from-prometheus) before any \
+     live sample; live samples wait until it is done";
+
 /// The engine thread's settings.
 pub struct EngineLoop {
     pub engine: Runtime,
     pub telemetry: Arc<Telemetry>,
     pub health: Arc<EngineHealth>,
     pub checkpoint_every: Duration,
-    /// Alerts a warm start left firing, sent first ([`crate::history::warm`]).
-    pub handed_over: Vec<Alert>,
+    /// The history to read into the rules before any live input ([`crate::history::warm`]),
+    /// on the engine's thread, so that the service answers meanwhile (not ready, "warming"),
+    /// and the live inputs wait in the channel; the alerts it leaves firing are sent first.
+    pub warm: Option<(crate::history::warm::WarmStart, tokio::runtime::Handle)>,
     /// The positions of the restored checkpoint, carried into later ones.
     pub restored: Vec<Position>,
     /// The state budget, in bytes.
@@ -224,8 +231,17 @@ impl EngineLoop {
         std::thread::Builder::new()
             .name("vigil-engine".into())
             .spawn(move || {
+                let handed_over = match self.warm.take() {
+                    Some((warm, handle)) => {
+                        self.health.hold(Some(WARMING.into()));
+                        let firing = crate::history::warm::warm_up(&mut self.engine, &warm, &handle);
+                        self.health.hold(None);
+                        firing
+                    }
+                    None => Vec::new(),
+                };
                 let mut r = Running {
-                    out: std::mem::take(&mut self.handed_over),
+                    out: handed_over,
                     ingested: self
                         .restored
                         .iter()

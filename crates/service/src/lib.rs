@@ -290,7 +290,7 @@ async fn start_engine(
     } else {
         let mut engine = build_engine(config, plans);
         let (resume, restored) = restore(&wiring.store, &mut engine).await?;
-        let (engine, handed_over) = warm_start(config, engine, restored).await;
+        let warm = warm_start(config, restored).map(|w| (w, tokio::runtime::Handle::current()));
         wiring.telemetry.workers.set(engine.count() as i64);
         wiring.telemetry.partitions.set(engine.partitions() as i64);
         tracing::info!(workers = engine.count(), partitions = engine.partitions(), "engine started");
@@ -300,7 +300,7 @@ async fn start_engine(
             telemetry: wiring.telemetry.clone(),
             health: wiring.engine_health.clone(),
             checkpoint_every: config.checkpoint_interval,
-            handed_over,
+            warm,
             restored: resume.clone(),
             max_state_bytes: config.max_state_bytes(),
             input_stopped_after: config.input_stopped_after,
@@ -505,51 +505,19 @@ async fn restore(
     Ok((resume, restored))
 }
 
-/// Feeds `engine` the series' history (`--warm-from-prometheus`) unless a checkpoint restored
-/// the rules' state; returns it with the alerts the history left firing, to be sent as firing
-/// now. A Prometheus that cannot be read is said in the log, and the service starts cold.
-async fn warm_start(
-    config: &ServeConfig,
-    mut engine: vigil_engine::runtime::Runtime,
-    restored: bool,
-) -> (vigil_engine::runtime::Runtime, Vec<vigil_engine::alert::Alert>) {
-    let warm = match config.warm_start() {
-        Ok(Some(warm)) if !restored => warm,
-        Ok(Some(_)) => {
+/// The warm start `--warm-from-prometheus` asks for, unless a checkpoint restored the rules'
+/// state (which wins over history). A configuration that cannot be used is said in the log,
+/// and the service starts cold.
+fn warm_start(config: &ServeConfig, restored: bool) -> Option<history::warm::WarmStart> {
+    match config.warm_start() {
+        Ok(Some(_)) if restored => {
             tracing::info!("the checkpoint restored the rules' state: no warm start");
-            return (engine, Vec::new());
+            None
         }
-        Ok(None) => return (engine, Vec::new()),
+        Ok(warm) => warm,
         Err(e) => {
             tracing::error!(error = %e, "no warm start");
-            return (engine, Vec::new());
-        }
-    };
-    let handle = tokio::runtime::Handle::current();
-    let started = std::time::Instant::now();
-    tracing::info!(from = %warm.prometheus.endpoint(""), selector = %warm.selector, lookback = ?warm.lookback, "warm start");
-    let (engine, warmed) = tokio::task::spawn_blocking(move || {
-        let warmed = history::warm::warm(&mut engine, &warm, &handle, vigil_engine::event::now_ms());
-        (engine, warmed)
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    match warmed {
-        Ok(w) => {
-            tracing::info!(
-                series = w.series,
-                samples = w.samples,
-                requests = w.requests,
-                held_back = w.held_back,
-                firing = w.firing.len(),
-                seconds = started.elapsed().as_secs_f64(),
-                "warm start done: the history's alerts held back, those still firing sent"
-            );
-            (engine, w.firing)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "the warm start failed: the rules start from what it read");
-            (engine, Vec::new())
+            None
         }
     }
 }

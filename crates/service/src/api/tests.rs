@@ -47,7 +47,7 @@ async fn app_with(token: Option<&str>, read_token: Option<&str>, history: Option
         telemetry: telemetry.clone(),
         health: engine_health.clone(),
         checkpoint_every: Duration::from_secs(3600),
-        handed_over: Vec::new(),
+        warm: None,
         restored: Vec::new(),
         max_state_bytes: usize::MAX,
         input_stopped_after: Duration::from_secs(300),

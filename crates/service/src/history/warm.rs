@@ -82,6 +82,32 @@ fn dated(series: &mut super::proto::TimeSeries, step: i64) {
 /// Time of the raw history read at once.
 const RAW_PAGE_MS: i64 = 600_000;
 
+/// Warms `runtime` as [`warm`] does, saying in the log what it read and how long it took; the
+/// alerts the history left firing, to be sent as firing now. A Prometheus that cannot be read
+/// is said too, and the rules start from what was read.
+pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle) -> Vec<Alert> {
+    let started = std::time::Instant::now();
+    tracing::info!(from = %w.prometheus.endpoint(""), selector = %w.selector, lookback = ?w.lookback, "warm start");
+    match warm(runtime, w, handle, vigil_engine::event::now_ms()) {
+        Ok(warmed) => {
+            tracing::info!(
+                series = warmed.series,
+                samples = warmed.samples,
+                requests = warmed.requests,
+                held_back = warmed.held_back,
+                firing = warmed.firing.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "warm start done: the history's alerts held back, those still firing sent"
+            );
+            warmed.firing
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the warm start failed: the rules start from what it read");
+            Vec::new()
+        }
+    }
+}
+
 /// Feeds `runtime` the history up to `now`: at `--warm-step` up to `--warm-raw` before now, then
 /// every sample. Runs on a blocking thread; `handle` makes the requests.
 pub fn warm(
