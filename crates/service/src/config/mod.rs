@@ -115,10 +115,11 @@ macro_rules! settings {
             /// Topic of a stream, STREAM=TOPIC, repeatable [default: the topic is named as the stream]
             #[arg(long = "topic", value_parser = parse_topic)]
             pub topics: Vec<(String, String)>,
-            /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `vigil` (JSON lines, the
-            /// default), `influx` or `telegraf-json` (as Telegraf's Kafka output writes them),
-            /// `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's Kafka exporter writes
-            /// them), `prometheus-kafka-adapter`; all but `vigil` on the metric stream's topic
+            /// The format of a topic's messages, TOPIC=FORMAT, repeatable: `jsonl` (Vigil's JSON
+            /// lines, the default; `vigil` too), `influx` or `telegraf-json` (as Telegraf's Kafka
+            /// output writes them), `otlp-proto` or `otlp-json` (as the OpenTelemetry Collector's
+            /// Kafka exporter writes them), `prometheus-kafka-adapter`; all but `jsonl` on the metric
+            /// stream's topic
             #[arg(long = "kafka-topic-format", value_parser = parse_topic_format)]
             pub kafka_topic_formats: Vec<(String, Format)>,
             /// A librdkafka property for Vigil's Kafka clients, KEY=VALUE, repeatable (security
@@ -641,7 +642,7 @@ impl ServeConfig {
                     "--kafka-topic-format {topic}={}: `{topic}` is not a stream's topic (set one with --topic STREAM={topic})",
                     format.name()
                 )),
-                Some(s) if s != Stream::Metric && *format != Format::Jsonl => problems.push(format!(
+                Some(s) if s != Stream::Metric => problems.push(format!(
                     "--kafka-topic-format {topic}={}: the format carries metric samples, and `{topic}` is the {} stream's topic",
                     format.name(),
                     s.name()

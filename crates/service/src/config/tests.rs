@@ -139,7 +139,8 @@ fn a_topic_format_names_a_metric_topic_and_a_format_vigil_reads() {
     assert!(err.contains("the format carries metric samples, and `task_event` is the task_event stream's"), "{err}");
     let args =
         |formats: &[(&str, Format)]| ServeArgs { topics: vec![("task_event".into(), "tasks".into())], ..args(formats) };
-    ServeConfig::resolve(args(&[("tasks", Format::Jsonl)])).expect("JSON lines carry any stream");
+    let c = ServeConfig::resolve(args(&[("tasks", Format::Jsonl)])).expect("JSON lines carry any stream");
+    assert!(c.topic_formats.is_empty(), "the default format is not kept: {:?}", c.topic_formats);
     let err = ServeConfig::resolve(args(&[("other", Format::Influx)])).expect_err("refused").to_string();
     assert!(err.contains("`other` is not a stream's topic"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
