@@ -58,6 +58,15 @@ pub enum Carrier {
     Message,
 }
 
+impl Carrier {
+    fn what(self) -> &'static str {
+        match self {
+            Carrier::File => "a file format",
+            Carrier::Message => "a format of Kafka messages",
+        }
+    }
+}
+
 impl Format {
     /// The name flags and `vigil.toml` take.
     pub fn name(self) -> &'static str {
@@ -103,17 +112,20 @@ impl Format {
         names.join(", ")
     }
 
+    /// Why data of this format cannot come by `carrier`, naming those that can; `None` if it can.
+    pub fn refusal(self, carrier: Carrier) -> Option<String> {
+        (!self.comes_by(carrier))
+            .then(|| format!("`{}` is not {}: {}", self.name(), carrier.what(), Format::names_by(carrier)))
+    }
+
     /// Reads a format's name (or one of its aliases) for `carrier`; the error says which
     /// formats it could have been.
     pub fn parse_for(name: &str, carrier: Carrier) -> Result<Format, String> {
-        let where_ = match carrier {
-            Carrier::File => "a file format",
-            Carrier::Message => "a format of Kafka messages",
-        };
         match <Format as clap::ValueEnum>::from_str(name.trim(), false) {
-            Ok(f) if f.comes_by(carrier) => Ok(f),
-            Ok(f) => Err(format!("`{}` is not {where_}: {}", f.name(), Format::names_by(carrier))),
-            Err(_) => Err(format!("`{}` is not {where_} Vigil reads: {}", name.trim(), Format::names_by(carrier))),
+            Ok(f) => f.refusal(carrier).map_or(Ok(f), Err),
+            Err(_) => {
+                Err(format!("`{}` is not {} Vigil reads: {}", name.trim(), carrier.what(), Format::names_by(carrier)))
+            }
         }
     }
 }
@@ -144,6 +156,13 @@ mod tests {
         assert!(err.contains("`nab` is not a format of Kafka messages") && err.contains("otlp-proto"), "{err}");
         let err = Format::parse_for("remote-write", Carrier::File).expect_err("bodies only");
         assert!(err.contains("is not a file format"), "{err}");
+        assert_eq!(
+            Format::OtlpProto
+                .refusal(Carrier::File)
+                .map(|e| e.starts_with("`otlp-proto` is not a file format: auto, jsonl")),
+            Some(true)
+        );
+        assert_eq!(Format::Influx.refusal(Carrier::File), None);
         let err = Format::parse_for("csv", Carrier::Message).expect_err("unknown");
         assert!(err.contains("`csv` is not a format of Kafka messages Vigil reads: jsonl, influx"), "{err}");
     }

@@ -145,15 +145,8 @@ fn open_with<T: 'static>(
             collectors::records(reader, format, options)
         }
         Format::OtlpProto | Format::RemoteWrite => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                match format {
-                    Format::RemoteWrite => {
-                        format!("{format} is read from HTTP bodies (`POST /api/v1/write`), not files")
-                    }
-                    _ => format!("{format} is read from Kafka messages and HTTP bodies, not files"),
-                },
-            ))
+            let why = format.refusal(crate::Carrier::File).unwrap_or_default();
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
         }
         Format::Planetlab => {
             let start = planetlab_start(path).ok_or_else(|| {
