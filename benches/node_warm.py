@@ -76,7 +76,7 @@ class Host:
             if key in self.step_gain and key in self.values:
                 before = self.scrapes[self.last_r][1].get(key)
                 if r == self.last_r + 1 and before is not None and e["value"] >= before["value"]:
-                    out[key] = self.values[key] + e["value"] - before["value"]
+                    out[key] = self.values[key] + (e["value"] - before["value"])
                 else:
                     out[key] = self.values[key] + self.step_gain[key]
             else:

@@ -66,7 +66,8 @@ fn recording() -> (Vec<Key>, Vec<Scrape>, usize) {
 
 /// One host's scrapes tick by tick: the recording's scrape `r` at each, counters carried on.
 /// Where `r` does not follow the last one (a pass laid after another, the fork spliced in), a
-/// counter gains its mean step instead of the jump.
+/// counter gains its mean step instead of the jump. The recorded step is taken first, then
+/// added: `before + raw - p` rounds, and can step a counter back by its last bit.
 struct Host<'a> {
     scrapes: &'a [Scrape],
     /// By series: a counter's mean gain per scrape.
@@ -82,7 +83,7 @@ impl Host<'_> {
                 let raw = self.scrapes[r][i]?;
                 Some(match (self.gains[i], self.values.get(i).copied().flatten(), self.last) {
                     (Some(gain), Some(before), Some(last)) => match self.scrapes[last][i] {
-                        Some(p) if r == last + 1 && raw >= p => before + raw - p,
+                        Some(p) if r == last + 1 && raw >= p => before + (raw - p),
                         _ => before + gain,
                     },
                     _ => raw,

@@ -131,9 +131,11 @@ impl Fit {
 
 /// `rate(x)` of a counter: how much it rose between the window's first and last samples, per
 /// second between them. A fall is a reset (the process restarted and counts from 0 again), so
-/// the sample after it counts whole, as PromQL's `rate` reads resets. Unlike PromQL's, the
-/// increase is not extrapolated to the window's edges: it is the slope the samples show, the
-/// same for a steady counter.
+/// the sample after it counts whole, as PromQL's `rate` reads resets; a fall within
+/// floating-point rounding of the value (`ROUNDING`) is not one, but no change: a counter that
+/// a sender adds up in floating point can step back by its last bit, and read as a reset that
+/// one step would count its whole value. Unlike PromQL's, the increase is not extrapolated to
+/// the window's edges: it is the slope the samples show, the same for a steady counter.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Rate {
     first_ts: Millis,
@@ -143,12 +145,23 @@ pub struct Rate {
     samples: u32,
 }
 
+/// The largest fall of a counter, relative to its value, that is rounding and not a reset:
+/// a thousand times an f64's relative precision, far below any real restart (which starts
+/// again from near 0).
+const ROUNDING: f64 = 1e3 * f64::EPSILON;
+
 impl Rate {
     fn add(&mut self, x: f64, ts: Millis) {
         if self.samples == 0 {
             self.first_ts = ts;
         } else {
-            self.increase += if x >= self.last { x - self.last } else { x };
+            self.increase += if x >= self.last {
+                x - self.last
+            } else if self.last - x <= self.last.abs() * ROUNDING {
+                0.0
+            } else {
+                x
+            };
         }
         self.last = x;
         self.last_ts = ts;
@@ -340,6 +353,13 @@ mod tests {
         // A restart after 120: the counter starts again from 0 and reaches 5; 20 + 5 in 3 s.
         let Value::Num(r) = run(AggFunc::Rate, &nums(&[100.0, 110.0, 120.0, 5.0])) else { panic!("a rate") };
         assert!((r - 25.0 / 3.0).abs() < 1e-12, "{r}");
+        // A fall in the last bits, from adding up in floating point, is no change, not a reset.
+        let last_bit = 23.529400000003587f64 - 23.529400000003584;
+        assert!(last_bit > 0.0);
+        let Value::Num(r) = run(AggFunc::Rate, &nums(&[23.5, 23.529400000003587, 23.529400000003584, 23.6])) else {
+            panic!("a rate")
+        };
+        assert!((r - 0.1 / 3.0).abs() < 1e-9, "{r}");
         // Missing values are skipped; one sample, or none, has no rate.
         assert_eq!(run(AggFunc::Rate, &[Value::Num(1.0), Value::Null, Value::Num(5.0)]), Value::Num(2.0));
         assert_eq!(run(AggFunc::Rate, &nums(&[7.0])), Value::Null);
