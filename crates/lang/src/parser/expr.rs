@@ -55,7 +55,7 @@ impl Builder<'_> {
         let per_unit: f64 = match unit {
             "ms" | "millisecond" | "milliseconds" => 1.0,
             "s" | "sec" | "secs" | "second" | "seconds" => 1e3,
-            "min" | "mins" | "minute" | "minutes" => 60e3,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60e3,
             "h" | "hr" | "hrs" | "hour" | "hours" => 3600e3,
             "d" | "day" | "days" => 86400e3,
             _ => 7.0 * 86400e3,

@@ -55,6 +55,9 @@ fn recovers_at_the_next_rule() {
 #[test]
 fn durations_from_the_command_line() {
     assert_eq!(parse_duration("5s"), Ok(5_000));
+    assert_eq!(parse_duration("5m"), Ok(300_000), "minutes, as PromQL writes them");
+    assert_eq!(parse_duration("500ms"), Ok(500));
+    assert!(parse_duration("5 mb").is_err());
     assert_eq!(parse_duration(" 1.5 h "), Ok(5_400_000));
     assert!(parse_duration("5").is_err());
     assert!(parse_duration("99999 w").is_err());
