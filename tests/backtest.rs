@@ -360,3 +360,116 @@ async fn a_warm_start_judges_live_samples_from_the_first_minute() {
     assert!(!cold_alerts.iter().any(|a| a.contains("metric_deviation")), "{cold_alerts:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// node_exporter's textfile of families whose names belie their types: a gauge named as a
+/// counter is, and a counter named as a level is.
+const BELIED: &str = "# HELP vigil_queue_total Jobs waiting.\n# TYPE vigil_queue_total gauge\nvigil_queue_total 7\n\
+                      # HELP vigil_jobs_done Jobs done.\n# TYPE vigil_jobs_done counter\nvigil_jobs_done 42\n";
+
+/// Rules that say each series' kind: `counted` fires for counters' series, `levels` for gauges'.
+const KINDS: &str = "rule counted {\n  metric s sample as e where e.kind == \"counter\" #time(5 s)\n  \
+                     state ss { n := count() } group by s\n  alert ss.n > 0 severity warning\n  return s.name\n}\n\
+                     rule levels {\n  metric s sample as e where e.kind == \"gauge\" #time(5 s)\n  \
+                     state ss { n := count() } group by s\n  alert ss.n > 0 severity warning\n  return s.name\n}\n";
+
+/// A child process, killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Each alert's rule and series name, sorted, from alerts as JSON.
+fn kinds_of<'a>(alerts: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = alerts
+        .filter_map(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .map(|a| {
+            (a["rule"].as_str().unwrap_or_default().into(), a["key"]["s.name"].as_str().unwrap_or_default().into())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs Debian's prometheus and prometheus-node-exporter: run scripts/test.sh"]
+async fn history_is_kinded_by_the_servers_metadata_as_live_samples_are() {
+    let dir = crate::support::temp_dir("kinds");
+    let textfiles = dir.join("textfiles");
+    std::fs::create_dir_all(&textfiles).expect("dir");
+    std::fs::write(textfiles.join("belied.prom"), BELIED).expect("write");
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("dir");
+    std::fs::write(rules.join("kinds.saql"), KINDS).expect("write");
+    let exporter_port = free_port();
+    let exe = binary("VIGIL_TEST_NODE_EXPORTER", "prometheus-node-exporter");
+    let _exporter = Killed(
+        Command::new(&exe)
+            .arg(format!("--web.listen-address=127.0.0.1:{exporter_port}"))
+            .args(["--collector.disable-defaults", "--collector.textfile"])
+            .arg(format!("--collector.textfile.directory={}", textfiles.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{exe} does not start ({e}): scripts/test.sh installs it")),
+    );
+    let config = dir.join("prometheus.yml");
+    let scrape = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      \
+         - targets: ['127.0.0.1:{exporter_port}']\n        labels: {{instance: 'host-1'}}\n"
+    );
+    std::fs::write(&config, scrape).expect("write");
+    let port = free_port();
+    let exe = binary("VIGIL_TEST_PROMETHEUS", "prometheus");
+    let _prometheus = Killed(
+        Command::new(&exe)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{exe} does not start ({e}): scripts/test.sh installs prometheus")),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let scrapes = format!("{url}/api/v1/query?query=count_over_time(vigil_jobs_done[1m])");
+    crate::support::eventually_within(Duration::from_secs(60), "ten scrapes stored", || async {
+        let answer = reqwest::get(&scrapes).await.ok()?.json::<serde_json::Value>().await.ok()?;
+        let count: f64 = answer["data"]["result"][0]["value"][1].as_str()?.parse().ok()?;
+        (count >= 10.0).then_some(())
+    })
+    .await;
+    let expected =
+        [("counted".to_string(), "vigil_jobs_done".to_string()), ("levels".into(), "vigil_queue_total".into())];
+
+    // A backtest: by their names alone, `vigil_queue_total` would be a counter and
+    // `vigil_jobs_done` of no kind.
+    let selector = r#"{__name__=~"vigil_.*"}"#;
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["replay", "--rules", rules.to_str().expect("utf-8"), "--from-prometheus", &url])
+        .args(["--match", selector, "--start", "now-5m", "--end", "now"])
+        .output()
+        .expect("vigil runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(kinds_of(text(&out.stdout).lines()), expected, "{}", text(&out.stderr));
+
+    // A warm start: what the history leaves firing is sent, kinded as the backtest's.
+    let db = crate::support::sqlite_url(&dir);
+    let args = ["--rules", rules.to_str().expect("utf-8"), "--database-url", &db, "--warm-from-prometheus", &url];
+    let vigil = crate::support::Service::start(
+        &[&args[..], &["--warm-lookback", "10m", "--warm-match", selector, "--lateness", "0s"]].concat(),
+    );
+    let log = crate::support::eventually("the warm start done", || async {
+        let log = vigil.log();
+        log.contains("warm start done").then_some(log)
+    })
+    .await;
+    assert!(log.contains("metric types read from the server's metadata"), "{log}");
+    let alerts = stored(&vigil.url).await;
+    assert_eq!(kinds_of(alerts.iter().map(String::as_str)), expected, "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | OTLP | the data type: a monotonic sum, and a histogram's or summary's `_count`, `_sum` and `_bucket`, are counters; a gauge, a non-monotonic sum and a summary's quantiles are gauges |
 //! | remote-write | the metadata Prometheus sends (every minute, in requests of their own) for each metric family, remembered per family |
+//! | Prometheus' history (warm start, backtest) | its metadata API's types (`/api/v1/metadata`), remembered as remote-write's are |
 //! | remote-write, prometheus-kafka-adapter (the fallback) | the name: `_total`, `_count`, `_sum` and `_bucket` are counters, as OpenMetrics reserves them |
 //!
 //! Otherwise `kind` is left out: unknown. Line protocol says nothing of it, and Telegraf's
@@ -92,8 +93,19 @@ impl Family {
     pub fn from_remote_write(t: i32) -> Family {
         match t {
             1 => Family::Counter,
-            2 => Family::Gauge,
-            3..=5 => Family::Distribution,
+            // A gauge histogram's buckets, count and sum are levels, not totals.
+            2 | 4 => Family::Gauge,
+            3 | 5 => Family::Distribution,
+            _ => Family::Other,
+        }
+    }
+
+    /// From a type as the exposition formats name it (`# TYPE`), and Prometheus' metadata API.
+    pub fn from_type_name(t: &str) -> Family {
+        match t {
+            "counter" => Family::Counter,
+            "gauge" | "gaugehistogram" => Family::Gauge,
+            "histogram" | "summary" => Family::Distribution,
             _ => Family::Other,
         }
     }
@@ -169,6 +181,12 @@ mod tests {
         assert_eq!(families.about("rpc_duration_seconds_sum").unit.as_deref(), Some("seconds"));
         assert_eq!(families.about("rpc_duration_seconds_count").unit, None, "a count of observations");
         assert_eq!(families.about("node_load1").unit, None);
+        // The metadata API's names of types say the same as remote-write's numbers.
+        for (name, number) in [("counter", 1), ("gauge", 2), ("histogram", 3), ("gaugehistogram", 4), ("summary", 5)] {
+            assert_eq!(Family::from_type_name(name), Family::from_remote_write(number), "{name}");
+        }
+        assert_eq!(Family::from_type_name("gaugehistogram").kind_of("queue_seconds_bucket"), Some(GAUGE));
+        assert_eq!(Family::from_type_name("unknown"), Family::Other);
     }
 
     #[test]

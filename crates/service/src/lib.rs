@@ -142,6 +142,9 @@ struct Wiring {
     /// Alertmanager are theirs. None for a single instance, which resends all.
     owned_partitions: Option<alertmanager::OwnedPartitions>,
     intake: Intake,
+    /// The metric families' types and units, as remote-write metadata and the warm start's
+    /// server describe them.
+    families: Arc<vigil_formats::metric_kind::Families>,
     stop: watch::Receiver<bool>,
 }
 
@@ -192,6 +195,7 @@ pub async fn serve(mut config: ServeConfig) -> Result<(), ServiceError> {
         owned_partitions: config.kafka_join_group.then(Default::default),
         webhook_wake: Arc::new(Notify::new()),
         silences: Default::default(),
+        families: Default::default(),
         stop: stop_rx,
     };
     tokio::spawn(wiring.engine_health.clone().watch(config.stall_timeout, wiring.stop.clone()));
@@ -290,7 +294,10 @@ async fn start_engine(
     } else {
         let mut engine = build_engine(config, plans);
         let (resume, restored) = restore(&wiring.store, &mut engine).await?;
-        let warm = warm_start(config, restored).map(|w| (w, tokio::runtime::Handle::current()));
+        let warm = warm_start(config, restored).map(|w| {
+            let w = history::warm::WarmStart { families: wiring.families.clone(), ..w };
+            (w, tokio::runtime::Handle::current())
+        });
         wiring.telemetry.workers.set(engine.count() as i64);
         wiring.telemetry.partitions.set(engine.partitions() as i64);
         tracing::info!(workers = engine.count(), partitions = engine.partitions(), "engine started");
@@ -431,7 +438,7 @@ fn app_state(
         stop: wiring.stop.clone(),
         ha: Arc::new(ha::HaTracker::new(config.remote_write_ha())),
         resent: Default::default(),
-        metric_families: Default::default(),
+        metric_families: wiring.families.clone(),
         hosts: config.host_mapping(),
         health: wiring.health.clone(),
         engine_health: wiring.engine_health.clone(),

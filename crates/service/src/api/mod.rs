@@ -77,7 +77,7 @@ pub struct AppState {
     /// The newest sample taken of each remote-write series, so that a resent batch is taken once.
     pub resent: crate::resent::Resent,
     /// The metric families remote-write senders described, for their samples' `kind`.
-    pub metric_families: vigil_formats::metric_kind::Families,
+    pub metric_families: Arc<vigil_formats::metric_kind::Families>,
     /// How the receivers' samples are placed under hosts (line protocol's tag, OTLP's
     /// attribute, remote-write's labels), as every other source places them.
     pub hosts: vigil_formats::HostMapping,

@@ -17,6 +17,7 @@ impl ServeConfig {
             hosts: history.hosts,
             dropped_labels: self.remote_write_ha().replica,
             max_state_bytes: self.max_state_bytes(),
+            families: Default::default(),
         }))
     }
 

@@ -629,7 +629,12 @@ impl ServeConfig {
                 problems.push(format!("replay file {} does not exist", r.display()));
             }
         }
-        if !self.rules.is_dir() {
+        if self.rules.is_file() {
+            problems.push(format!(
+                "--rules {} is a file: the service watches a folder of rule files (`vigil replay` takes a file)",
+                self.rules.display()
+            ));
+        } else if !self.rules.is_dir() {
             problems.push(format!("rules folder {} does not exist", self.rules.display()));
         }
         if self.kafka_join_group {

@@ -192,3 +192,14 @@ fn a_warm_start_is_set_in_its_own_section_and_a_bad_selector_is_refused() {
     assert!(err.to_string().contains("column 14: expected `,` or `}`"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_rules_file_is_refused_saying_the_service_watches_a_folder() {
+    let dir = std::env::temp_dir().join(format!("vigil-config-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = write_config(&dir, "one.saql", "");
+    let args = ServeArgs { rules: Some(file), ..ServeArgs::default() };
+    let err = ServeConfig::resolve(args).expect_err("a file").to_string();
+    assert!(err.contains("one.saql is a file: the service watches a folder of rule files"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

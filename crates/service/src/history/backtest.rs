@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use vigil_engine::event::{Decoded, Event, Millis};
 use vigil_formats::input::{Input, Record};
+use vigil_formats::metric_kind::Families;
 use vigil_formats::remote_write::{series_samples, HostLabels};
 
 /// What to read.
@@ -40,6 +41,8 @@ struct Pages {
     /// Seconds of the range read, for the progress bar.
     read: Arc<AtomicU64>,
     failure: Failure,
+    /// The metric families as the server describes them: each series' kind.
+    families: Families,
 }
 
 impl Pages {
@@ -66,7 +69,7 @@ impl Pages {
                     }
                     // A series without a name cannot come from a selector's match; one that
                     // does is skipped as a remote-write receiver refuses it.
-                    if let Ok(samples) = series_samples(&s, &self.b.hosts, None) {
+                    if let Ok(samples) = series_samples(&s, &self.b.hosts, Some(&self.families)) {
                         events.extend(samples.events);
                     }
                 }
@@ -112,6 +115,8 @@ pub fn input(b: Backtest) -> Result<(Input<Decoded>, Failure), PrometheusError> 
     let read = Arc::new(AtomicU64::new(0));
     let name = b.read.endpoint("/api/v1/read");
     let size = ((b.end - b.start) / 1000).max(1) as u64;
+    let families = Families::default();
+    runtime.block_on(super::learn_metadata(&b.read, &families));
     let pages = Pages {
         next: b.start,
         b,
@@ -120,6 +125,7 @@ pub fn input(b: Backtest) -> Result<(Input<Decoded>, Failure), PrometheusError> 
         sample: 0,
         read: read.clone(),
         failure: failure.clone(),
+        families,
     };
     Ok((Input { name, records: Box::new(pages), progress: read, size }, failure))
 }

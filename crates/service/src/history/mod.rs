@@ -232,6 +232,20 @@ impl Prometheus {
 }
 
 /// A `SAMPLES` answer: one snappy-compressed [`ReadResponse`].
+/// Learns into `families` the types and units `prometheus` describes; a server that does not
+/// answer is said in the log, and its series are kinded by name.
+async fn learn_metadata(prometheus: &Prometheus, families: &vigil_formats::metric_kind::Families) {
+    match prometheus.metadata().await {
+        Ok(described) => {
+            tracing::info!(families = described.len(), "metric types read from the server's metadata");
+            for (name, family, unit) in described {
+                families.learn(&name, family, &unit);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "the server's metadata cannot be read: series are kinded by name"),
+    }
+}
+
 fn samples(body: &[u8]) -> Result<Vec<TimeSeries>, String> {
     let raw = snap::raw::Decoder::new().decompress_vec(body).map_err(|e| format!("the answer is not snappy: {e}"))?;
     let response: ReadResponse =

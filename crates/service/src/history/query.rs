@@ -8,9 +8,11 @@ use super::proto::{Label, Sample, TimeSeries};
 use super::{fatal, Prometheus, PrometheusError};
 use serde_json::Value as Json;
 use std::time::Duration;
+use vigil_formats::metric_kind::Family;
 
 const QUERY_RANGE: &str = "/api/v1/query_range";
 const CONFIG: &str = "/api/v1/status/config";
+const METADATA: &str = "/api/v1/metadata";
 
 /// Most points a series may have in one answer (Prometheus refuses more than 11,000).
 pub const MAX_POINTS: i64 = 10_000;
@@ -62,6 +64,39 @@ impl Prometheus {
         };
         self.tried("reading the configuration", once).await
     }
+}
+
+impl Prometheus {
+    /// The type and unit of each metric family the server's targets describe (`# TYPE`,
+    /// `# UNIT`), as the metadata API serves them: what live remote-write samples are kinded by.
+    /// A family its targets give different types is left out (its series are kinded by name).
+    pub async fn metadata(&self) -> Result<Vec<(String, Family, String)>, PrometheusError> {
+        let once = || async {
+            let response = self.send(self.http.get(format!("{}{METADATA}", self.base)), METADATA).await?;
+            let body = self.body(response, METADATA).await?;
+            metadata(&body).map_err(|e| fatal(format!("{}: {e}", self.endpoint(METADATA))))
+        };
+        self.tried("reading the metadata", once).await
+    }
+}
+
+/// The families of a metadata answer, each with its type and unit.
+fn metadata(body: &[u8]) -> Result<Vec<(String, Family, String)>, String> {
+    let answer: Json = serde_json::from_slice(body).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    if answer["status"] != "success" {
+        return Err(format!("the request failed: {}", answer["error"].as_str().unwrap_or("no reason given")));
+    }
+    let Some(families) = answer["data"].as_object() else { return Err("no data".into()) };
+    let mut out = Vec::with_capacity(families.len());
+    for (name, described) in families {
+        let described = described.as_array().map(Vec::as_slice).unwrap_or_default();
+        let Some(first) = described.first() else { continue };
+        let kind = first["type"].as_str().unwrap_or_default();
+        if described.iter().all(|d| d["type"].as_str() == Some(kind)) {
+            out.push((name.clone(), Family::from_type_name(kind), first["unit"].as_str().unwrap_or_default().into()));
+        }
+    }
+    Ok(out)
 }
 
 /// `global.external_labels` of a configuration as Prometheus writes it back: the block's
@@ -142,6 +177,25 @@ mod tests {
         assert!(series[0].samples[1].value.is_nan());
         let failed = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
         assert_eq!(matrix(failed).expect_err("failed"), "the query failed: parse error");
+    }
+
+    #[test]
+    fn metadata_gives_each_familys_type_and_unit_unless_its_targets_disagree() {
+        let body = br#"{"status":"success","data":{
+            "queue_total":[{"type":"gauge","help":"Jobs waiting.","unit":""}],
+            "rpc_seconds":[{"type":"summary","help":"a","unit":"seconds"},{"type":"summary","help":"b","unit":"seconds"}],
+            "mixed":[{"type":"counter","help":"","unit":""},{"type":"gauge","help":"","unit":""}]}}"#;
+        let mut families = metadata(body).expect("metadata");
+        families.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            families,
+            [
+                ("queue_total".into(), Family::Gauge, String::new()),
+                ("rpc_seconds".into(), Family::Distribution, "seconds".into())
+            ]
+        );
+        let failed = br#"{"status":"error","error":"timeout"}"#;
+        assert_eq!(metadata(failed).expect_err("failed"), "the request failed: timeout");
     }
 
     #[test]

@@ -19,10 +19,12 @@
 use super::proto::Label;
 use super::{Prometheus, PrometheusError};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::event::{Event, Millis};
 use vigil_engine::runtime::Runtime;
+use vigil_formats::metric_kind::Families;
 use vigil_formats::remote_write::{series_samples, HostLabels};
 
 /// What to read.
@@ -41,6 +43,9 @@ pub struct WarmStart {
     pub dropped_labels: Vec<String>,
     /// The state budget kept while history is taken.
     pub max_state_bytes: usize,
+    /// The metric families' types and units: the server's metadata is learnt into them, so
+    /// that history and live remote-write samples of a series are of one kind.
+    pub families: Arc<Families>,
 }
 
 /// What a warm start did.
@@ -173,6 +178,7 @@ impl<'a> Taken<'a> {
                 Vec::new()
             }
         };
+        handle.block_on(super::learn_metadata(&w.prometheus, &w.families));
         Taken {
             w,
             warmed: Warmed::default(),
@@ -194,7 +200,7 @@ impl<'a> Taken<'a> {
                     s.labels.push(l.clone());
                 }
             }
-            if let Ok(samples) = series_samples(s, &self.w.hosts, None) {
+            if let Ok(samples) = series_samples(s, &self.w.hosts, Some(&self.w.families)) {
                 let labels: Vec<(String, String)> =
                     s.labels.iter().map(|l| (l.name.clone(), l.value.clone())).collect();
                 if !samples.events.is_empty() && self.seen.insert(labels) {
