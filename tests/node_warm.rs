@@ -10,7 +10,8 @@
 //! Prometheus serves it (`promtool` made the blocks). `vigil serve` warm-starts from it, then
 //! the 40 minutes after it come live as JSON samples: the healthy hosts carry on, `host-0` runs
 //! the recorded fork from its sixth minute. The fork is caught on `host-0` within the window it
-//! began in; the healthy hosts raise nothing.
+//! began in; the healthy hosts raise nothing. A first start, stopped (SIGTERM) while it warms,
+//! ends at once and leaves no checkpoint.
 
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -145,6 +146,14 @@ async fn fired(url: &str) -> Vec<(String, String, i64)> {
     out
 }
 
+/// Asserts that the service at `url` says it is not ready: warming.
+async fn warming(url: &str) {
+    let ready = reqwest::get(format!("{url}/readyz")).await.expect("readyz answers");
+    assert_eq!(ready.status(), 503);
+    let body: Json = ready.json().await.expect("JSON");
+    assert!(body["reason"].as_str().is_some_and(|r| r.starts_with("warming")), "{body}");
+}
+
 #[tokio::test]
 #[ignore = "needs Debian's prometheus and promtool: run scripts/test.sh"]
 async fn a_warm_start_catches_a_real_fork_storm_from_the_first_minute_and_nothing_else() {
@@ -207,15 +216,22 @@ async fn a_warm_start_catches_a_real_fork_storm_from_the_first_minute_and_nothin
         "--warm-match",
         r#"{job="node"}"#,
     ];
-    let vigil = crate::support::Service::start(&args);
     // The service answers while it warms (a day of 1,542 series takes tens of seconds), not
-    // ready; live samples are sent once the history is read.
-    let ready = reqwest::get(format!("{}/readyz", vigil.url)).await.expect("readyz answers");
-    assert_eq!(ready.status(), 503);
-    let body: Json = ready.json().await.expect("JSON");
-    assert!(body["reason"].as_str().is_some_and(|r| r.starts_with("warming")), "{body}");
+    // ready. A SIGTERM then stops it at once, without a checkpoint of half the history: the
+    // next start warms again.
+    let mut stopped = crate::support::Service::start(&args);
+    warming(&stopped.url).await;
+    let exit = stopped.terminate(Duration::from_secs(10));
+    let log = stopped.log();
+    assert!(exit.is_some_and(|e| e.success()), "{exit:?}: {log}");
+    assert!(log.contains("the warm start stopped with the service"), "{log}");
+    assert!(!log.contains("WARN") && !log.contains("ERROR"), "{log}");
+    let vigil = crate::support::Service::start(&args);
+    warming(&vigil.url).await;
+    // Live samples are sent once the history is read.
     let log = crate::support::eventually_within(Duration::from_secs(600), "the warm start done", || async {
         let log = vigil.log();
+        assert!(!log.contains("no warm start"), "{log}");
         log.contains("warm start done").then_some(log)
     })
     .await;

@@ -234,7 +234,11 @@ impl EngineLoop {
                 let handed_over = match self.warm.take() {
                     Some((warm, handle)) => {
                         self.health.hold(Some(WARMING.into()));
-                        let firing = crate::history::warm::warm_up(&mut self.engine, &warm, &handle);
+                        // Stopped: the engine ends without a checkpoint of half the history;
+                        // what came live meanwhile is replayed from the ingest log and Kafka.
+                        let Some(firing) = crate::history::warm::warm_up(&mut self.engine, &warm, &handle) else {
+                            return;
+                        };
                         self.health.hold(None);
                         firing
                     }

@@ -295,7 +295,8 @@ async fn start_engine(
         let mut engine = build_engine(config, plans);
         let (resume, restored) = restore(&wiring.store, &mut engine).await?;
         let warm = warm_start(config, restored).map(|w| {
-            let w = history::warm::WarmStart { families: wiring.families.clone(), ..w };
+            let w =
+                history::warm::WarmStart { families: wiring.families.clone(), stop: Some(wiring.stop.clone()), ..w };
             (w, tokio::runtime::Handle::current())
         });
         wiring.telemetry.workers.set(engine.count() as i64);

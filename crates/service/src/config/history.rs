@@ -18,6 +18,7 @@ impl ServeConfig {
             dropped_labels: self.remote_write_ha().replica,
             max_state_bytes: self.max_state_bytes(),
             families: Default::default(),
+            stop: None,
         }))
     }
 

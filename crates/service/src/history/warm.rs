@@ -14,13 +14,16 @@
 //! same host mapping). It ends at the start, where live samples take over; it never runs ahead of
 //! them. What the history raises is not sent: an alert it leaves firing at the handover is sent
 //! once, as firing now, and the rest are only counted. State restored from a checkpoint wins:
-//! with one, there is no warm start.
+//! with one, there is no warm start. A stop (SIGTERM) during a warm start ends it at once, and
+//! the engine with it, without a checkpoint: one of half the history would make the next start
+//! skip its warm start.
 
 use super::proto::Label;
 use super::{Prometheus, PrometheusError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use vigil_engine::alert::{Alert, Status};
 use vigil_engine::event::{Event, Millis};
 use vigil_engine::runtime::Runtime;
@@ -46,6 +49,37 @@ pub struct WarmStart {
     /// The metric families' types and units: the server's metadata is learnt into them, so
     /// that history and live remote-write samples of a series are of one kind.
     pub families: Arc<Families>,
+    /// The service's stop: true once it is stopping.
+    pub stop: Option<watch::Receiver<bool>>,
+}
+
+/// Why a warm start ended before the end of the history.
+#[derive(Debug)]
+pub enum Cut {
+    Failed(PrometheusError),
+    /// The service is stopping.
+    Stopped,
+}
+
+impl From<PrometheusError> for Cut {
+    fn from(e: PrometheusError) -> Cut {
+        Cut::Failed(e)
+    }
+}
+
+/// `request` run on `handle` to its end, unless the service stops first (then none).
+fn until_stop<T>(
+    handle: &tokio::runtime::Handle,
+    stop: &mut Option<watch::Receiver<bool>>,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T, Cut> {
+    handle.block_on(async {
+        let Some(stop) = stop else { return Ok(request.await) };
+        tokio::select! {
+            done = request => Ok(done),
+            _ = stop.wait_for(|stopping| *stopping) => Err(Cut::Stopped),
+        }
+    })
 }
 
 /// What a warm start did.
@@ -89,8 +123,8 @@ const RAW_PAGE_MS: i64 = 600_000;
 
 /// Warms `runtime` as [`warm`] does, saying in the log what it read and how long it took; the
 /// alerts the history left firing, to be sent as firing now. A Prometheus that cannot be read
-/// is said too, and the rules start from what was read.
-pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle) -> Vec<Alert> {
+/// is said too, and the rules start from what was read. None when the service stopped it.
+pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle) -> Option<Vec<Alert>> {
     let started = std::time::Instant::now();
     tracing::info!(from = %w.prometheus.endpoint(""), selector = %w.selector, lookback = ?w.lookback, "warm start");
     match warm(runtime, w, handle, vigil_engine::event::now_ms()) {
@@ -104,36 +138,41 @@ pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Ha
                 seconds = started.elapsed().as_secs_f64(),
                 "warm start done: the history's alerts held back, those still firing sent"
             );
-            warmed.firing
+            Some(warmed.firing)
         }
-        Err(e) => {
+        Err(Cut::Failed(e)) => {
             tracing::error!(error = %e, "the warm start failed: the rules start from what it read");
-            Vec::new()
+            Some(Vec::new())
+        }
+        Err(Cut::Stopped) => {
+            tracing::info!(
+                seconds = started.elapsed().as_secs_f64(),
+                "the warm start stopped with the service: no checkpoint, the next start warms again"
+            );
+            None
         }
     }
 }
 
 /// Feeds `runtime` the history up to `now`: at `--warm-step` up to `--warm-raw` before now, then
 /// every sample. Runs on a blocking thread; `handle` makes the requests.
-pub fn warm(
-    runtime: &mut Runtime,
-    w: &WarmStart,
-    handle: &tokio::runtime::Handle,
-    now: Millis,
-) -> Result<Warmed, PrometheusError> {
+pub fn warm(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle, now: Millis) -> Result<Warmed, Cut> {
+    let mut stop = w.stop.clone();
     let step = w.step.as_millis().max(1) as i64;
     let per_page = steps_per_page(w.step);
     let start = now - w.lookback.as_millis() as i64;
     // Where the raw history starts: a point of the step grid, where the stepped one ends.
     let raw_from = (now - w.raw.as_millis() as i64).max(start).div_euclid(step) * step;
-    let mut taken = Taken::new(w, handle);
+    let mut taken = Taken::new(w, handle, &mut stop)?;
     // Asked a millisecond before each point `g` of the step grid, so that pages meet without a gap
     // or an overlap and each answer is the last sample of `[g - step, g)`; dated `g - step`, the
     // interval's start ([`dated`]).
     let mut from = start.div_euclid(step) * step - 1;
+    let stepped = fresh(&w.selector, w.step);
     while from < raw_from - 1 {
         let to = (from + (per_page - 1) * step).min(raw_from - 1);
-        let mut series = handle.block_on(w.prometheus.query_range(&fresh(&w.selector, w.step), from, to, w.step))?;
+        let query = w.prometheus.query_range(&stepped, from, to, w.step);
+        let mut series = until_stop(handle, &mut stop, query)??;
         series.iter_mut().for_each(|s| dated(s, step));
         taken.take(runtime, series);
         from = to + step;
@@ -142,7 +181,7 @@ pub fn warm(
     let mut from = raw_from.max(start);
     while from <= now {
         let to = (from + RAW_PAGE_MS - 1).min(now);
-        let series = handle.block_on(w.prometheus.read(&matchers, from, to))?;
+        let series = until_stop(handle, &mut stop, w.prometheus.read(&matchers, from, to))??;
         taken.take(runtime, series);
         from = to + 1;
     }
@@ -164,10 +203,14 @@ struct Taken<'a> {
 }
 
 impl<'a> Taken<'a> {
-    fn new(w: &'a WarmStart, handle: &tokio::runtime::Handle) -> Taken<'a> {
+    fn new(
+        w: &'a WarmStart,
+        handle: &tokio::runtime::Handle,
+        stop: &mut Option<watch::Receiver<bool>>,
+    ) -> Result<Taken<'a>, Cut> {
         // Live samples carry the server's external labels, its answers do not: added, so that
         // the history warms the series live samples continue.
-        let external = match handle.block_on(w.prometheus.external_labels()) {
+        let external = match until_stop(handle, stop, w.prometheus.external_labels())? {
             Ok(labels) => labels
                 .into_iter()
                 .filter(|(name, _)| !w.dropped_labels.contains(name))
@@ -178,15 +221,15 @@ impl<'a> Taken<'a> {
                 Vec::new()
             }
         };
-        handle.block_on(super::learn_metadata(&w.prometheus, &w.families));
-        Taken {
+        until_stop(handle, stop, super::learn_metadata(&w.prometheus, &w.families))?;
+        Ok(Taken {
             w,
             warmed: Warmed::default(),
             last: BTreeMap::new(),
             seen: Default::default(),
             out: Vec::new(),
             external,
-        }
+        })
     }
 
     /// One answer's series, fed to `runtime` in time order under the state budget; what they
