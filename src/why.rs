@@ -117,8 +117,7 @@ pub fn ask(
         let mut budgets = vec![budget(plan)?];
         for change in answer.changes.iter().filter(|c| c.caught.is_some()) {
             let mut changed = plan.clone();
-            changed.alert.condition =
-                vigil_engine::engine::trace::with_literal(&plan.alert.condition, change.test, change.to);
+            changed.alert.condition = change.applied(&plan.alert.condition);
             budgets.push(budget(&changed)?);
         }
         elsewhere.push((fleet.clone(), budgets));
@@ -201,12 +200,15 @@ pub fn text(answered: &Answered) -> String {
         out.push_str(&windows(a, g));
     }
     if !a.caught && !a.changes.is_empty() {
-        let _ = writeln!(out, "\nSmallest changes of one threshold, each checked by replaying the input with it:");
+        let _ = writeln!(
+            out,
+            "\nSmallest changes of one threshold (two when no one suffices), each checked by replaying the input with it:"
+        );
         for c in &a.changes {
             out.push_str(&change(c, &a.cost));
         }
     } else if !a.caught {
-        let _ = writeln!(out, "\nNo change of one threshold makes the condition hold in a judged window.");
+        let _ = writeln!(out, "\nNo change of one or two thresholds makes the condition hold in a judged window.");
     }
     for (fleet, budgets) in &answered.elsewhere {
         let (base, changed) = budgets.split_first().expect("the rule as written first");
@@ -222,10 +224,22 @@ pub fn text(answered: &Answered) -> String {
         };
         let _ = writeln!(out, "  as written: {}", line(base));
         for (c, b) in a.changes.iter().filter(|c| c.caught.is_some()).zip(changed) {
-            let _ = writeln!(out, "  {} -> {}: {}", c.text, vigil_engine::engine::shown_number(c.to), line(b));
+            let _ = writeln!(out, "  {}: {}", moves(c), line(b));
         }
     }
     out
+}
+
+/// The thresholds a change moves: `ss.v > 10 -> 9.4 (-6.0%)`, and ` and ...` for a second.
+fn moves(c: &Change) -> String {
+    let one = |text: &str, from: f64, to: f64| {
+        let shown = vigil_engine::engine::shown_number(to);
+        format!("{text} -> {shown} ({:+.1}%)", (to - from) / from.abs().max(f64::MIN_POSITIVE) * 100.0)
+    };
+    std::iter::once(one(&c.text, c.from, c.to))
+        .chain(c.also.iter().map(|m| one(&m.text, m.from, m.to)))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 /// A change and what the replay with it showed, against the rule as written (`base`).
@@ -235,10 +249,8 @@ fn change(c: &Change, base: &Cost) -> String {
         None => format!("still not caught: {}", c.missed.as_deref().unwrap_or("no window judged")),
     };
     format!(
-        "  {} -> {} ({:+.1}%): {caught}\n    over the input: {} -> {} alerts ({:.3} -> {:.3} per series per day), {} -> {} pages ({:.2} -> {:.2} per host per week)\n",
-        c.text,
-        vigil_engine::engine::shown_number(c.to),
-        (c.to - c.from) / c.from.abs().max(f64::MIN_POSITIVE) * 100.0,
+        "  {}: {caught}\n    over the input: {} -> {} alerts ({:.3} -> {:.3} per series per day), {} -> {} pages ({:.2} -> {:.2} per host per week)\n",
+        moves(c),
         base.alerts,
         c.cost.alerts,
         base.alerts_per_series_day(),

@@ -6,6 +6,8 @@
 //! question names, with each test of its alert condition and the number it compared. From
 //! these, for each test that compares a number with a literal, the literal closest to today's
 //! that makes the condition hold in some judged window, the others unchanged ([`holds_with`]).
+//! When no one literal does (a condition of several tests, each short in the incident), the
+//! closest two that do together ([`pairs`]).
 //! A change found so is only a candidate: an earlier alert it raises can put the series in its
 //! refractory period through the incident. So each is checked by replaying the input again
 //! with the changed rule, which also counts its alerts and pages over the whole input: the
@@ -93,14 +95,38 @@ pub struct Change {
     pub text: String,
     pub from: f64,
     pub to: f64,
-    /// The change relative to the threshold (or absolute, for a threshold of 0).
+    /// The change relative to the threshold (or absolute, for a threshold of 0); the larger of
+    /// the two when a second threshold moves too.
     pub relative: f64,
+    /// A second threshold moved with the first, when no one alone makes the condition hold.
+    pub also: Vec<Moved>,
     pub condition: String,
     /// The first alert of the changed rule for a named group within the range, if any.
     pub caught: Option<Seen>,
     /// If none: why, from the replay with the change.
     pub missed: Option<String>,
     pub cost: Cost,
+}
+
+/// A threshold moved beside a change's first.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Moved {
+    pub test: usize,
+    pub text: String,
+    pub from: f64,
+    pub to: f64,
+}
+
+impl Change {
+    /// Each threshold the change moves, and its new literal: `(test, literal)`.
+    pub fn literals(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        std::iter::once((self.test, self.to)).chain(self.also.iter().map(|m| (m.test, m.to)))
+    }
+
+    /// `condition` with the change's literals.
+    pub fn applied(&self, condition: &vigil_lang::plan::TExpr) -> vigil_lang::plan::TExpr {
+        self.literals().fold(condition.clone(), |c, (test, to)| with_literal(&c, test, to))
+    }
 }
 
 /// A rule's alerts over a replay, against the series and hosts it read.
@@ -167,9 +193,30 @@ pub fn ask(plan: &RulePlan, question: &Question, options: &ReplayOptions, open: 
     let mut changes = Vec::new();
     if !caught {
         let points: Vec<&TracePoint> = groups.iter().flat_map(|g| &g.points).collect();
-        for (test, from, to) in candidates(condition, &points).into_iter().take(CHECKED) {
+        let mut found: Vec<Vec<(usize, f64, f64)>> =
+            candidates(condition, &points).into_iter().map(|c| vec![c]).collect();
+        if found.is_empty() {
+            found = pairs(condition, &points).into_iter().map(Vec::from).collect();
+        }
+        for moved in found.into_iter().take(CHECKED) {
+            let (test, from, to) = moved[0];
+            let mut change = Change {
+                test,
+                text: shown[test].text.clone(),
+                from,
+                to,
+                relative: moved.iter().map(|m| relative(m.1, m.2)).fold(0.0, f64::max),
+                also: moved[1..]
+                    .iter()
+                    .map(|&(test, from, to)| Moved { test, text: shown[test].text.clone(), from, to })
+                    .collect(),
+                condition: String::new(),
+                caught: None,
+                missed: None,
+                cost: Cost::default(),
+            };
             let mut changed = plan.clone();
-            changed.alert.condition = with_literal(condition, test, to);
+            changed.alert.condition = change.applied(condition);
             let rerun = run(&changed, question, options, open)?;
             let caught = seen(&rerun.alerts, &changed, question).into_iter().next();
             // Why a change that makes the condition hold still raised nothing.
@@ -183,17 +230,9 @@ pub fn ask(plan: &RulePlan, question: &Question, options: &ReplayOptions, open: 
                     })
                 }
             };
-            changes.push(Change {
-                test,
-                text: shown[test].text.clone(),
-                from,
-                to,
-                relative: relative(from, to),
-                condition: changed.alert.condition.to_string(),
-                caught,
-                missed,
-                cost: rerun.cost,
-            });
+            change.condition = changed.alert.condition.to_string();
+            (change.caught, change.missed, change.cost) = (caught, missed, rerun.cost);
+            changes.push(change);
         }
     }
     Ok(Answer {
@@ -299,6 +338,45 @@ pub fn candidates(condition: &vigil_lang::plan::TExpr, points: &[&TracePoint]) -
     }
     out.sort_by(|a, b| relative(a.1, a.2).total_cmp(&relative(b.1, b.2)));
     out
+}
+
+/// A threshold to move: `(test, literal, changed)`.
+pub type Moving = (usize, f64, f64);
+
+/// When no one threshold suffices: for each two tests that compare a number with a literal, the
+/// two literals closest to their own that make the condition hold together in one of `points`
+/// where both tests failed (the others' outcomes as they were), rounded as [`candidates`]
+/// rounds: `[(test, literal, changed); 2]`, the smallest larger relative change first.
+pub fn pairs(condition: &vigil_lang::plan::TExpr, points: &[&TracePoint]) -> Vec<[Moving; 2]> {
+    let limits = thresholds(condition);
+    let mut out = Vec::new();
+    for (i, a) in limits.iter().enumerate() {
+        let Some(a) = *a else { continue };
+        for (j, b) in limits.iter().enumerate().skip(i + 1) {
+            let Some(b) = *b else { continue };
+            let mut best: Option<(f64, [Moving; 2])> = None;
+            for p in points.iter().filter(|p| p.active && !p.quiet) {
+                let value = |t: usize| p.values.get(t).copied().flatten();
+                let (Some(x), Some(y)) = (value(i), value(j)) else { continue };
+                if a.passes(x, a.literal) || b.passes(y, b.literal) {
+                    continue;
+                }
+                let mut outcomes = p.tests.clone();
+                (outcomes[i], outcomes[j]) = (Some(true), Some(true));
+                if holds_with(condition, &outcomes) != Some(true) {
+                    continue;
+                }
+                let (to_a, to_b) = (rounded_past(a, x), rounded_past(b, y));
+                let cost = relative(a.literal, to_a).max(relative(b.literal, to_b));
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, [(i, a.literal, to_a), (j, b.literal, to_b)]));
+                }
+            }
+            out.extend(best);
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out.into_iter().map(|(_, pair)| pair).collect()
 }
 
 /// The literal nearest `value` at one more decimal than `th`'s literal is written with, on the

@@ -53,7 +53,7 @@ pub fn svg(answer: &Answer, group: &GroupAnswer) -> String {
 fn panel(out: &mut String, answer: &Answer, group: &GroupAnswer, test: usize, top: f64, x: &dyn Fn(Millis) -> f64) {
     let shown = &answer.tests[test];
     let threshold = shown.threshold.unwrap_or(0.0);
-    let change = answer.changes.iter().find(|c| c.test == test).map(|c| c.to);
+    let change = answer.changes.iter().find_map(|c| c.literals().find(|m| m.0 == test)).map(|m| m.1);
     let values: Vec<(Millis, f64)> = group
         .points
         .iter()

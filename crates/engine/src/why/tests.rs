@@ -112,3 +112,26 @@ fn a_threshold_is_rounded_past_the_value_at_one_more_decimal() {
     let lt = Threshold { op: BinOp::Lt, literal: 0.5 };
     assert_eq!(rounded_past(lt, 0.512), 0.52);
 }
+
+#[test]
+fn when_no_one_threshold_suffices_the_closest_two_are_moved_together() {
+    // Both tests fall short in the incident: moving either alone catches nothing.
+    let rule = r#"rule both { metric s sample as e #time(1 min) state ss { v := avg(e.value), m := max(e.value) }
+        group by s alert ss.v > 10 and ss.m > 20 severity warning }"#;
+    let events = series("web-1", 200, |m| if (100..105).contains(&m) { 9.5 } else { 1.0 });
+    let question = Question { from: 95 * MIN, to: 110 * MIN, key: None };
+    let answer = ask(&plan(rule), &question, &options(), &mut opener(events)).expect("answered");
+    assert!(!answer.caught);
+    assert_eq!(answer.changes.len(), 1, "{:?}", answer.changes);
+    let change = &answer.changes[0];
+    let moved: Vec<(usize, f64)> = change.literals().collect();
+    assert_eq!(moved, [(0, 9.4), (1, 9.4)]);
+    assert_eq!(change.also[0].from, 20.0);
+    assert!((change.relative - 10.6 / 20.0).abs() < 1e-9, "the larger of the two: {}", change.relative);
+    assert!(change.condition.contains("9.4") && !change.condition.contains("20"), "{}", change.condition);
+    let caught = change.caught.as_ref().expect("the changed rule fires");
+    assert!((100 * MIN..=106 * MIN).contains(&caught.time), "{}", caught.time);
+    // Drawn on both panels.
+    let svg = plot::svg(&answer, &answer.groups[0]);
+    assert_eq!(svg.matches("changed to 9.4").count(), 2);
+}

@@ -494,10 +494,10 @@ function whyView(a) {
   }
   if (a.caught) return parts;
   if (!a.changes.length) {
-    parts.push(el('p', { text: 'No change of one threshold makes the condition hold in a judged window.' }));
+    parts.push(el('p', { text: 'No change of one or two thresholds makes the condition hold in a judged window.' }));
     return parts;
   }
-  parts.push(el('h4', { text: 'Smallest changes of one threshold, each checked by replaying the history with it' }));
+  parts.push(el('h4', { text: 'Smallest changes of one threshold (two when no one suffices), each checked by replaying the history with it' }));
   parts.push(el('ul', { class: 'changes' }, ...a.changes.map((c) => el('li', { text: changeText(a, c) }))));
   return parts;
 }
@@ -507,7 +507,8 @@ function changeText(a, c) {
     ? `caught at ${new Date(c.caught.time).toISOString()} (${c.caught.severity})`
     : `still not caught: ${c.missed || 'no window judged'}`;
   const perWeek = (cost) => readable(cost.host_days > 0 ? (cost.pages * 7) / cost.host_days : 0);
-  return `${c.text} → ${readable(c.to)}: ${outcome}. Over the history: ${a.cost.alerts} → ${c.cost.alerts} alerts, `
+  const moved = [c, ...c.also].map((m) => `${m.text} → ${readable(m.to)}`).join(' and ');
+  return `${moved}: ${outcome}. Over the history: ${a.cost.alerts} → ${c.cost.alerts} alerts, `
     + `${a.cost.pages} → ${c.cost.pages} pages (${perWeek(a.cost)} → ${perWeek(c.cost)} per host per week).`;
 }
 
@@ -520,7 +521,7 @@ function testPlot(a, g, i) {
   const series = [{}, { label: a.tests[i].text, stroke: '#1565c0', width: 2 }];
   data.push(xs.map(() => a.tests[i].threshold));
   series.push({ label: 'threshold', stroke: '#c0392b', dash: [6, 4], width: 1 });
-  const change = a.changes.find((c) => c.test === i);
+  const change = a.changes.flatMap((c) => [c, ...c.also]).find((m) => m.test === i);
   if (change) {
     data.push(xs.map(() => change.to));
     series.push({ label: `changed to ${readable(change.to)}`, stroke: '#2e7d32', dash: [6, 4], width: 1 });
