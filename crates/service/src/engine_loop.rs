@@ -421,6 +421,7 @@ impl EngineLoop {
         let n = events.len();
         let started = Instant::now();
         let late = self.engine.push(events, ingested, &mut r.out);
+        r.sources.taken();
         let per_event = started.elapsed().as_secs_f64() / n as f64;
         for _ in 0..n {
             self.telemetry.eval_latency.observe(per_event);

@@ -69,6 +69,9 @@ pub struct SourceClocks {
     /// The oldest newest time among the sources added since the last
     /// [`SourceClocks::slowest`]; `None` when none was.
     added_since: Option<Millis>,
+    /// The oldest time a known source had before the events heard since the engine last took a
+    /// batch moved it: where it holds time until they are taken.
+    moved_since: Option<Millis>,
 }
 
 impl SourceClocks {
@@ -84,6 +87,7 @@ impl SourceClocks {
             scanned: None,
             next_scan: None,
             added_since: None,
+            moved_since: None,
         }
     }
 
@@ -108,6 +112,9 @@ impl SourceClocks {
         let full = self.clocks.len() >= MOST_SOURCES;
         match self.clocks.get_mut(&source) {
             Some((newest, heard)) => {
+                if event.ts > *newest {
+                    self.moved_since = Some(self.moved_since.map_or(*newest, |t| t.min(*newest)));
+                }
                 *newest = (*newest).max(event.ts);
                 *heard = now;
             }
@@ -117,6 +124,11 @@ impl SourceClocks {
             }
             None => {}
         }
+    }
+
+    /// The engine took the events heard so far: their sources' clocks stand.
+    pub fn taken(&mut self) {
+        self.moved_since = None;
     }
 
     /// Whether a source came that [`SourceClocks::slowest`] has not seen yet.
@@ -133,7 +145,12 @@ impl SourceClocks {
     ///
     /// Between scans of every clock (spaced by [`SCAN_SPACING`]), the last scan's minimum stands,
     /// lowered by the sources added since: a source's newest time only moves forward, so it is
-    /// never later than the true minimum, and holds time back a little longer at most.
+    /// never later than the true minimum, and holds time back a little longer at most. A scan is
+    /// lowered by them too, and by the clocks events not yet taken moved: the events of a batch
+    /// are all heard before the engine takes any, so a source with several in it already has
+    /// the newest as its clock, and the others' would be late behind it. Until the batch is
+    /// taken ([`SourceClocks::taken`]), each holds time where it was before (a new source, or
+    /// one back from idle, at its oldest event).
     pub fn slowest(&mut self, now: Instant) -> Slowest {
         // Time is held only before the first scan, which reads the sources added meanwhile.
         let added = self.added_since.take();
@@ -154,7 +171,8 @@ impl SourceClocks {
             let started = Instant::now();
             let idle_after = self.idle_after;
             self.clocks.retain(|_, (_, heard)| now.duration_since(*heard) < idle_after);
-            self.scanned = self.clocks.values().map(|(newest, _)| *newest).min();
+            let least = self.clocks.values().map(|(newest, _)| *newest).min();
+            self.scanned = [least, added, self.moved_since].into_iter().flatten().min();
             self.next_scan = Some(now + started.elapsed() * SCAN_SPACING);
         }
         self.scanned.map_or(Slowest::Free, Slowest::At)
@@ -187,9 +205,11 @@ mod tests {
         assert_eq!(clocks.slowest(at(10)), Slowest::At(1_000), "the slow series holds time");
         assert!(!clocks.added());
         clocks.heard(Origin::Pushed, &sample("slow", 3_000), at(11));
+        clocks.taken();
         assert_eq!(clocks.slowest(at(11)), Slowest::At(3_000));
         clocks.heard(Origin::Pushed, &sample("fast", 12_000), at(14));
         clocks.heard(Origin::Pushed, &sample("fast", 11_000), at(15));
+        clocks.taken();
         assert_eq!(clocks.slowest(at(22)), Slowest::At(12_000), "the slow one is idle: let go");
         assert_eq!(clocks.live(), 1);
         assert_eq!(clocks.slowest(at(30)), Slowest::Free, "every source is idle");
@@ -232,7 +252,42 @@ mod tests {
         assert_eq!(clocks.slowest(t0 + Duration::from_secs(2)), Slowest::At(2_000), "a new source counts at once");
         clocks.heard(Origin::Pushed, &sample("c", 9_000), t0 + Duration::from_secs(3));
         assert_eq!(clocks.slowest(t0 + Duration::from_secs(3)), Slowest::At(2_000));
+        clocks.taken();
         assert_eq!(clocks.slowest(t0 + Duration::from_secs(5)), Slowest::At(6_000), "scanned again: b is slowest");
+    }
+
+    #[test]
+    fn a_batch_not_yet_taken_holds_time_where_its_sources_were() {
+        // Two series quiet past `idle_after`, then one request with a minute of each: heard
+        // whole before the engine takes it, a's newest must not make b's first samples late.
+        let t0 = Instant::now() - Duration::from_secs(100);
+        let mut clocks = SourceClocks::new(Duration::from_secs(10), false, t0);
+        clocks.heard(Origin::Pushed, &sample("a", 50_000), t0);
+        clocks.heard(Origin::Pushed, &sample("b", 50_000), t0);
+        assert_eq!(clocks.slowest(t0), Slowest::At(50_000));
+        let back = t0 + Duration::from_secs(11);
+        assert_eq!(clocks.slowest(back), Slowest::Free, "both idle");
+        for host in ["a", "b"] {
+            for ts in (60_000..=110_000).step_by(10_000) {
+                clocks.heard(Origin::Pushed, &sample(host, ts), back);
+            }
+        }
+        assert_eq!(clocks.slowest(back), Slowest::At(60_000), "back from idle: at their oldest");
+        clocks.taken();
+        // Two live series with a minute each and a new one: a scan finds their newest, but
+        // until the batch is taken they hold time where they were.
+        let later = back + Duration::from_secs(1);
+        clocks.next_scan = None;
+        for host in ["a", "b"] {
+            for ts in (120_000..=170_000).step_by(10_000) {
+                clocks.heard(Origin::Pushed, &sample(host, ts), later);
+            }
+        }
+        clocks.heard(Origin::Pushed, &sample("c", 170_000), later);
+        assert_eq!(clocks.slowest(later), Slowest::At(110_000));
+        clocks.taken();
+        clocks.next_scan = None;
+        assert_eq!(clocks.slowest(later), Slowest::At(170_000), "taken: their clocks stand");
     }
 
     #[test]
