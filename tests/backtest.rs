@@ -248,7 +248,7 @@ fn labels_of(series: &str) -> Vec<vigil::remote_write::Label> {
 
 /// Remote-writes one sample of each series to `url`.
 async fn remote_write(url: &str, samples: &[(Vec<vigil::remote_write::Label>, i64, f64)]) {
-    use vigil::remote_write::{Sample, TimeSeries, WriteRequest};
+    use vigil::remote_write::{Sample, TimeSeries};
     let timeseries = samples
         .iter()
         .map(|(labels, ms, value)| TimeSeries {
@@ -256,6 +256,12 @@ async fn remote_write(url: &str, samples: &[(Vec<vigil::remote_write::Label>, i6
             samples: vec![Sample { value: *value, timestamp: *ms }],
         })
         .collect();
+    write_series(url, timeseries).await;
+}
+
+/// Remote-writes `timeseries` to `url` in one request, as Prometheus does (1.0, snappy).
+pub(crate) async fn write_series(url: &str, timeseries: Vec<vigil::remote_write::TimeSeries>) {
+    use vigil::remote_write::WriteRequest;
     let body = prost::Message::encode_to_vec(&WriteRequest { timeseries, metadata: Vec::new() });
     let body = snap::raw::Encoder::new().compress_vec(&body).expect("snappy");
     let answer = reqwest::Client::new()

@@ -8,7 +8,7 @@
 //! of it, counters carried on so they keep climbing), every scrape in the last hour and one in
 //! fifteen before (what the warm start reads at its 150 s step), ending two hours ago. Debian's
 //! Prometheus serves it (`promtool` made the blocks). `vigil serve` warm-starts from it, then
-//! the 40 minutes after it come live as JSON samples: the healthy hosts carry on, `host-0` runs
+//! the 40 minutes after it come live, remote-written: the healthy hosts carry on, `host-0` runs
 //! the recorded fork from its sixth minute. The fork is caught on `host-0` within the window it
 //! began in; the healthy hosts raise nothing. A first start, stopped (SIGTERM) while it warms,
 //! ends at once and leaves no checkpoint.
@@ -124,6 +124,15 @@ fn open_metrics(keys: &[Key], rows: &[(i64, Vec<Scrape>)]) -> String {
     text + "# EOF\n"
 }
 
+/// A series' remote-write labels on host `h`, as Prometheus scraping it would write them.
+fn remote_labels(name: &str, labels: &str, h: usize) -> Vec<vigil::remote_write::Label> {
+    let label = |name: &str, value: &str| vigil::remote_write::Label { name: name.into(), value: value.into() };
+    let recorded: serde_json::Map<String, Json> = serde_json::from_str(labels).unwrap_or_default();
+    let mut out = vec![label("__name__", name), label("instance", &format!("host-{h}:9100")), label("job", "node")];
+    out.extend(recorded.iter().map(|(k, v)| label(k, v.as_str().unwrap_or_default())));
+    out
+}
+
 /// Each alert of the service: its host, series, and when it first fired (ms).
 async fn fired(url: &str) -> Vec<(String, String, i64)> {
     let page = crate::support::get_json(&format!("{url}/api/v1/alerts?limit=1000")).await;
@@ -236,26 +245,24 @@ async fn a_warm_start_catches_a_real_fork_storm_from_the_first_minute_and_nothin
     })
     .await;
     assert!(log.contains("series=1542"), "{log}");
+    // Live samples come as Prometheus remote-writes them: a minute of each series per request,
+    // under its `instance` and `job`, kinded by name (no metadata).
     for (minute, ticks) in live.chunks(6).enumerate() {
-        let mut body = String::new();
-        for (t, values) in ticks {
-            for (h, scrape) in values.iter().enumerate() {
-                for ((name, labels), value) in keys.iter().zip(scrape) {
-                    let Some(value) = value else { continue };
-                    let mut labels: serde_json::Map<String, Json> = serde_json::from_str(labels).unwrap_or_default();
-                    labels.insert("job".into(), "node".into());
-                    let mut e = serde_json::json!({"stream": "metric", "ts": t * SCRAPE_MS, "host": format!("host-{h}"),
-                        "name": name, "value": value, "labels": labels});
-                    if COUNTING.iter().any(|s| name.ends_with(s)) {
-                        e["kind"] = "counter".into();
-                    }
-                    body.push_str(&e.to_string());
-                    body.push('\n');
+        let mut written = Vec::new();
+        for h in 0..HOSTS {
+            for (i, (name, labels)) in keys.iter().enumerate() {
+                let samples: Vec<vigil::remote_write::Sample> = ticks
+                    .iter()
+                    .filter_map(|(t, values)| {
+                        Some(vigil::remote_write::Sample { value: values[h][i]?, timestamp: t * SCRAPE_MS })
+                    })
+                    .collect();
+                if !samples.is_empty() {
+                    written.push(vigil::remote_write::TimeSeries { labels: remote_labels(name, labels, h), samples });
                 }
             }
         }
-        let answer = crate::support::post_events(&vigil.url, body).await;
-        assert_eq!((answer["rejected_total"].as_u64(), answer["late"].as_u64()), (Some(0), Some(0)), "{answer}");
+        crate::backtest::write_series(&vigil.url, written).await;
         if minute == 0 {
             // With state (the history's), the service holds event time while the senders are
             // heard from (`--source-idle-after`, 10 s): a live feed goes on meanwhile.
@@ -275,5 +282,15 @@ async fn a_warm_start_catches_a_real_fork_storm_from_the_first_minute_and_nothin
     assert!(first_caught.is_some_and(|at| at - fork_ms <= 300_000), "within the window the fork began in: {alerts:?}");
     let others: Vec<_> = alerts.iter().filter(|(h, _, at)| h != "host-0" || *at < fork_ms).collect();
     assert!(others.is_empty(), "the healthy hosts, and host-0 before the fork, raise nothing: {others:?}");
+    // Every live sample was taken, none late.
+    let metrics = reqwest::get(format!("{}/metrics", vigil.url)).await.expect("metrics").text().await.expect("text");
+    let counted = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!((counted("vigil_samples_rejected_total"), counted("vigil_events_late_total")), (0.0, 0.0));
     std::fs::remove_dir_all(&dir).ok();
 }
