@@ -231,7 +231,6 @@ impl Prometheus {
     }
 }
 
-/// A `SAMPLES` answer: one snappy-compressed [`ReadResponse`].
 /// Learns into `families` the types and units `prometheus` describes; a server that does not
 /// answer is said in the log, and its series are kinded by name.
 async fn learn_metadata(prometheus: &Prometheus, families: &vigil_formats::metric_kind::Families) {
@@ -246,6 +245,7 @@ async fn learn_metadata(prometheus: &Prometheus, families: &vigil_formats::metri
     }
 }
 
+/// A `SAMPLES` answer: one snappy-compressed [`ReadResponse`].
 fn samples(body: &[u8]) -> Result<Vec<TimeSeries>, String> {
     let raw = snap::raw::Decoder::new().decompress_vec(body).map_err(|e| format!("the answer is not snappy: {e}"))?;
     let response: ReadResponse =

@@ -67,7 +67,7 @@ impl From<PrometheusError> for Cut {
     }
 }
 
-/// `request` run on `handle` to its end, unless the service stops first (then none).
+/// `request` run on `handle` to its end, unless the service stops first.
 fn until_stop<T>(
     handle: &tokio::runtime::Handle,
     stop: &mut Option<watch::Receiver<bool>>,
