@@ -163,10 +163,7 @@ impl SourceClocks {
             None => {}
         }
         if self.next_scan.is_some_and(|next| now < next) {
-            self.scanned = match (self.scanned, added) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            self.scanned = [self.scanned, added].into_iter().flatten().min();
         } else {
             let started = Instant::now();
             let idle_after = self.idle_after;
