@@ -202,10 +202,15 @@ impl Store {
             Backend::Sqlite => sqlite(options(), 1).connect(&url).await?,
             Backend::Postgres => options().max_connections(8).connect(&url).await?,
         };
-        match backend {
-            Backend::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
-            Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&pool).await?,
-        }
+        let mut migrator = match backend {
+            Backend::Postgres => sqlx::migrate!("migrations/postgres"),
+            Backend::Sqlite => sqlx::migrate!("migrations/sqlite"),
+        };
+        // A store a later build migrated is opened as it is: its migrations only add
+        // (migrations/README.md), so a build rolled back to finds the schema it knows. Without
+        // this, sqlx refuses a store whose ledger holds a migration it does not have.
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await?;
         let reader = match backend {
             // An in-memory database is one connection's own: readers must share it.
             Backend::Sqlite if url.contains(":memory:") => pool.clone(),
@@ -560,4 +565,30 @@ fn stored(row: &AnyRow) -> Result<Stored> {
     let alert = serde_json::from_str(&body)
         .map_err(|e| StoreError { message: format!("stored alert {seq}: {e}"), retryable: false })?;
     Ok(Stored { seq, alert })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Store;
+
+    #[tokio::test]
+    async fn a_store_a_later_build_migrated_still_opens() {
+        let dir = std::env::temp_dir().join(format!("vigil-store-later-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary folder");
+        let url = format!("sqlite://{}", dir.join("vigil.db").display());
+        let store = Store::connect(&url).await.expect("a new store");
+        // What a later build's migration leaves: a row of its own in sqlx's ledger.
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (9001, 'a later build''s', 1, x'00', 0)",
+        )
+        .execute(&store.pool)
+        .await
+        .expect("ledger row");
+        drop(store);
+        let reopened = Store::connect(&url).await;
+        std::fs::remove_dir_all(&dir).ok();
+        let store = reopened.expect("opened by the build rolled back to");
+        store.ping().await.expect("answers");
+    }
 }
