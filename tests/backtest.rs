@@ -247,7 +247,7 @@ fn labels_of(series: &str) -> Vec<vigil::remote_write::Label> {
 }
 
 /// Remote-writes one sample of each series to `url`.
-async fn remote_write(url: &str, samples: &[(Vec<vigil::remote_write::Label>, i64, f64)]) {
+pub(crate) async fn remote_write(url: &str, samples: &[(Vec<vigil::remote_write::Label>, i64, f64)]) {
     use vigil::remote_write::{Sample, TimeSeries};
     let timeseries = samples
         .iter()
@@ -277,23 +277,24 @@ pub(crate) async fn write_series(url: &str, timeseries: Vec<vigil::remote_write:
 }
 
 /// The alerts the service stored, as JSON text each.
-async fn stored(url: &str) -> Vec<String> {
+pub(crate) async fn stored(url: &str) -> Vec<String> {
     let page = crate::support::get_json(&format!("{url}/api/v1/alerts?limit=500")).await;
     page["alerts"].as_array().map(|a| a.iter().map(|a| a.to_string()).collect()).unwrap_or_default()
 }
 
-const FAULTED: &str = "ec2-825cc2";
+pub(crate) const FAULTED: &str = "ec2-825cc2";
 
-#[tokio::test]
-#[ignore = "needs Debian's prometheus and promtool: run scripts/test.sh"]
-async fn a_warm_start_judges_live_samples_from_the_first_minute() {
-    // The history moved so that each series ends two hours ago, on a five-minute grid; the two
-    // hours since come live: each series' values of the day before, with a fault in one host
-    // from the sixth sample on.
+/// One sample of each series at one time, as remote-write labels.
+pub(crate) type Step = Vec<(Vec<vigil::remote_write::Label>, i64, f64)>;
+
+/// The history moved so that each series ends two hours ago, on a five-minute grid (in
+/// OpenMetrics text), and the two hours since, to come live: each series' values of the day
+/// before, with a fault in one host from the sixth sample on.
+pub(crate) fn history_and_live() -> (String, Vec<Step>) {
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
     let end = now_s / 300 * 300 - 7_200;
     let mut shifted = String::new();
-    let mut live: Vec<Vec<(Vec<vigil::remote_write::Label>, i64, f64)>> = vec![Vec::new(); 22];
+    let mut live: Vec<Step> = vec![Vec::new(); 22];
     let mut family = "";
     let all = series_of(&history());
     for (series, samples) in &all {
@@ -319,7 +320,13 @@ async fn a_warm_start_judges_live_samples_from_the_first_minute() {
             step.push((labels, (end + n as i64 * 300) * 1000, value));
         }
     }
-    let history = shifted + "# EOF\n";
+    (shifted + "# EOF\n", live)
+}
+
+#[tokio::test]
+#[ignore = "needs Debian's prometheus and promtool: run scripts/test.sh"]
+async fn a_warm_start_judges_live_samples_from_the_first_minute() {
+    let (history, live) = history_and_live();
     let dir = crate::support::temp_dir("warm");
     // An HA pair's replica: its external labels come with live samples (the replica's taken
     // off by Vigil), not with range queries' answers.

@@ -18,6 +18,7 @@ mod fuzz;
 mod group;
 mod group_formats;
 mod group_outage;
+mod group_warm;
 mod hostile;
 mod monitoring;
 mod node_mixin;

@@ -398,6 +398,11 @@ async fn join_group(
         intake: w.intake.clone(),
         health: w.engine_health.clone(),
         owned_partitions: w.owned_partitions.clone().unwrap_or_default(),
+        warm: warm_start(config, false).map(|warm| group::WarmGroup {
+            warm: history::warm::WarmStart { families: w.families.clone(), stop: Some(w.stop.clone()), ..warm },
+            handle: tokio::runtime::Handle::current(),
+            lateness: config.engine.lateness_ms(),
+        }),
     };
     member
         .spawn(control, w.stop.clone())

@@ -679,9 +679,6 @@ impl ServeConfig {
         if self.kafka_brokers.is_none() {
             problems.push("--kafka-join-group needs --kafka-brokers: the group is a Kafka consumer group".into());
         }
-        if self.warm_from_prometheus.is_some() {
-            problems.push("--warm-from-prometheus warms a single instance only so far, not a group's members".into());
-        }
         if !self.replay.is_empty() {
             problems.push(
                 "--kafka-join-group takes its events from Kafka only: replay a file with `vigil produce` into \

@@ -90,9 +90,9 @@ impl Shared {
         }
     }
 
-    /// Takes a keyed partition over: its epoch raised, its state restored from the store. One
-    /// attempt; none while the store fails.
-    fn claim_keyed(&self, partition: i32, plans: &[vigil_lang::plan::RulePlan]) -> Option<KeyedPartition> {
+    /// Takes a keyed partition over: its epoch raised, its state restored from the store, and
+    /// whether there was a checkpoint. One attempt; none while the store fails.
+    fn claim_keyed(&self, partition: i32, plans: &[vigil_lang::plan::RulePlan]) -> Option<(KeyedPartition, bool)> {
         let started = Instant::now();
         let op = self.store.claim_partition(&self.group, partition);
         let (fence, checkpoint) =
@@ -112,7 +112,7 @@ impl Shared {
             ms = started.elapsed().as_millis() as u64,
             "keyed partition taken over"
         );
-        Some(p)
+        Some((p, checkpoint.is_some()))
     }
 
     /// Raises an input partition's epoch in the store: one attempt; none while it fails.
@@ -174,7 +174,13 @@ impl Looping {
     /// Claims one pending partition; false when the store could not be written.
     fn claim(&self, ctx: &Shared, owned: &mut Owned, p: &Pending) -> bool {
         if p.topic == ctx.keyed_topic {
-            let Some(k) = ctx.claim_keyed(p.partition, &owned.plans) else { return false };
+            let Some((k, restored)) = ctx.claim_keyed(p.partition, &owned.plans) else { return false };
+            if !restored && self.m.warm.is_some() {
+                // Paused until its warm start hands it back ([`super::warming`]).
+                owned.warming.insert(p.partition, k.fence.epoch);
+                owned.to_warm.push(k);
+                return true;
+            }
             let next = k.next_offset();
             owned.keyed.insert(p.partition, k);
             self.start_or_wait(ctx, owned, &p.topic, p.partition, Some(next));
@@ -189,7 +195,14 @@ impl Looping {
 
     /// Starts a claimed partition where its new owner takes it over, or leaves it paused in
     /// [`Owned::starting`] to be tried again.
-    fn start_or_wait(&self, ctx: &Shared, owned: &mut Owned, topic: &str, partition: i32, offset: Option<i64>) {
+    pub(super) fn start_or_wait(
+        &self,
+        ctx: &Shared,
+        owned: &mut Owned,
+        topic: &str,
+        partition: i32,
+        offset: Option<i64>,
+    ) {
         let s = Starting { topic: topic.to_string(), partition, offset, since: Instant::now() };
         if !self.start(ctx, &s) {
             owned.starting.push(s);
@@ -291,8 +304,8 @@ impl Looping {
         suspects.input = input_fenced;
     }
 
-    /// Keyed partitions Kafka assigns here that are neither run, pending nor leaving here:
-    /// dropped when another instance's claim fenced them.
+    /// Keyed partitions Kafka assigns here that are neither run, pending, warming nor leaving
+    /// here: dropped when another instance's claim fenced them.
     fn keyed_not_held(&self, ctx: &Shared) -> BTreeSet<i32> {
         if self.keyed.assignment_lost() {
             return BTreeSet::new();
@@ -303,6 +316,7 @@ impl Looping {
             owned.keyed.contains_key(&p)
                 || owned.pending.iter().any(|q| q.topic == ctx.keyed_topic && q.partition == p)
                 || owned.leaving.iter().any(|l| l.partition.fence.partition == p)
+                || owned.warming.contains_key(&p)
         };
         assignment.elements().iter().map(|e| e.partition()).filter(|p| !held(*p)).collect()
     }

@@ -243,6 +243,21 @@ impl KeyedPartition {
         Ok(PartitionCheckpoint { snapshot, state })
     }
 
+    /// Feeds history, in time order, to the partition's engine ([`crate::history::warm`]) and
+    /// moves its time to `to`: what it raises goes to `out`. The fleet-wide rules' summaries of
+    /// it are dropped: history does not reach the stage twos, which judge live windows.
+    pub fn take_history(&mut self, events: Vec<Event>, to: Option<Millis>, max_bytes: usize, out: &mut Vec<Alert>) {
+        for event in events {
+            self.engine.push(event, out);
+        }
+        if let Some(to) = to.filter(|t| self.engine.watermark().is_none_or(|w| *t > w)) {
+            self.engine.release_to(to, out);
+        }
+        drop(self.engine.take_summaries());
+        self.engine.enforce_budget(max_bytes, out);
+        self.dirty = true;
+    }
+
     /// The next offset of the keyed partition to read.
     pub fn next_offset(&self) -> i64 {
         self.kept.next_offset

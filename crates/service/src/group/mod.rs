@@ -26,6 +26,7 @@ pub mod rules;
 mod state;
 #[cfg(test)]
 mod tests;
+mod warming;
 mod watermarks;
 
 use super::engine_loop::{EngineHealth, Input};
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 use vigil_engine::engine::{Engine, EngineConfig};
 use vigil_lang::plan::RulePlan;
+pub use warming::WarmGroup;
 use watermarks::{PartitionId, Watermarks};
 
 /// How often the forwarder reports progress.
@@ -96,6 +98,8 @@ pub struct Member {
     pub health: Arc<EngineHealth>,
     /// The keyed partitions owned here, for the Alertmanager notifier.
     pub owned_partitions: crate::alertmanager::OwnedPartitions,
+    /// The warm start of the keyed partitions claimed without a checkpoint ([`warming`]).
+    pub warm: Option<WarmGroup>,
 }
 
 /// What the rebalance callbacks and the member's loop share: the partitions it owns, and
@@ -110,6 +114,13 @@ struct Owned {
     starting: Vec<claims::Starting>,
     /// Revoked keyed partitions whose checkpoint the loop is still to save.
     leaving: Vec<claims::Leaving>,
+    /// Keyed partitions claimed without a checkpoint, still paused: waiting for a warm start.
+    to_warm: Vec<KeyedPartition>,
+    /// The epoch of each keyed partition's claim that waits for or is in a warm start: a
+    /// partition comes back from it only if it is still the one claimed.
+    warming: BTreeMap<i32, i64>,
+    /// Counts rule reloads: partitions out warming meanwhile take the rules on their return.
+    reloads: u64,
 }
 
 impl Owned {
@@ -185,6 +196,8 @@ impl ConsumerContext for Ctx {
             owned.pending.retain(|p| p.topic != e.topic() || p.partition != e.partition());
             owned.starting.retain(|s| s.topic != e.topic() || s.partition != e.partition());
             if e.topic() == self.keyed_topic {
+                owned.warming.remove(&e.partition());
+                owned.to_warm.retain(|p| p.fence.partition != e.partition());
                 let Some(p) = owned.keyed.remove(&e.partition()) else { continue };
                 if !lost {
                     owned.leaving.push(claims::Leaving { partition: p, since: Instant::now() });
@@ -292,6 +305,9 @@ impl Member {
                 pending: Vec::new(),
                 starting: Vec::new(),
                 leaving: Vec::new(),
+                to_warm: Vec::new(),
+                warming: BTreeMap::new(),
+                reloads: 0,
             }),
             watermarks: Mutex::new(BTreeMap::new()),
             ends: ends.clone(),
@@ -343,6 +359,8 @@ struct Looping {
     state: state::StateGauges,
     /// The consumers' errors, taken at once and logged now and then.
     receive_errors: crate::kafka::ReceiveErrors,
+    /// The warm start under way, and the rules' reload count when it began.
+    warm_job: Option<(warming::Job, u64)>,
 }
 
 impl Looping {
@@ -364,6 +382,7 @@ impl Looping {
             suspects: claims::Suspects::default(),
             state: state::StateGauges::default(),
             receive_errors: crate::kafka::ReceiveErrors::default(),
+            warm_job: None,
         }
     }
 
@@ -432,6 +451,7 @@ impl Looping {
                 self.suspects = suspects;
             }
             self.claim_pending();
+            self.follow_warm();
             self.round();
             self.settle_leaving();
             if self.last_report.elapsed() >= REPORT_EVERY {
@@ -460,8 +480,11 @@ impl Looping {
     /// Leaves both consumer groups: the revoke callbacks commit what was forwarded and hand the
     /// keyed partitions to the loop, which checkpoints each once before the consumers close.
     /// Messages read meanwhile are not taken: the next owners read them again.
-    fn leave_groups(self) {
+    fn leave_groups(mut self) {
         tracing::info!("leaving the consumer groups");
+        if let Some((job, _)) = self.warm_job.take() {
+            drop(job.join());
+        }
         self.input.unsubscribe();
         self.keyed.unsubscribe();
         let ctx = self.input.context().clone();
@@ -595,6 +618,10 @@ impl Looping {
                     kept.get_or_insert(k);
                 }
                 owned.forwarder.router = Engine::new(plans.clone(), self.m.engine.clone());
+                for p in &mut owned.to_warm {
+                    p.reload(plans.clone());
+                }
+                owned.reloads += 1;
                 let kept = kept.unwrap_or_else(|| plans.iter().map(|p| p.name.clone()).collect());
                 owned.plans = plans;
                 let _ = reply.send(kept);

@@ -1,7 +1,8 @@
 //! A warm start: before `vigil serve` takes its first live sample, the rules' windows and
 //! scorers are fed the series' recent history from the team's Prometheus, so that a new
 //! deployment judges from the first minute instead of after its scorers' warm-up (16 hours for
-//! `metric_deviation` at five-minute windows).
+//! `metric_deviation` at five-minute windows). A group member warms the keyed partitions it
+//! claims without a checkpoint the same way ([`crate::group`]'s `warming`).
 //!
 //! The history is read with range queries of `--warm-match` at `--warm-step` over
 //! `--warm-lookback` before now, an hour of steps at a time, except its last `--warm-raw`, read
@@ -29,6 +30,22 @@ use vigil_engine::event::{Event, Millis};
 use vigil_engine::runtime::Runtime;
 use vigil_formats::metric_kind::Families;
 use vigil_formats::remote_write::{series_samples, HostLabels};
+
+/// What a warm start feeds: the runtime of `vigil serve`, or the keyed partitions a group
+/// member has claimed without a checkpoint ([`crate::group`]).
+pub trait Warmable {
+    /// Takes one page of history in time order, under `max_state_bytes`: what it raises goes to
+    /// `out`.
+    fn take_history(&mut self, events: Vec<Event>, max_state_bytes: usize, out: &mut Vec<Alert>);
+}
+
+impl Warmable for Runtime {
+    fn take_history(&mut self, events: Vec<Event>, max_state_bytes: usize, out: &mut Vec<Alert>) {
+        self.push(events, Vec::new(), out);
+        self.catch_up(out);
+        self.enforce_budget(max_state_bytes, out);
+    }
+}
 
 /// What to read.
 #[derive(Clone)]
@@ -124,7 +141,7 @@ const RAW_PAGE_MS: i64 = 600_000;
 /// Warms `runtime` as [`warm`] does, saying in the log what it read and how long it took; the
 /// alerts the history left firing, to be sent as firing now. A Prometheus that cannot be read
 /// is said too, and the rules start from what was read. None when the service stopped it.
-pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle) -> Option<Vec<Alert>> {
+pub fn warm_up(runtime: &mut impl Warmable, w: &WarmStart, handle: &tokio::runtime::Handle) -> Option<Vec<Alert>> {
     let started = std::time::Instant::now();
     tracing::info!(from = %w.prometheus.endpoint(""), selector = %w.selector, lookback = ?w.lookback, "warm start");
     match warm(runtime, w, handle, vigil_engine::event::now_ms()) {
@@ -156,7 +173,12 @@ pub fn warm_up(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Ha
 
 /// Feeds `runtime` the history up to `now`: at `--warm-step` up to `--warm-raw` before now, then
 /// every sample. Runs on a blocking thread; `handle` makes the requests.
-pub fn warm(runtime: &mut Runtime, w: &WarmStart, handle: &tokio::runtime::Handle, now: Millis) -> Result<Warmed, Cut> {
+pub fn warm(
+    runtime: &mut impl Warmable,
+    w: &WarmStart,
+    handle: &tokio::runtime::Handle,
+    now: Millis,
+) -> Result<Warmed, Cut> {
     let mut stop = w.stop.clone();
     let step = w.step.as_millis().max(1) as i64;
     let per_page = steps_per_page(w.step);
@@ -234,7 +256,7 @@ impl<'a> Taken<'a> {
 
     /// One answer's series, fed to `runtime` in time order under the state budget; what they
     /// raise held back.
-    fn take(&mut self, runtime: &mut Runtime, mut series: Vec<super::proto::TimeSeries>) {
+    fn take(&mut self, runtime: &mut impl Warmable, mut series: Vec<super::proto::TimeSeries>) {
         self.warmed.requests += 1;
         let mut events: Vec<Event> = Vec::new();
         for s in &mut series {
@@ -254,9 +276,7 @@ impl<'a> Taken<'a> {
         }
         events.sort_by_key(|e| e.ts);
         self.warmed.samples += events.len() as u64;
-        runtime.push(events, Vec::new(), &mut self.out);
-        runtime.catch_up(&mut self.out);
-        runtime.enforce_budget(self.w.max_state_bytes, &mut self.out);
+        runtime.take_history(events, self.w.max_state_bytes, &mut self.out);
         for a in self.out.drain(..) {
             self.warmed.held_back += 1;
             self.last.insert(a.id.clone(), a);
