@@ -139,6 +139,8 @@ pub struct GroupMetrics {
     /// partitions whose checkpoint waits.
     pub pending_partitions: IntGauge,
     pub leaving_partitions: IntGauge,
+    /// Keyed partitions claimed without a checkpoint, paused while their history is read.
+    pub warming_partitions: IntGauge,
     /// Records sent to the keyed topic (an event goes to each keyed partition of its keys).
     pub forwarded: IntCounter,
     /// Forwarded events the keyed partitions took (those sent again after a hand-over once).
@@ -234,6 +236,12 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_leaving_partitions",
                 "Keyed partitions revoked from this instance whose checkpoint is still to be stored",
+            ),
+            warming_partitions: gauge(
+                registry,
+                "vigil_group_warming_partitions",
+                "Keyed partitions claimed by this instance without a checkpoint, paused while their history is read \
+                 from Prometheus (--warm-from-prometheus)",
             ),
         }
     }

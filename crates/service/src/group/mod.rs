@@ -265,6 +265,7 @@ impl Shared {
         g.with_label_values(&["input"]).set(owned.forwarder.owns() as i64);
         group.pending_partitions.set(owned.pending.len() as i64);
         group.leaving_partitions.set(owned.leaving.len() as i64);
+        group.warming_partitions.set(owned.warming.len() as i64);
         if let Ok(mut parts) = self.owned_partitions.write() {
             *parts = owned.keyed.keys().copied().collect();
         }
