@@ -55,15 +55,23 @@ def owned_keyed(metrics):
                if k.startswith("vigil_group_owned_partitions") and "keyed" in k)
 
 
-def events(path, seconds):
-    """One sample a second from each host, from now on, for `seconds`."""
+def events(path, seconds, hosts=HOSTS, series=1, interval=1):
+    """From now on, for `seconds`: `series` metrics of each of `hosts` hosts, each sampled every
+    `interval` seconds (the series spread over the interval, as scrapes are)."""
     start = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    names = ["cpu_utilization"] if series == 1 else [f"metric_{j}" for j in range(series)]
     with open(path, "w") as f:
         for s in range(seconds):
             ts = (start + datetime.timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            for h in range(HOSTS):
-                f.write(json.dumps({"stream": "metric", "ts": ts, "host": f"h{h}", "name": "cpu_utilization",
-                                    "value": 20 + (h * 7 + s) % 11}) + "\n")
+            lines = []
+            for h in range(hosts):
+                if (h + s) % interval:
+                    continue
+                for j, name in enumerate(names):
+                    lines.append(f'{{"stream":"metric","ts":"{ts}","host":"h{h}","name":"{name}",'
+                                 f'"value":{20 + (h * 7 + j + s) % 11}}}')
+            if lines:
+                f.write("\n".join(lines) + "\n")
 
 
 def psql(admin, sql):
@@ -76,7 +84,7 @@ class Instance:
         self.cmd = [args.vigil, "serve", "--rules", f"{work}/rules-{name}", "--database-url", db,
                     "--http-addr", f"127.0.0.1:{self.port}", "--kafka-brokers", args.brokers,
                     "--kafka-group", group, "--kafka-join-group", "--topic", f"metric={topic}",
-                    "--workers", "1", "--lateness", "0s", "--checkpoint-interval", "2s",
+                    "--workers", "1", "--lateness", "0s", "--checkpoint-interval", args.checkpoint_interval,
                     "--kafka-option", f"session.timeout.ms={session_timeout}",
                     "--spool-dir", f"{work}/spool-{name}", "--ingest-log-dir", f"{work}/ingest-{name}"]
         if static:
@@ -119,7 +127,7 @@ def run(args, mode, session_timeout):
     work = tempfile.mkdtemp(prefix="vigil-failover-")
     static = mode == "static-restart"
     feed = f"{work}/events.jsonl"
-    events(feed, session_timeout // 1000 + 240)
+    events(feed, session_timeout // 1000 + 240 + args.fill, args.hosts, args.series, args.interval)
     producer = subprocess.Popen([args.vigil, "produce", "--brokers", args.brokers, "--topic", topic,
                                  "--create-topics", "--partitions", "12", "--speed", "1x", feed],
                                 stdout=subprocess.DEVNULL, stderr=open(f"{work}/log-produce", "w"))
@@ -131,11 +139,13 @@ def run(args, mode, session_timeout):
         both = lambda: all((m := scrape(i.port)) and owned_keyed(m) > 0 for i in (a, b))  # noqa: E731
         wait_for("two members sharing the keyed partitions", both, 120)
         # Steady state: both keep up; the lag before the kill is the baseline.
-        time.sleep(10)
+        time.sleep(10 + args.fill)
         base = {}
         for i in (a, b):
             m = scrape(i.port)
             base[i.port] = m.get("vigil_watermark_lag_milliseconds", 0)
+        b.log.flush()
+        mark = os.path.getsize(f"{work}/log-b")
         killed = time.monotonic()
         b.kill()
         if static:
@@ -162,7 +172,14 @@ def run(args, mode, session_timeout):
             print(f"lag before the kill {base}, now {lags}; logs in {work}", file=sys.stderr)
             os.environ["VIGIL_FAILOVER_KEEP"] = "1"
             raise
-        return owned, time.monotonic() - killed, base[a.port]
+        flowed = time.monotonic() - killed
+        if static:
+            with open(f"{work}/log-b") as f:
+                f.seek(mark)
+                restores = re.findall(r"keyed partition taken over.*restored_bytes=(\d+).*ms=(\d+)", f.read())
+            print(f"b's restart restored {len(restores)} keyed partitions: "
+                  f"{sum(int(b) for b, _ in restores) / 1e6:.1f} MB in {sum(int(m) for _, m in restores)} ms", flush=True)
+        return owned, flowed, base[a.port]
     finally:
         producer.kill()
         for i in (a, b):
@@ -182,6 +199,11 @@ def main():
     ap.add_argument("--modes", default="dynamic,static-restart")
     ap.add_argument("--session-timeouts", default="45000,10000", help="session.timeout.ms, comma-separated")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--hosts", type=int, default=HOSTS)
+    ap.add_argument("--series", type=int, default=1, help="metrics per host")
+    ap.add_argument("--interval", type=int, default=1, help="seconds between a series' samples")
+    ap.add_argument("--fill", type=int, default=0, help="seconds of input before the kill, past the 10 s steady state")
+    ap.add_argument("--checkpoint-interval", default="2s")
     args = ap.parse_args()
     print("| membership | session timeout | run | partitions owned again (s) | event time moving again (s) "
           "| lag before the kill (ms) |")

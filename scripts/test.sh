@@ -219,7 +219,8 @@ python3 benches/group.py target/debug/vigil samples/datacenter.jsonl --rules rul
   --instances 1,2 --brokers "$VIGIL_TEST_KAFKA" --postgres "$VIGIL_TEST_POSTGRES" --broker-pid-file "$kafka_dir/node1/pid"
 python3 benches/failover.py target/debug/vigil --brokers "$VIGIL_TEST_KAFKA" --postgres "$VIGIL_TEST_POSTGRES" \
   --modes static-restart --session-timeouts 6000 --runs 1
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/workers.py benches/restore.py benches/azure_events.py benches/fleet.py
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/flink/*.py benches/workers.py benches/restore.py benches/azure_events.py benches/fleet.py \
+  benches/upgrade.py
 # The web console in a real browser, against the binary built above; screenshots are written
 # to target/browser-artifacts.
 VIGIL_BIN="$PWD/target/debug/vigil" node --test tests/browser/console.test.mjs
