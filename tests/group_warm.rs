@@ -27,8 +27,12 @@ async fn a_group_warms_the_partitions_it_claims_and_judges_from_the_first_minute
     let warm = ["--warm-from-prometheus", &p.url, "--warm-lookback", "30d", "--warm-step", "5min"];
     args.extend(warm.map(String::from));
     args.extend(["--warm-match".to_string(), r#"{job="cloudwatch"}"#.to_string()]);
-    let more = ["--topic", &format!("metric={topic}"), "--checkpoint-interval", "1s"];
-    args.extend(more.map(String::from));
+    args.extend(["--checkpoint-interval", "1s"].map(String::from));
+    // Every stream on the test's own topic, so that the group's input partitions are its 12
+    // whatever default topics (`task_usage`, ...) other tests have made on the broker.
+    for stream in ["task_event", "task_usage", "machine_event", "metric"] {
+        args.extend(["--topic".to_string(), format!("{stream}={topic}")]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
     // The second member joins while the first warms what it claimed, or after: it warms the
