@@ -294,11 +294,7 @@ async fn start_engine(
     } else {
         let mut engine = build_engine(config, plans);
         let (resume, restored) = restore(&wiring.store, &mut engine).await?;
-        let warm = warm_start(config, restored).map(|w| {
-            let w =
-                history::warm::WarmStart { families: wiring.families.clone(), stop: Some(wiring.stop.clone()), ..w };
-            (w, tokio::runtime::Handle::current())
-        });
+        let warm = warm_start(config, wiring, restored).map(|w| (w, tokio::runtime::Handle::current()));
         wiring.telemetry.workers.set(engine.count() as i64);
         wiring.telemetry.partitions.set(engine.partitions() as i64);
         tracing::info!(workers = engine.count(), partitions = engine.partitions(), "engine started");
@@ -398,8 +394,8 @@ async fn join_group(
         intake: w.intake.clone(),
         health: w.engine_health.clone(),
         owned_partitions: w.owned_partitions.clone().unwrap_or_default(),
-        warm: warm_start(config, false).map(|warm| group::WarmGroup {
-            warm: history::warm::WarmStart { families: w.families.clone(), stop: Some(w.stop.clone()), ..warm },
+        warm: warm_start(config, w, false).map(|warm| group::WarmGroup {
+            warm,
             handle: tokio::runtime::Handle::current(),
             lateness: config.engine.lateness_ms(),
         }),
@@ -521,13 +517,18 @@ async fn restore(
 /// The warm start `--warm-from-prometheus` asks for, unless a checkpoint restored the rules'
 /// state (which wins over history). A configuration that cannot be used is said in the log,
 /// and the service starts cold.
-fn warm_start(config: &ServeConfig, restored: bool) -> Option<history::warm::WarmStart> {
+fn warm_start(config: &ServeConfig, wiring: &Wiring, restored: bool) -> Option<history::warm::WarmStart> {
     match config.warm_start() {
         Ok(Some(_)) if restored => {
             tracing::info!("the checkpoint restored the rules' state: no warm start");
             None
         }
-        Ok(warm) => warm,
+        // The families live samples are kinded by, and the service's stop.
+        Ok(warm) => warm.map(|w| history::warm::WarmStart {
+            families: wiring.families.clone(),
+            stop: Some(wiring.stop.clone()),
+            ..w
+        }),
         Err(e) => {
             tracing::error!(error = %e, "no warm start");
             None
