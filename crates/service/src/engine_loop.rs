@@ -71,11 +71,23 @@ pub enum Input {
     Stop,
 }
 
-/// What the engine hands the writer: alerts, and now and then a checkpoint.
+/// What the engine hands the writer: alerts, and now and then a checkpoint. A group member's
+/// keyed partitions hand theirs under their claim's fence: stored only while it holds.
 pub enum Output {
     Alerts(Vec<Alert>),
     /// The engine's snapshot and the next position to read of each source it covers.
     Checkpoint(Vec<u8>, Vec<Position>),
+    /// Alerts a keyed partition raised.
+    FencedAlerts(crate::store::Fence, Vec<Alert>),
+    /// A keyed partition's checkpoint, stored behind the alerts handed before it.
+    PartitionCheckpoint(PartitionSave),
+}
+
+/// A keyed partition's checkpoint, and the offset of the keyed topic it resumes at.
+pub struct PartitionSave {
+    pub fence: crate::store::Fence,
+    pub checkpoint: crate::store::PartitionCheckpoint,
+    pub next_offset: i64,
 }
 
 /// What the engine thread shows the rest of the service: whether it makes progress, and how

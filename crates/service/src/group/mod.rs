@@ -18,8 +18,9 @@
 mod claims;
 mod ends;
 mod forward;
+mod gate;
 pub mod keyed;
-mod outage;
+mod out;
 pub mod push;
 mod read;
 pub mod rules;
@@ -29,23 +30,24 @@ mod tests;
 mod warming;
 mod watermarks;
 
-use super::engine_loop::{EngineHealth, Input};
+use super::engine_loop::{EngineHealth, Input, Output};
 use super::sources::Intake;
-use super::store::{DeadLetter, Store, Stored};
+use super::store::{DeadLetter, Store};
 use super::telemetry::Telemetry;
 use ends::Ends;
 use forward::Forwarder;
 pub use forward::PROGRESS;
+use gate::StoreGate;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
-use outage::{Saved, StoreGate};
+use out::Handed;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use vigil_engine::engine::{Engine, EngineConfig};
 use vigil_lang::plan::RulePlan;
 pub use warming::WarmGroup;
@@ -90,9 +92,10 @@ pub struct Member {
     pub store: Store,
     pub runtime: tokio::runtime::Handle,
     pub telemetry: Arc<Telemetry>,
-    pub published: broadcast::Sender<Arc<Stored>>,
-    pub webhook: Option<String>,
-    pub wake: Arc<Notify>,
+    /// The writer: the keyed partitions' alerts and checkpoints go there ([`out`]).
+    pub out: mpsc::Sender<Output>,
+    /// What the writer tells of them.
+    pub settled: std::sync::mpsc::Receiver<crate::writer::Settled>,
     pub dead: mpsc::Sender<DeadLetter>,
     pub intake: Intake,
     pub health: Arc<EngineHealth>,
@@ -272,14 +275,6 @@ impl Shared {
     }
 }
 
-fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, p: &KeyedPartition, mode: CommitMode) {
-    let mut list = TopicPartitionList::new();
-    let _ = list.add_partition_offset(topic, p.fence.partition, Offset::Offset(p.next_offset()));
-    if let Err(e) = consumer.commit(&list, mode) {
-        tracing::warn!(partition = p.fence.partition, error = %e, "cannot commit the keyed partition's offset");
-    }
-}
-
 impl Member {
     /// Runs the member on its own thread until `stop`; `control` brings rule reloads.
     pub fn spawn(
@@ -454,6 +449,7 @@ impl Looping {
             self.claim_pending();
             self.follow_warm();
             self.round();
+            self.settle();
             self.settle_leaving();
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
@@ -527,19 +523,15 @@ impl Looping {
         if owned.keyed.values().any(KeyedPartition::wants_ends) {
             ctx.ends.want();
         }
-        let mut fenced = Vec::new();
         let Owned { keyed, forwarder, .. } = &mut *owned;
-        for (partition, p) in keyed.iter_mut() {
+        for p in keyed.values_mut() {
             for (to, summary) in p.take_outgoing() {
                 forwarder.send_stage(Some(to), forward::SUMMARY, &summary);
                 self.m.telemetry.group.summaries.inc();
             }
             count(&self.m.telemetry, p.tally());
-            if !self.store_alerts(p) {
-                fenced.push(*partition);
-            }
+            self.hand_alerts(p);
         }
-        ctx.drop_fenced(&mut owned, &fenced);
         let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
         self.m.telemetry.group.held_alerts.set(held as i64);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
@@ -591,21 +583,11 @@ impl Looping {
             tracing::warn!("checkpoints wait until the summaries sent are delivered");
             return;
         }
-        let mut fenced = Vec::new();
-        for (partition, p) in owned.keyed.iter_mut() {
-            if !p.dirty {
-                continue;
-            }
-            match ctx.save(p) {
-                Saved::Yes => {
-                    p.dirty = false;
-                    commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
-                }
-                Saved::Fenced => fenced.push(*partition),
-                Saved::Later => {}
+        for p in owned.keyed.values_mut().filter(|p| p.dirty) {
+            if self.hand_checkpoint(p) == Handed::Yes {
+                p.dirty = false;
             }
         }
-        ctx.drop_fenced(&mut owned, &fenced);
     }
 
     fn control(&mut self, input: Input) {
