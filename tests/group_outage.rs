@@ -143,11 +143,11 @@ async fn moved(members: &[Service]) -> f64 {
 }
 
 /// The store stopped mid-stream under two members: they go on reading and detecting, their
-/// writers spooling the alerts they raise (their checkpoints wait) until it is back; no partition changes hands,
-/// and the store ends with exactly replay's alerts.
+/// writers spooling the alerts they raise (their checkpoints wait) until it is back; no
+/// partition changes hands, and the store ends with exactly replay's alerts.
 #[tokio::test]
 #[ignore = "needs Apache Kafka and a PostgreSQL cluster it may stop: run scripts/test.sh"]
-async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
+async fn a_postgres_outage_under_a_group_spools_alerts_and_moves_no_partition() {
     let _one_case_at_a_time = ONE_CASE.lock().await;
     let o = Outage::new().await;
     let members = [o.member(), o.member()];

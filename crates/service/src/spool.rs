@@ -36,9 +36,15 @@ impl Batch {
     }
 
     fn line(&self) -> serde_json::Result<String> {
+        /// A fenced batch as its line has it.
+        #[derive(serde::Serialize)]
+        struct Fenced<'a> {
+            fence: &'a Fence,
+            alerts: &'a [Alert],
+        }
         let mut line = match self {
             Batch::Alerts(alerts) => serde_json::to_string(alerts)?,
-            Batch::Fenced { fence, alerts } => serde_json::json!({ "fence": fence, "alerts": alerts }).to_string(),
+            Batch::Fenced { fence, alerts } => serde_json::to_string(&Fenced { fence, alerts })?,
         };
         line.push('\n');
         Ok(line)

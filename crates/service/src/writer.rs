@@ -50,7 +50,8 @@ pub struct Writer {
     pub spool: Spool,
     /// The ingest log's folder: segments a stored checkpoint covers are deleted.
     pub ingest_log: Option<PathBuf>,
-    /// Where a group member's loop hears what became of its partitions' checkpoints.
+    /// Where a group member's loop hears what became of its partitions' checkpoints, and of
+    /// alerts handed under a fence that no longer holds.
     pub settled: Option<std::sync::mpsc::Sender<Settled>>,
 }
 
@@ -116,15 +117,11 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
             None => closed = true,
             Some(Output::Checkpoint(bytes, positions)) => {
                 checkpoint.engine = Some((bytes, positions));
-                if w.spool.is_empty() {
-                    w.drain(&mut checkpoint).await;
-                }
+                w.drain_unless_failing(&mut checkpoint).await;
             }
             Some(Output::PartitionCheckpoint(save)) => {
                 checkpoint.partitions.insert(save.fence.partition, save);
-                if w.spool.is_empty() {
-                    w.drain(&mut checkpoint).await;
-                }
+                w.drain_unless_failing(&mut checkpoint).await;
             }
             Some(Output::Alerts(alerts)) => w.take(Batch::Alerts(alerts), &mut checkpoint).await,
             Some(Output::FencedAlerts(fence, alerts)) => w.take(Batch::Fenced { fence, alerts }, &mut checkpoint).await,
@@ -159,6 +156,7 @@ impl Writer {
                 self.stored_again();
                 let Some(stored) = stored else {
                     if let Batch::Fenced { fence, .. } = batch {
+                        self.telemetry.group.fenced.inc();
                         self.settle(Settled::Fenced(fence.clone()));
                     }
                     return true;
@@ -230,6 +228,15 @@ impl Writer {
         }
     }
 
+    /// Stores a checkpoint as it comes, unless the spool holds alerts or the store failed last
+    /// time: then the retry timer stores it, so that checkpoints coming one after another (one
+    /// per keyed partition) do not skip the backoff.
+    async fn drain_unless_failing(&mut self, checkpoint: &mut Waiting) {
+        if self.spool.is_empty() && !self.health.failing.load(Ordering::Relaxed) {
+            self.drain(checkpoint).await;
+        }
+    }
+
     /// Stores the spool, oldest first, then the waiting checkpoints. True when all went.
     async fn drain(&mut self, checkpoint: &mut Waiting) -> bool {
         while let Some(batch) = self.spool.front() {
@@ -271,6 +278,7 @@ impl Writer {
             }
             Ok(false) => {
                 self.stored_again();
+                self.telemetry.group.fenced.inc();
                 self.settle(Settled::Fenced(save.fence.clone()));
                 true
             }

@@ -1,7 +1,8 @@
 //! How partitions change hands. Kafka's rebalance callbacks only note what changed and do no
 //! store I/O: an assigned partition is paused and waits in [`Owned::pending`] for its claim; a
 //! revoked keyed partition moves to [`Owned::leaving`] with its state. The member's loop then
-//! does the store's part, one attempt at a time through the [`StoreGate`](super::gate::StoreGate),
+//! claims what was assigned, one attempt at a time through the
+//! [`StoreGate`](super::gate::StoreGate), and hands what left to the writer ([`super::out`]),
 //! so that a store outage during a rebalance delays the partitions that changed hands only, and
 //! the consumers keep polling:
 //!
@@ -29,8 +30,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use vigil_engine::engine::{EngineConfig, Shard};
 
-/// How long a revoked keyed partition may wait for its checkpoint (the store fails, or the
-/// summaries sent are not delivered) before it is dropped.
+/// How long a revoked keyed partition may wait to hand its checkpoint to the writer (the
+/// summaries sent are not delivered, or the writer's queue stays full) before it is dropped.
 const LEAVING_FOR: Duration = Duration::from_secs(30);
 /// How long a claimed partition's seek is tried again (librdkafka refuses to seek a partition
 /// whose fetcher has not started yet) before it is resumed where the consumer stands: the
@@ -55,7 +56,7 @@ pub(super) struct Starting {
     pub since: Instant,
 }
 
-/// A revoked keyed partition whose checkpoint is still to be saved.
+/// A revoked keyed partition whose checkpoint is still to be handed to the writer.
 pub(super) struct Leaving {
     pub partition: KeyedPartition,
     pub since: Instant,
@@ -244,7 +245,10 @@ impl Looping {
             let partition = l.partition.fence.partition;
             let handed = match delivered {
                 true => self.hand_checkpoint(&mut l.partition),
-                false => Handed::Later,
+                false => {
+                    self.hand_alerts(&mut l.partition);
+                    Handed::Later
+                }
             };
             match handed {
                 Handed::Yes => tracing::info!(partition, "revoked keyed partition: its checkpoint goes to the store"),

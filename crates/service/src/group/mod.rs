@@ -115,7 +115,7 @@ struct Owned {
     pending: Vec<claims::Pending>,
     /// Claimed, still paused until they can be sought to where this member takes them over.
     starting: Vec<claims::Starting>,
-    /// Revoked keyed partitions whose checkpoint the loop is still to save.
+    /// Revoked keyed partitions whose checkpoint the loop is still to hand to the writer.
     leaving: Vec<claims::Leaving>,
     /// Keyed partitions claimed without a checkpoint, still paused: waiting for a warm start.
     to_warm: Vec<KeyedPartition>,
@@ -160,7 +160,7 @@ struct Shared {
     engine: EngineConfig,
     keyed_partitions: u32,
     store: Store,
-    /// Whether the store may be tried (alerts, checkpoints) while it fails.
+    /// Whether the store may be tried (claims, epochs) while it fails.
     gate: StoreGate,
     /// The keyed partitions owned here, as [`Shared::gauges`] last saw them.
     owned_partitions: crate::alertmanager::OwnedPartitions,
@@ -253,7 +253,6 @@ impl Shared {
     fn drop_fenced(&self, owned: &mut Owned, fenced: &[i32]) {
         for partition in fenced {
             owned.keyed.remove(partition);
-            self.telemetry.group.fenced.inc();
             tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
         }
         if !fenced.is_empty() {
@@ -475,8 +474,8 @@ impl Looping {
     }
 
     /// Leaves both consumer groups: the revoke callbacks commit what was forwarded and hand the
-    /// keyed partitions to the loop, which checkpoints each once before the consumers close.
-    /// Messages read meanwhile are not taken: the next owners read them again.
+    /// keyed partitions to the loop, which hands each one's checkpoint to the writer before the
+    /// consumers close. Messages read meanwhile are not taken: the next owners read them again.
     fn leave_groups(mut self) {
         tracing::info!("leaving the consumer groups");
         if let Some((job, _)) = self.warm_job.take() {
@@ -496,13 +495,20 @@ impl Looping {
         }
         let mut looping = self;
         looping.settle_leaving();
+        let left = ctx.owned.lock().expect("owned").leaving.len();
+        if left > 0 {
+            tracing::warn!(
+                partitions = left,
+                "keyed partitions left without a checkpoint: their next owners derive again what came after the last one"
+            );
+        }
         let Looping { input, keyed, .. } = looping;
         drop(input);
         drop(keyed);
     }
 
     /// Reads what has come (of each consumer up to 512 messages), then moves time on in every
-    /// keyed partition and stores their alerts. A consumer is not waited on while the other has
+    /// keyed partition and hands their alerts to the writer. A consumer is not waited on while the other has
     /// messages: when neither had any, each is waited on for up to 10 ms.
     fn round(&mut self) {
         let mut read = 0;

@@ -14,7 +14,6 @@ use crate::engine_loop::{Output, PartitionSave};
 use crate::writer::Settled;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::mpsc::error::TrySendError;
 
 /// Whether a keyed partition's checkpoint went to the writer.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,29 +31,23 @@ impl Looping {
         if p.out.is_empty() {
             return;
         }
+        let Ok(room) = self.m.out.try_reserve() else { return };
         let now = vigil_engine::event::now_ms();
         let mut alerts = std::mem::take(&mut p.out);
         for a in &mut alerts {
             a.detected_at = now;
         }
-        match self.m.out.try_send(Output::FencedAlerts(p.fence.clone(), alerts)) {
-            Ok(()) => {}
-            Err(
-                TrySendError::Full(Output::FencedAlerts(_, alerts))
-                | TrySendError::Closed(Output::FencedAlerts(_, alerts)),
-            ) => {
-                p.out = alerts;
-            }
-            Err(_) => unreachable!("the writer hands back what it was given"),
-        }
+        room.send(Output::FencedAlerts(p.fence.clone(), alerts));
     }
 
-    /// Hands a partition's checkpoint to the writer, behind its alerts.
+    /// Hands a partition's checkpoint to the writer, behind its alerts. The snapshot is taken
+    /// only once the queue has room for it.
     pub(super) fn hand_checkpoint(&self, p: &mut KeyedPartition) -> Handed {
         self.hand_alerts(p);
         if !p.out.is_empty() {
             return Handed::Later;
         }
+        let Ok(room) = self.m.out.try_reserve() else { return Handed::Later };
         let checkpoint = p.checkpoint();
         count(&self.m.telemetry, p.tally());
         let checkpoint = match checkpoint {
@@ -65,15 +58,13 @@ impl Looping {
             }
         };
         let save = PartitionSave { fence: p.fence.clone(), checkpoint, next_offset: p.next_offset() };
-        match self.m.out.try_send(Output::PartitionCheckpoint(save)) {
-            Ok(()) => Handed::Yes,
-            Err(_) => Handed::Later,
-        }
+        room.send(Output::PartitionCheckpoint(save));
+        Handed::Yes
     }
 
     /// Takes what the writer tells of the checkpoints and alerts handed to it: a stored
     /// checkpoint's offset is committed (the keyed topic's lag is read from it); a partition
-    /// another instance claimed is let go.
+    /// another instance claimed is let go, whether it runs here or is leaving.
     pub(super) fn settle(&mut self) {
         let ctx = self.keyed.context().clone();
         let mut fenced = Vec::new();
@@ -81,8 +72,7 @@ impl Looping {
         while let Ok(settled) = self.m.settled.try_recv() {
             match settled {
                 Settled::Saved { fence, next_offset } => {
-                    let held = owned.keyed.get(&fence.partition).is_some_and(|p| p.fence == fence);
-                    if held {
+                    if owned.keyed.get(&fence.partition).is_some_and(|p| p.fence == fence) {
                         commit_keyed(&self.keyed, &ctx.keyed_topic, fence.partition, next_offset);
                     } else {
                         tracing::info!(partition = fence.partition, "keyed partition handed over with its checkpoint");
@@ -91,12 +81,8 @@ impl Looping {
                 Settled::Fenced(fence) => {
                     if owned.keyed.get(&fence.partition).is_some_and(|p| p.fence == fence) {
                         fenced.push(fence.partition);
-                    } else {
-                        tracing::info!(
-                            partition = fence.partition,
-                            "keyed partition handed over; its next owner took it first"
-                        );
                     }
+                    owned.leaving.retain(|l| l.partition.fence != fence);
                 }
             }
         }
