@@ -318,7 +318,9 @@ impl EngineLoop {
                     if checkpoint_due {
                         r.last_checkpoint = Instant::now();
                         if let Some(c) = self.checkpoint(&mut r) {
-                            if alerts.blocking_send(c).is_err() {
+                            // Alerts raised while the snapshot was taken go to the writer first:
+                            // a stored checkpoint must never be ahead of its alerts.
+                            if !send_alerts(&mut r.out, &alerts) || alerts.blocking_send(c).is_err() {
                                 return;
                             }
                         }
@@ -329,7 +331,9 @@ impl EngineLoop {
                     return;
                 }
                 if let Some(c) = self.checkpoint(&mut r) {
-                    let _ = alerts.blocking_send(c);
+                    if send_alerts(&mut r.out, &alerts) {
+                        let _ = alerts.blocking_send(c);
+                    }
                 }
             })
             .expect("the engine thread starts")

@@ -31,23 +31,20 @@ impl Looping {
         if p.out.is_empty() {
             return;
         }
-        let Ok(room) = self.m.out.try_reserve() else { return };
-        let now = vigil_engine::event::now_ms();
-        let mut alerts = std::mem::take(&mut p.out);
-        for a in &mut alerts {
-            a.detected_at = now;
+        if let Ok(room) = self.m.out.try_reserve() {
+            room.send(fenced_alerts(p));
         }
-        room.send(Output::FencedAlerts(p.fence.clone(), alerts));
     }
 
-    /// Hands a partition's checkpoint to the writer, behind its alerts. The snapshot is taken
-    /// only once the queue has room for it.
+    /// Hands a partition's checkpoint to the writer, behind its alerts. Taking the checkpoint
+    /// takes the records read for the partition first, which may raise alerts: those go to the
+    /// writer just before it. So the snapshot is taken only once the queue has room for both.
     pub(super) fn hand_checkpoint(&self, p: &mut KeyedPartition) -> Handed {
         self.hand_alerts(p);
         if !p.out.is_empty() {
             return Handed::Later;
         }
-        let Ok(room) = self.m.out.try_reserve() else { return Handed::Later };
+        let Ok(mut room) = self.m.out.try_reserve_many(2) else { return Handed::Later };
         let checkpoint = p.checkpoint();
         count(&self.m.telemetry, p.tally());
         let checkpoint = match checkpoint {
@@ -57,8 +54,11 @@ impl Looping {
                 return Handed::Later;
             }
         };
+        if !p.out.is_empty() {
+            room.next().expect("two places reserved").send(fenced_alerts(p));
+        }
         let save = PartitionSave { fence: p.fence.clone(), checkpoint, next_offset: p.next_offset() };
-        room.send(Output::PartitionCheckpoint(save));
+        room.next().expect("two places reserved").send(Output::PartitionCheckpoint(save));
         Handed::Yes
     }
 
@@ -88,6 +88,16 @@ impl Looping {
         }
         ctx.drop_fenced(&mut owned, &fenced);
     }
+}
+
+/// A partition's alerts as the writer takes them, detected now.
+fn fenced_alerts(p: &mut KeyedPartition) -> Output {
+    let now = vigil_engine::event::now_ms();
+    let mut alerts = std::mem::take(&mut p.out);
+    for a in &mut alerts {
+        a.detected_at = now;
+    }
+    Output::FencedAlerts(p.fence.clone(), alerts)
 }
 
 /// Commits a keyed partition's offset: where its stored checkpoint resumes.
