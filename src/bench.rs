@@ -325,7 +325,7 @@ fn measure<D: Driven>(
     let mut read = 0u64;
     while let Some(line) = lines.next_line() {
         read += 1;
-        let read_at = (read % every == 0).then(Instant::now);
+        let read_at = read.is_multiple_of(every).then(Instant::now);
         let decoded = decoder
             .decode_gated(line?.trim_ascii_end(), None, gate, &mut pool)
             .and_then(|d| bounds.check(d.ts(), now, engine.watermark()).map(|()| d));

@@ -142,12 +142,12 @@ async fn moved(members: &[Service]) -> f64 {
         + summed(members, "vigil_group_rebalances_total{kind=\"lost\"}").await
 }
 
-/// The store stopped mid-stream under two members: they go on reading and detecting, holding
-/// the alerts they raise (and their checkpoints) until it is back; no partition changes hands,
-/// and the store ends with exactly replay's alerts.
+/// The store stopped mid-stream under two members: they go on reading and detecting, their
+/// writers spooling the alerts they raise (their checkpoints wait) until it is back; no
+/// partition changes hands, and the store ends with exactly replay's alerts.
 #[tokio::test]
 #[ignore = "needs Apache Kafka and a PostgreSQL cluster it may stop: run scripts/test.sh"]
-async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
+async fn a_postgres_outage_under_a_group_spools_alerts_and_moves_no_partition() {
     let _one_case_at_a_time = ONE_CASE.lock().await;
     let o = Outage::new().await;
     let members = [o.member(), o.member()];
@@ -157,13 +157,13 @@ async fn a_postgres_outage_under_a_group_holds_alerts_and_moves_no_partition() {
     let started_again = o.stop_store();
     let stopped = std::time::Instant::now();
     o.produce(&during).await;
-    // Detection went on without the store: the alerts raised meanwhile are held.
-    let held = eventually("alerts held by the members while the store is down", || async {
-        let held = summed(&members, "vigil_group_held_alerts").await;
-        (held > 0.0).then_some(held)
+    // Detection went on without the store: the alerts raised meanwhile are spooled on disk.
+    let spooled = eventually("alerts spooled by the members while the store is down", || async {
+        let spooled = summed(&members, "vigil_spooled_alerts").await;
+        (spooled > 0.0).then_some(spooled)
     })
     .await;
-    println!("alerts held during the outage: {held}");
+    println!("alerts spooled during the outage: {spooled}");
     // Down for longer than the session timeout (6 s): a member that stopped polling would be
     // thrown out of the group by now.
     tokio::time::sleep(Duration::from_secs(12).saturating_sub(stopped.elapsed())).await;

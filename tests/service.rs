@@ -737,3 +737,29 @@ async fn a_backlog_resent_by_parallel_shards_is_taken_not_late() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Two instances on one host cannot share a spool: the second is refused at start, with the
+/// folder and what to do, and the first goes on.
+#[tokio::test]
+async fn a_second_instance_on_the_same_spool_is_refused_with_the_reason() {
+    let dir = temp_dir("shared-spool");
+    let spool = dir.join("spool");
+    let spool_arg = spool.to_str().expect("utf-8").to_string();
+    let rules = rules_dir();
+    let db = sqlite_url(&dir);
+    let first = Service::start(&["--rules", &rules, "--database-url", &db, "--spool-dir", &spool_arg]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--rules", &rules, "--http-addr", "127.0.0.1:0", "--spool-dir", &spool_arg])
+        .args(["--database-url", &format!("sqlite://{}", dir.join("other.db").display())])
+        .arg("--ingest-log-dir")
+        .arg(dir.join("other-ingest"))
+        .env_remove("VIGIL_CONFIG")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("cannot open the spool in {spool_arg}")), "{err}");
+    assert!(err.contains("another running instance has it open"), "{err}");
+    let ready = reqwest::get(format!("{}/readyz", first.url)).await.expect("the first still answers");
+    assert!(ready.status().is_success(), "{}", first.log());
+}

@@ -135,7 +135,7 @@ fn measure_many_series(series: u64, rounds: u64, budget_mb: usize) {
         for s in 0..series {
             engine.push(sample(round, s, series), &mut out);
             pushed += 1;
-            if pushed % 200_000 == 0 {
+            if pushed.is_multiple_of(200_000) {
                 engine.enforce_budget(budget_mb << 20, &mut out);
             }
             told += out.iter().filter(|a| &*a.rule == vigil_engine::engine::STATE_EVICTED_RULE).count();

@@ -480,7 +480,7 @@ pub fn format_duration(millis: u64) -> String {
         return "0 s".to_string();
     }
     for (size, unit) in UNITS {
-        if millis % size == 0 {
+        if millis.is_multiple_of(size) {
             return format!("{} {unit}", millis / size);
         }
     }

@@ -71,11 +71,23 @@ pub enum Input {
     Stop,
 }
 
-/// What the engine hands the writer: alerts, and now and then a checkpoint.
+/// What the engine hands the writer: alerts, and now and then a checkpoint. A group member's
+/// keyed partitions hand theirs under their claim's fence: stored only while it holds.
 pub enum Output {
     Alerts(Vec<Alert>),
     /// The engine's snapshot and the next position to read of each source it covers.
     Checkpoint(Vec<u8>, Vec<Position>),
+    /// Alerts a keyed partition raised.
+    FencedAlerts(crate::store::Fence, Vec<Alert>),
+    /// A keyed partition's checkpoint, stored behind the alerts handed before it.
+    PartitionCheckpoint(PartitionSave),
+}
+
+/// A keyed partition's checkpoint, and the offset of the keyed topic it resumes at.
+pub struct PartitionSave {
+    pub fence: crate::store::Fence,
+    pub checkpoint: crate::store::PartitionCheckpoint,
+    pub next_offset: i64,
 }
 
 /// What the engine thread shows the rest of the service: whether it makes progress, and how
@@ -306,7 +318,9 @@ impl EngineLoop {
                     if checkpoint_due {
                         r.last_checkpoint = Instant::now();
                         if let Some(c) = self.checkpoint(&mut r) {
-                            if alerts.blocking_send(c).is_err() {
+                            // Alerts raised while the snapshot was taken go to the writer first:
+                            // a stored checkpoint must never be ahead of its alerts.
+                            if !send_alerts(&mut r.out, &alerts) || alerts.blocking_send(c).is_err() {
                                 return;
                             }
                         }
@@ -317,7 +331,9 @@ impl EngineLoop {
                     return;
                 }
                 if let Some(c) = self.checkpoint(&mut r) {
-                    let _ = alerts.blocking_send(c);
+                    if send_alerts(&mut r.out, &alerts) {
+                        let _ = alerts.blocking_send(c);
+                    }
                 }
             })
             .expect("the engine thread starts")

@@ -78,8 +78,8 @@ pub enum ServiceError {
          supported yet)"
     )]
     KeyedPartitions { topic: String, found: usize, configured: u32 },
-    #[error("cannot read the spool in {dir}")]
-    Spool { dir: PathBuf, source: std::io::Error },
+    #[error("cannot open the spool in {dir}")]
+    Spool { dir: PathBuf, source: spool::SpoolError },
     #[error("cannot open the ingest log in {dir}")]
     IngestLog { dir: PathBuf, source: std::io::Error },
     #[error("cannot build the webhook client")]
@@ -287,9 +287,9 @@ async fn start_engine(
     external_url: &str,
 ) -> Result<Started, ServiceError> {
     if config.kafka_join_group {
-        drop(alerts_tx);
-        let writer = spawn_writers(config, wiring, None, alerts_rx, dead_rx, external_url)?;
-        let member = join_group(config, wiring, plans, rx, external_url).await?;
+        let (settled_tx, settled) = std::sync::mpsc::channel();
+        let writer = spawn_writers(config, wiring, None, alerts_rx, dead_rx, external_url, Some(settled_tx))?;
+        let member = join_group(config, wiring, plans, rx, (alerts_tx, settled)).await?;
         Ok((member, writer, None, forward_ingest(config)?))
     } else {
         let mut engine = build_engine(config, plans);
@@ -311,7 +311,7 @@ async fn start_engine(
             source_idle_after: config.source_idle_after,
         }
         .spawn(rx, alerts_tx);
-        let writer = spawn_writers(config, wiring, consumer.clone(), alerts_rx, dead_rx, external_url)?;
+        let writer = spawn_writers(config, wiring, consumer.clone(), alerts_rx, dead_rx, external_url, None)?;
         let (ticker, ingest_tx) = spawn_sources(config, wiring, consumer, &resume)?;
         Ok((engine_thread, writer, Some(ticker), ingest_tx))
     }
@@ -349,7 +349,7 @@ async fn join_group(
     w: &Wiring,
     plans: Vec<vigil_lang::plan::RulePlan>,
     control: mpsc::Receiver<engine_loop::Input>,
-    external_url: &str,
+    (out, settled): (mpsc::Sender<engine_loop::Output>, std::sync::mpsc::Receiver<writer::Settled>),
 ) -> Result<std::thread::JoinHandle<()>, ServiceError> {
     let brokers = config.kafka_brokers.clone().unwrap_or_default();
     let mut topics = vec![group::keyed_topic(&config.kafka_group)];
@@ -387,9 +387,8 @@ async fn join_group(
         store: w.store.clone(),
         runtime: tokio::runtime::Handle::current(),
         telemetry: w.telemetry.clone(),
-        published: w.published.clone(),
-        webhook: config.webhook_url.as_ref().map(|_| external_url.to_string()),
-        wake: w.webhook_wake.clone(),
+        out,
+        settled,
         dead: w.dead.clone(),
         intake: w.intake.clone(),
         health: w.engine_health.clone(),
@@ -555,6 +554,7 @@ fn spawn_writers(
     alerts: mpsc::Receiver<engine_loop::Output>,
     dead: mpsc::Receiver<store::DeadLetter>,
     external_url: &str,
+    settled: Option<std::sync::mpsc::Sender<writer::Settled>>,
 ) -> Result<tokio::task::JoinHandle<()>, ServiceError> {
     let spool = spool::Spool::open(&config.spool_dir, config.spool_max_mb.saturating_mul(1 << 20))
         .map_err(|source| ServiceError::Spool { dir: config.spool_dir.clone(), source })?;
@@ -571,6 +571,7 @@ fn spawn_writers(
             engine_health: w.engine_health.clone(),
             spool,
             ingest_log: Some(config.ingest_log_dir.clone()),
+            settled,
         },
     ));
     tokio::spawn(writer::write_dead_letters(dead, w.store.clone(), w.telemetry.clone(), config.max_dead_letters));

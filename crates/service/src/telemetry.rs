@@ -133,7 +133,7 @@ pub struct GroupMetrics {
     pub restore_bytes: IntCounter,
     /// Writes refused because another instance owns the partition now.
     pub fenced: IntCounter,
-    /// Alert transitions held in memory while the store fails.
+    /// Alert transitions the keyed partitions hold while the writer's queue is full.
     pub held_alerts: IntGauge,
     /// Partitions assigned here and paused until the store takes their claim, and revoked keyed
     /// partitions whose checkpoint waits.
@@ -225,7 +225,7 @@ impl GroupMetrics {
             held_alerts: gauge(
                 registry,
                 "vigil_group_held_alerts",
-                "Alert transitions the keyed partitions hold while the store cannot be written",
+                "Alert transitions the keyed partitions hold while the writer's queue is full",
             ),
             pending_partitions: gauge(
                 registry,

@@ -6,13 +6,18 @@
 //! stored in order when it is back; a full spool holds the engine back, and the engine the
 //! sources. After a crash the service resumes from the last checkpoint and reads again what
 //! came after it (the alerts that come out twice are stored once, by id).
+//!
+//! A group member's keyed partitions go the same way out: their alerts and checkpoints carry
+//! their claim's fence, are stored only while it holds, and what became of each checkpoint is
+//! told back to the member's loop ([`Settled`]).
 
 use super::backoff::Backoff;
-use super::engine_loop::Output;
+use super::engine_loop::{Output, PartitionSave};
 use super::position::{resume_offset, Position, HTTP_SOURCE};
-use super::spool::{Spool, SpoolError};
-use super::store::{DeadLetter, Store, Stored};
+use super::spool::{Batch, Spool, SpoolError};
+use super::store::{DeadLetter, Fence, Store, Stored};
 use super::telemetry::{StoreFailed, Telemetry};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,6 +29,8 @@ use vigil_engine::alert::{Alert, Status};
 #[derive(Default)]
 pub struct Health {
     pub store_ok: AtomicBool,
+    /// Whether the last write failed.
+    pub failing: AtomicBool,
     /// Alerts waiting in the spool for the store.
     pub spooled: AtomicU64,
 }
@@ -43,6 +50,32 @@ pub struct Writer {
     pub spool: Spool,
     /// The ingest log's folder: segments a stored checkpoint covers are deleted.
     pub ingest_log: Option<PathBuf>,
+    /// Where a group member's loop hears what became of its partitions' checkpoints, and of
+    /// alerts handed under a fence that no longer holds.
+    pub settled: Option<std::sync::mpsc::Sender<Settled>>,
+}
+
+/// What became of a keyed partition's alerts or checkpoint.
+#[derive(Debug)]
+pub enum Settled {
+    /// The checkpoint is stored: the keyed topic's offset may be committed.
+    Saved { fence: Fence, next_offset: i64 },
+    /// Another instance claimed the partition: what was handed under this fence is dropped.
+    Fenced(Fence),
+}
+
+/// Checkpoints waiting for the spool to empty (or for the store): a newer one replaces the one
+/// of its engine or keyed partition.
+#[derive(Default)]
+struct Waiting {
+    engine: Option<(Vec<u8>, Vec<Position>)>,
+    partitions: BTreeMap<i32, PartitionSave>,
+}
+
+impl Waiting {
+    fn is_empty(&self) -> bool {
+        self.engine.is_none() && self.partitions.is_empty()
+    }
 }
 
 /// First wait before the store is tried again; it doubles up to [`RETRY_MAX`].
@@ -56,13 +89,12 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// after a crash the service resumes from the last checkpoint and reads again what came after it
 /// (the alerts that come out twice are stored once, by id).
 pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
-    // A checkpoint waiting for the spool to empty (or for the store); a newer one replaces it.
-    let mut checkpoint: Option<(Vec<u8>, Vec<Position>)> = None;
+    let mut checkpoint = Waiting::default();
     let mut delay = Backoff::new(RETRY_MIN, RETRY_MAX);
     let mut closed = false;
     w.report_spool();
     loop {
-        let waiting = !w.spool.is_empty() || checkpoint.is_some();
+        let waiting = !w.spool.is_empty() || !checkpoint.is_empty();
         if closed && !waiting {
             tracing::info!("the engine's alerts and its last checkpoint are stored");
             return;
@@ -84,33 +116,51 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
         match output {
             None => closed = true,
             Some(Output::Checkpoint(bytes, positions)) => {
-                checkpoint = Some((bytes, positions));
-                if w.spool.is_empty() {
-                    w.drain(&mut checkpoint).await;
-                }
+                checkpoint.engine = Some((bytes, positions));
+                w.drain_unless_failing(&mut checkpoint).await;
             }
-            Some(Output::Alerts(batch)) => {
-                if w.spool.is_empty() && checkpoint.is_none() && w.store_batch(&batch).await {
-                    continue;
-                }
-                w.hold(batch, &mut checkpoint).await;
+            Some(Output::PartitionCheckpoint(save)) => {
+                checkpoint.partitions.insert(save.fence.partition, save);
+                w.drain_unless_failing(&mut checkpoint).await;
             }
+            Some(Output::Alerts(alerts)) => w.take(Batch::Alerts(alerts), &mut checkpoint).await,
+            Some(Output::FencedAlerts(fence, alerts)) => w.take(Batch::Fenced { fence, alerts }, &mut checkpoint).await,
         }
     }
 }
 
 impl Writer {
-    /// Stores one batch and publishes it; false when the store did not take it.
-    async fn store_batch(&self, batch: &[Alert]) -> bool {
+    /// Stores a batch unless it must wait behind the spool or a checkpoint; else spools it.
+    async fn take(&mut self, batch: Batch, checkpoint: &mut Waiting) {
+        if self.spool.is_empty() && checkpoint.is_empty() && self.store_batch(&batch).await {
+            return;
+        }
+        self.hold(batch, checkpoint).await;
+    }
+
+    /// Stores one batch and publishes it; false when the store did not take it. A fenced batch
+    /// whose claim another instance holds now is dropped, and the member's loop told.
+    async fn store_batch(&self, batch: &Batch) -> bool {
         let webhook = self.webhook.as_deref();
         let payload = |a: &Alert| super::webhook::alertmanager_payload(a, webhook.unwrap_or_default()).to_string();
-        let result = match webhook {
-            Some(_) => self.store.insert_alerts(batch, Some(&payload)).await,
-            None => self.store.insert_alerts(batch, None).await,
+        let payload: Option<&(dyn Fn(&Alert) -> String + Sync)> = match webhook {
+            Some(_) => Some(&payload),
+            None => None,
+        };
+        let result = match batch {
+            Batch::Alerts(alerts) => self.store.insert_alerts(alerts, payload).await.map(Some),
+            Batch::Fenced { fence, alerts } => self.store.insert_alerts_fenced(fence, alerts, payload).await,
         };
         match result {
             Ok(stored) => {
-                self.health.store_ok.store(true, Ordering::Relaxed);
+                self.stored_again();
+                let Some(stored) = stored else {
+                    if let Batch::Fenced { fence, .. } = batch {
+                        self.telemetry.group.fenced.inc();
+                        self.settle(Settled::Fenced(fence.clone()));
+                    }
+                    return true;
+                };
                 for s in stored {
                     if s.alert.status == Status::Firing {
                         self.telemetry.alerts.with_label_values(&[&s.alert.rule, &s.alert.severity]).inc();
@@ -121,16 +171,35 @@ impl Writer {
                 true
             }
             Err(e) => {
-                self.health.store_ok.store(false, Ordering::Relaxed);
+                self.failed_now();
                 self.telemetry.emit(StoreFailed { operation: "insert_alerts", error: &e });
                 false
             }
         }
     }
 
+    /// Notes that the store takes writes, and says so when it had failed.
+    fn stored_again(&self) {
+        self.health.store_ok.store(true, Ordering::Relaxed);
+        if self.health.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(spooled = self.spool.alerts(), "the store is back: the spooled alerts are stored first");
+        }
+    }
+
+    fn failed_now(&self) {
+        self.health.store_ok.store(false, Ordering::Relaxed);
+        self.health.failing.store(true, Ordering::Relaxed);
+    }
+
+    fn settle(&self, settled: Settled) {
+        if let Some(tx) = &self.settled {
+            let _ = tx.send(settled);
+        }
+    }
+
     /// Puts a batch the store did not take (or that must wait behind the spool) in the spool;
     /// when the spool is full or cannot be written, waits until the store takes enough.
-    async fn hold(&mut self, mut batch: Vec<Alert>, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) {
+    async fn hold(&mut self, mut batch: Batch, checkpoint: &mut Waiting) {
         let mut delay = Backoff::new(RETRY_MIN, RETRY_MAX);
         loop {
             batch = match self.spool.push(batch) {
@@ -142,7 +211,7 @@ impl Writer {
                     tracing::warn!(alerts = self.spool.alerts(), "the spool is full; holding the engine back");
                     back
                 }
-                Err((SpoolError::Io(e), back)) => {
+                Err((e, back)) => {
                     // Without a spool the batch can only wait for the store.
                     tracing::error!(error = %e, "cannot write the spool");
                     if self.spool.is_empty() && self.store_batch(&back).await {
@@ -159,8 +228,17 @@ impl Writer {
         }
     }
 
-    /// Stores the spool, oldest first, then the waiting checkpoint. True when all went.
-    async fn drain(&mut self, checkpoint: &mut Option<(Vec<u8>, Vec<Position>)>) -> bool {
+    /// Stores a checkpoint as it comes, unless the spool holds alerts or the store failed last
+    /// time: then the retry timer stores it, so that checkpoints coming one after another (one
+    /// per keyed partition) do not skip the backoff.
+    async fn drain_unless_failing(&mut self, checkpoint: &mut Waiting) {
+        if self.spool.is_empty() && !self.health.failing.load(Ordering::Relaxed) {
+            self.drain(checkpoint).await;
+        }
+    }
+
+    /// Stores the spool, oldest first, then the waiting checkpoints. True when all went.
+    async fn drain(&mut self, checkpoint: &mut Waiting) -> bool {
         while let Some(batch) = self.spool.front() {
             if !self.store_batch(batch).await {
                 return false;
@@ -170,13 +248,46 @@ impl Writer {
             }
             self.report_spool();
         }
-        if let Some((bytes, positions)) = checkpoint.take() {
+        if let Some((bytes, positions)) = checkpoint.engine.take() {
             if !self.save_checkpoint(&bytes, &positions).await {
-                *checkpoint = Some((bytes, positions));
+                checkpoint.engine = Some((bytes, positions));
+                return false;
+            }
+        }
+        while let Some((partition, save)) = checkpoint.partitions.pop_first() {
+            if !self.save_partition(&save).await {
+                checkpoint.partitions.insert(partition, save);
                 return false;
             }
         }
         true
+    }
+
+    /// Stores a keyed partition's checkpoint while its claim holds, and tells the member's loop
+    /// what became of it; false when the store did not answer.
+    async fn save_partition(&self, save: &PartitionSave) -> bool {
+        let started = std::time::Instant::now();
+        let saved = self.store.save_partition_checkpoint(&save.fence, &save.checkpoint, vigil_engine::event::now_ms());
+        let saved = saved.await;
+        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
+        match saved {
+            Ok(true) => {
+                self.stored_again();
+                self.settle(Settled::Saved { fence: save.fence.clone(), next_offset: save.next_offset });
+                true
+            }
+            Ok(false) => {
+                self.stored_again();
+                self.telemetry.group.fenced.inc();
+                self.settle(Settled::Fenced(save.fence.clone()));
+                true
+            }
+            Err(e) => {
+                self.failed_now();
+                self.telemetry.emit(StoreFailed { operation: "save_partition_checkpoint", error: &e });
+                false
+            }
+        }
     }
 
     fn report_spool(&self) {
@@ -194,10 +305,11 @@ impl Writer {
         self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
         self.engine_health.checkpoint_stored_ms.store(took.as_millis() as u64, Ordering::Relaxed);
         if let Err(e) = saved {
-            self.health.store_ok.store(false, Ordering::Relaxed);
+            self.failed_now();
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
             return false;
         }
+        self.stored_again();
         // Kafka topic names cannot hold a `:`; files and the ingest log are named with one.
         let kafka: Vec<&Position> = positions.iter().filter(|p| !p.topic.contains(':')).collect();
         if let (Some(consumer), false) = (self.consumer.as_deref(), kafka.is_empty()) {

@@ -105,7 +105,7 @@ pub struct Written {
 /// The labels of `refs`, pairs of name and value indexes into `symbols`.
 fn labels(refs: &[u32], symbols: &[String]) -> Result<Vec<Label>, DecodeError> {
     let bad = |reason: String| DecodeError { field: Some("labels_refs".into()), reason };
-    if refs.len() % 2 != 0 {
+    if !refs.len().is_multiple_of(2) {
         return Err(bad(format!("{} label references: they come in pairs of name and value", refs.len())));
     }
     let symbol = |r: u32| {

@@ -593,7 +593,11 @@ impl RuleChecker<'_> {
 /// windows open (`size` itself at worst).
 fn coarser_slide(size: u64) -> u64 {
     const ROUND: [u64; 14] = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1_800, 3_600, 7_200, 21_600, 86_400];
-    ROUND.iter().map(|s| s * 1_000).find(|&slide| size % slide == 0 && size / slide <= MAX_OPEN_WINDOWS).unwrap_or(size)
+    ROUND
+        .iter()
+        .map(|s| s * 1_000)
+        .find(|&slide| size.is_multiple_of(slide) && size / slide <= MAX_OPEN_WINDOWS)
+        .unwrap_or(size)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

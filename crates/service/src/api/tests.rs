@@ -69,6 +69,7 @@ async fn app_with(token: Option<&str>, read_token: Option<&str>, history: Option
             engine_health: engine_health.clone(),
             spool,
             ingest_log: None,
+            settled: None,
         },
     ));
     let (ingest, ingest_rx) = mpsc::channel(8);

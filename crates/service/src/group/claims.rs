@@ -1,15 +1,16 @@
 //! How partitions change hands. Kafka's rebalance callbacks only note what changed and do no
 //! store I/O: an assigned partition is paused and waits in [`Owned::pending`] for its claim; a
 //! revoked keyed partition moves to [`Owned::leaving`] with its state. The member's loop then
-//! does the store's part, one attempt at a time through the [`StoreGate`](super::outage::StoreGate),
+//! claims what was assigned, one attempt at a time through the
+//! [`StoreGate`](super::gate::StoreGate), and hands what left to the writer ([`super::out`]),
 //! so that a store outage during a rebalance delays the partitions that changed hands only, and
 //! the consumers keep polling:
 //!
 //! - a pending partition is claimed (its epoch raised; a keyed partition's checkpoint read and
 //!   restored), then sought to where its new owner takes over and resumed;
-//! - a leaving keyed partition's held alerts are stored and its checkpoint saved, so that the
-//!   next owner derives little again; if that cannot be done in [`LEAVING_FOR`], it is dropped
-//!   and the next owner derives everything since the last checkpoint.
+//! - a leaving keyed partition's alerts and checkpoint go to the writer, so that the next owner
+//!   derives little again; if that cannot be done in [`LEAVING_FOR`], it is dropped and the next
+//!   owner derives everything since the last checkpoint.
 //!
 //! Kafka may also hand a member a partition from a rebalance it has already missed: a member
 //! stopped (`SIGSTOP`) while a rebalance was under way is served the stale assignment when it
@@ -21,16 +22,16 @@
 //! a row (past the time a stale member needs to learn that it is out) is claimed again.
 
 use super::keyed::KeyedPartition;
-use super::outage::Saved;
-use super::{commit_keyed, Looping, Owned, Shared};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use super::out::Handed;
+use super::{Looping, Owned, Shared};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use vigil_engine::engine::{EngineConfig, Shard};
 
-/// How long a revoked keyed partition may wait for its checkpoint (the store fails, or the
-/// summaries sent are not delivered) before it is dropped.
+/// How long a revoked keyed partition may wait to hand its checkpoint to the writer (the
+/// summaries sent are not delivered, or the writer's queue stays full) before it is dropped.
 const LEAVING_FOR: Duration = Duration::from_secs(30);
 /// How long a claimed partition's seek is tried again (librdkafka refuses to seek a partition
 /// whose fetcher has not started yet) before it is resumed where the consumer stands: the
@@ -55,7 +56,7 @@ pub(super) struct Starting {
     pub since: Instant,
 }
 
-/// A revoked keyed partition whose checkpoint is still to be saved.
+/// A revoked keyed partition whose checkpoint is still to be handed to the writer.
 pub(super) struct Leaving {
     pub partition: KeyedPartition,
     pub since: Instant,
@@ -228,8 +229,9 @@ impl Looping {
         true
     }
 
-    /// Stores the held alerts and the checkpoint of each revoked keyed partition; drops it once
-    /// done, once another instance owns it, or once it has waited [`LEAVING_FOR`].
+    /// Hands the alerts and the checkpoint of each revoked keyed partition to the writer; drops
+    /// it once done, or once it has waited [`LEAVING_FOR`] (the writer's queue stays full, or
+    /// the summaries sent are not delivered).
     pub(super) fn settle_leaving(&mut self) {
         let ctx = self.input.context().clone();
         let leaving = std::mem::take(&mut ctx.owned.lock().expect("owned").leaving);
@@ -241,23 +243,21 @@ impl Looping {
         let mut kept = Vec::new();
         for mut l in leaving {
             let partition = l.partition.fence.partition;
-            let saved = match self.store_alerts(&mut l.partition) {
-                false => Saved::Fenced,
-                true if delivered => ctx.save(&mut l.partition),
-                true => Saved::Later,
-            };
-            match saved {
-                Saved::Yes => {
-                    commit_keyed(&self.keyed, &ctx.keyed_topic, &l.partition, CommitMode::Async);
-                    tracing::info!(partition, "keyed partition handed over with its checkpoint");
+            let handed = match delivered {
+                true => self.hand_checkpoint(&mut l.partition),
+                false => {
+                    self.hand_alerts(&mut l.partition);
+                    Handed::Later
                 }
-                Saved::Fenced => tracing::info!(partition, "keyed partition handed over; its next owner took it first"),
-                Saved::Later if l.since.elapsed() >= LEAVING_FOR => tracing::warn!(
+            };
+            match handed {
+                Handed::Yes => tracing::info!(partition, "revoked keyed partition: its checkpoint goes to the store"),
+                Handed::Later if l.since.elapsed() >= LEAVING_FOR => tracing::warn!(
                     partition,
                     "keyed partition handed over without a checkpoint: its next owner derives again what came after \
                      the last one"
                 ),
-                Saved::Later => kept.push(l),
+                Handed::Later => kept.push(l),
             }
         }
         let mut owned = ctx.owned.lock().expect("owned");

@@ -18,8 +18,9 @@
 mod claims;
 mod ends;
 mod forward;
+mod gate;
 pub mod keyed;
-mod outage;
+mod out;
 pub mod push;
 mod read;
 pub mod rules;
@@ -29,23 +30,24 @@ mod tests;
 mod warming;
 mod watermarks;
 
-use super::engine_loop::{EngineHealth, Input};
+use super::engine_loop::{EngineHealth, Input, Output};
 use super::sources::Intake;
-use super::store::{DeadLetter, Store, Stored};
+use super::store::{DeadLetter, Store};
 use super::telemetry::Telemetry;
 use ends::Ends;
 use forward::Forwarder;
 pub use forward::PROGRESS;
+use gate::StoreGate;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
-use outage::{Saved, StoreGate};
+use out::Handed;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use vigil_engine::engine::{Engine, EngineConfig};
 use vigil_lang::plan::RulePlan;
 pub use warming::WarmGroup;
@@ -90,9 +92,10 @@ pub struct Member {
     pub store: Store,
     pub runtime: tokio::runtime::Handle,
     pub telemetry: Arc<Telemetry>,
-    pub published: broadcast::Sender<Arc<Stored>>,
-    pub webhook: Option<String>,
-    pub wake: Arc<Notify>,
+    /// The writer: the keyed partitions' alerts and checkpoints go there ([`out`]).
+    pub out: mpsc::Sender<Output>,
+    /// What the writer tells of them.
+    pub settled: std::sync::mpsc::Receiver<crate::writer::Settled>,
     pub dead: mpsc::Sender<DeadLetter>,
     pub intake: Intake,
     pub health: Arc<EngineHealth>,
@@ -112,7 +115,7 @@ struct Owned {
     pending: Vec<claims::Pending>,
     /// Claimed, still paused until they can be sought to where this member takes them over.
     starting: Vec<claims::Starting>,
-    /// Revoked keyed partitions whose checkpoint the loop is still to save.
+    /// Revoked keyed partitions whose checkpoint the loop is still to hand to the writer.
     leaving: Vec<claims::Leaving>,
     /// Keyed partitions claimed without a checkpoint, still paused: waiting for a warm start.
     to_warm: Vec<KeyedPartition>,
@@ -157,7 +160,7 @@ struct Shared {
     engine: EngineConfig,
     keyed_partitions: u32,
     store: Store,
-    /// Whether the store may be tried (alerts, checkpoints) while it fails.
+    /// Whether the store may be tried (claims, epochs) while it fails.
     gate: StoreGate,
     /// The keyed partitions owned here, as [`Shared::gauges`] last saw them.
     owned_partitions: crate::alertmanager::OwnedPartitions,
@@ -250,7 +253,6 @@ impl Shared {
     fn drop_fenced(&self, owned: &mut Owned, fenced: &[i32]) {
         for partition in fenced {
             owned.keyed.remove(partition);
-            self.telemetry.group.fenced.inc();
             tracing::warn!(partition, "another instance owns the keyed partition now; this one lets it go");
         }
         if !fenced.is_empty() {
@@ -269,14 +271,6 @@ impl Shared {
         if let Ok(mut parts) = self.owned_partitions.write() {
             *parts = owned.keyed.keys().copied().collect();
         }
-    }
-}
-
-fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, p: &KeyedPartition, mode: CommitMode) {
-    let mut list = TopicPartitionList::new();
-    let _ = list.add_partition_offset(topic, p.fence.partition, Offset::Offset(p.next_offset()));
-    if let Err(e) = consumer.commit(&list, mode) {
-        tracing::warn!(partition = p.fence.partition, error = %e, "cannot commit the keyed partition's offset");
     }
 }
 
@@ -454,6 +448,7 @@ impl Looping {
             self.claim_pending();
             self.follow_warm();
             self.round();
+            self.settle();
             self.settle_leaving();
             if self.last_report.elapsed() >= REPORT_EVERY {
                 let since = self.last_report.elapsed();
@@ -479,8 +474,8 @@ impl Looping {
     }
 
     /// Leaves both consumer groups: the revoke callbacks commit what was forwarded and hand the
-    /// keyed partitions to the loop, which checkpoints each once before the consumers close.
-    /// Messages read meanwhile are not taken: the next owners read them again.
+    /// keyed partitions to the loop, which hands each one's checkpoint to the writer before the
+    /// consumers close. Messages read meanwhile are not taken: the next owners read them again.
     fn leave_groups(mut self) {
         tracing::info!("leaving the consumer groups");
         if let Some((job, _)) = self.warm_job.take() {
@@ -500,13 +495,20 @@ impl Looping {
         }
         let mut looping = self;
         looping.settle_leaving();
+        let left = ctx.owned.lock().expect("owned").leaving.len();
+        if left > 0 {
+            tracing::warn!(
+                partitions = left,
+                "keyed partitions left without a checkpoint: their next owners derive again what came after the last one"
+            );
+        }
         let Looping { input, keyed, .. } = looping;
         drop(input);
         drop(keyed);
     }
 
     /// Reads what has come (of each consumer up to 512 messages), then moves time on in every
-    /// keyed partition and stores their alerts. A consumer is not waited on while the other has
+    /// keyed partition and hands their alerts to the writer. A consumer is not waited on while the other has
     /// messages: when neither had any, each is waited on for up to 10 ms.
     fn round(&mut self) {
         let mut read = 0;
@@ -527,19 +529,15 @@ impl Looping {
         if owned.keyed.values().any(KeyedPartition::wants_ends) {
             ctx.ends.want();
         }
-        let mut fenced = Vec::new();
         let Owned { keyed, forwarder, .. } = &mut *owned;
-        for (partition, p) in keyed.iter_mut() {
+        for p in keyed.values_mut() {
             for (to, summary) in p.take_outgoing() {
                 forwarder.send_stage(Some(to), forward::SUMMARY, &summary);
                 self.m.telemetry.group.summaries.inc();
             }
             count(&self.m.telemetry, p.tally());
-            if !self.store_alerts(p) {
-                fenced.push(*partition);
-            }
+            self.hand_alerts(p);
         }
-        ctx.drop_fenced(&mut owned, &fenced);
         let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
         self.m.telemetry.group.held_alerts.set(held as i64);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();
@@ -591,21 +589,11 @@ impl Looping {
             tracing::warn!("checkpoints wait until the summaries sent are delivered");
             return;
         }
-        let mut fenced = Vec::new();
-        for (partition, p) in owned.keyed.iter_mut() {
-            if !p.dirty {
-                continue;
-            }
-            match ctx.save(p) {
-                Saved::Yes => {
-                    p.dirty = false;
-                    commit_keyed(&self.keyed, &ctx.keyed_topic, p, CommitMode::Async);
-                }
-                Saved::Fenced => fenced.push(*partition),
-                Saved::Later => {}
+        for p in owned.keyed.values_mut().filter(|p| p.dirty) {
+            if self.hand_checkpoint(p) == Handed::Yes {
+                p.dirty = false;
             }
         }
-        ctx.drop_fenced(&mut owned, &fenced);
     }
 
     fn control(&mut self, input: Input) {

@@ -142,7 +142,7 @@ mod tests {
     impl Writer {
         fn put(&mut self, value: u64, n: u32) {
             for i in (0..n).rev() {
-                if self.len % 8 == 0 {
+                if self.len.is_multiple_of(8) {
                     self.bytes.push(0);
                 }
                 if value >> i & 1 == 1 {

@@ -9,7 +9,7 @@ use vigil_engine::alert::Alert;
 use vigil_engine::event::Millis;
 
 /// The owner of one partition of a group's keyed topic, as writes for it must prove.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fence {
     pub group: String,
     pub partition: i32,

@@ -1,0 +1,110 @@
+//! The way out of a member's keyed partitions: the service's writer, as for a single instance.
+//! A partition hands its alerts, then its checkpoint, under its claim's fence; the writer
+//! stores them in that order (through its spool while the store fails) and tells the loop what
+//! became of each checkpoint. The loop never waits on the store for them: when the writer's
+//! queue is full, a partition keeps its alerts and its checkpoint waits for a later round.
+//!
+//! Nothing is lost if the member dies before the writer has stored them: the partition's last
+//! stored checkpoint is from before them, and its next owner derives them again from the keyed
+//! topic.
+
+use super::keyed::KeyedPartition;
+use super::{count, Ctx, Looping};
+use crate::engine_loop::{Output, PartitionSave};
+use crate::writer::Settled;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Whether a keyed partition's checkpoint went to the writer.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Handed {
+    Yes,
+    /// Not now: its alerts are not handed yet, the writer's queue is full, or the snapshot
+    /// failed. It is tried again.
+    Later,
+}
+
+impl Looping {
+    /// Hands a partition's alerts to the writer, unless its queue is full (they stay for the
+    /// next round).
+    pub(super) fn hand_alerts(&self, p: &mut KeyedPartition) {
+        if p.out.is_empty() {
+            return;
+        }
+        if let Ok(room) = self.m.out.try_reserve() {
+            room.send(fenced_alerts(p));
+        }
+    }
+
+    /// Hands a partition's checkpoint to the writer, behind its alerts. Taking the checkpoint
+    /// takes the records read for the partition first, which may raise alerts: those go to the
+    /// writer just before it. So the snapshot is taken only once the queue has room for both.
+    pub(super) fn hand_checkpoint(&self, p: &mut KeyedPartition) -> Handed {
+        self.hand_alerts(p);
+        if !p.out.is_empty() {
+            return Handed::Later;
+        }
+        let Ok(mut room) = self.m.out.try_reserve_many(2) else { return Handed::Later };
+        let checkpoint = p.checkpoint();
+        count(&self.m.telemetry, p.tally());
+        let checkpoint = match checkpoint {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(partition = p.fence.partition, error = %e, "cannot snapshot the partition");
+                return Handed::Later;
+            }
+        };
+        if !p.out.is_empty() {
+            room.next().expect("two places reserved").send(fenced_alerts(p));
+        }
+        let save = PartitionSave { fence: p.fence.clone(), checkpoint, next_offset: p.next_offset() };
+        room.next().expect("two places reserved").send(Output::PartitionCheckpoint(save));
+        Handed::Yes
+    }
+
+    /// Takes what the writer tells of the checkpoints and alerts handed to it: a stored
+    /// checkpoint's offset is committed (the keyed topic's lag is read from it); a partition
+    /// another instance claimed is let go, whether it runs here or is leaving.
+    pub(super) fn settle(&mut self) {
+        let ctx = self.keyed.context().clone();
+        let mut fenced = Vec::new();
+        let mut owned = ctx.owned.lock().expect("owned");
+        while let Ok(settled) = self.m.settled.try_recv() {
+            match settled {
+                Settled::Saved { fence, next_offset } => {
+                    if owned.keyed.get(&fence.partition).is_some_and(|p| p.fence == fence) {
+                        commit_keyed(&self.keyed, &ctx.keyed_topic, fence.partition, next_offset);
+                    } else {
+                        tracing::info!(partition = fence.partition, "keyed partition handed over with its checkpoint");
+                    }
+                }
+                Settled::Fenced(fence) => {
+                    if owned.keyed.get(&fence.partition).is_some_and(|p| p.fence == fence) {
+                        fenced.push(fence.partition);
+                    }
+                    owned.leaving.retain(|l| l.partition.fence != fence);
+                }
+            }
+        }
+        ctx.drop_fenced(&mut owned, &fenced);
+    }
+}
+
+/// A partition's alerts as the writer takes them, detected now.
+fn fenced_alerts(p: &mut KeyedPartition) -> Output {
+    let now = vigil_engine::event::now_ms();
+    let mut alerts = std::mem::take(&mut p.out);
+    for a in &mut alerts {
+        a.detected_at = now;
+    }
+    Output::FencedAlerts(p.fence.clone(), alerts)
+}
+
+/// Commits a keyed partition's offset: where its stored checkpoint resumes.
+fn commit_keyed(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, offset: i64) {
+    let mut list = TopicPartitionList::new();
+    let _ = list.add_partition_offset(topic, partition, Offset::Offset(offset));
+    if let Err(e) = consumer.commit(&list, CommitMode::Async) {
+        tracing::warn!(partition, error = %e, "cannot commit the keyed partition's offset");
+    }
+}
