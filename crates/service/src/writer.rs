@@ -90,7 +90,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// (the alerts that come out twice are stored once, by id).
 pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
     let mut checkpoint = Waiting::default();
-    let mut delay = Backoff::new(RETRY_MIN, RETRY_MAX);
+    let mut retry = Retry::default();
     let mut closed = false;
     w.report_spool();
     loop {
@@ -102,15 +102,15 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
         let output = if waiting {
             tokio::select! {
                 o = rx.recv(), if !closed => o,
-                _ = tokio::time::sleep(delay.wait()) => {
-                    match w.drain(&mut checkpoint).await {
-                        true => delay.succeeded(),
-                        false => _ = delay.failed(),
-                    }
+                _ = tokio::time::sleep_until(retry.at()) => {
+                    let drained = w.drain(&mut checkpoint).await;
+                    retry.tried(drained);
                     continue;
                 }
             }
         } else {
+            // Nothing waits, so nothing failed since the last try: the next failure starts over.
+            retry = Retry::default();
             rx.recv().await
         };
         match output {
@@ -125,6 +125,39 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
             }
             Some(Output::Alerts(alerts)) => w.take(Batch::Alerts(alerts), &mut checkpoint).await,
             Some(Output::FencedAlerts(fence, alerts)) => w.take(Batch::Fenced { fence, alerts }, &mut checkpoint).await,
+        }
+    }
+}
+
+/// When the writer next tries to store what waits (the spool, checkpoints). The time is set
+/// once and kept until the try: what the engine hands meanwhile joins the wait without putting
+/// the try off, so a busy engine (a checkpoint every second, alerts in between) cannot keep the
+/// writer from ever trying the store again.
+#[derive(Debug)]
+struct Retry {
+    backoff: Backoff,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { backoff: Backoff::new(RETRY_MIN, RETRY_MAX), at: None }
+    }
+}
+
+impl Retry {
+    /// When to try: a backoff's wait from the first call after the last try.
+    fn at(&mut self) -> tokio::time::Instant {
+        *self.at.get_or_insert_with(|| tokio::time::Instant::now() + self.backoff.wait())
+    }
+
+    /// A try was made: the next waits the first wait again after a success, longer after a
+    /// failure.
+    fn tried(&mut self, stored: bool) {
+        self.at = None;
+        match stored {
+            true => self.backoff.succeeded(),
+            false => _ = self.backoff.failed(),
         }
     }
 }
@@ -366,5 +399,101 @@ pub async fn write_dead_letters(
             }
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn alert(id: String) -> Alert {
+        Alert {
+            id,
+            rule: "r".into(),
+            severity: "high".into(),
+            status: Status::Firing,
+            time: 1_000,
+            starts_at: 1_000,
+            ends_at: None,
+            detected_at: 2_000,
+            key: Default::default(),
+            values: Default::default(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            evidence: Vec::new().into(),
+        }
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "waited 20 s for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The engine hands a batch every 20 ms, far more often than the writer's wait between two
+    /// tries of a failing store: the spool is still written to the store once it is back, while
+    /// batches keep coming.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_engine_does_not_keep_the_writer_from_trying_the_store_again() {
+        let dir = std::env::temp_dir().join(format!("vigil-writer-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        std::fs::create_dir_all(&dir).expect("folder");
+        let url = format!("sqlite://{}", dir.join("vigil.db").display());
+        let store = Store::connect(&url).await.expect("store");
+        let side = sqlx::SqlitePool::connect(&url).await.expect("a second connection");
+        let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+        // The store fails: the table of transitions is away.
+        sqlx::query(&rename("alert_events", "away")).execute(&side).await.expect("rename");
+
+        let health = Arc::new(Health::default());
+        let writer = Writer {
+            consumer: None,
+            store,
+            published: broadcast::channel(16).0,
+            webhook: None,
+            wake: Arc::new(Notify::new()),
+            telemetry: Arc::new(Telemetry::new()),
+            health: health.clone(),
+            engine_health: Default::default(),
+            spool: Spool::open(&dir.join("spool"), 1 << 24).expect("spool"),
+            ingest_log: None,
+            settled: None,
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let writing = tokio::spawn(write_alerts(rx, writer));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let feeding = Arc::new(AtomicBool::new(true));
+        let feeder = {
+            let (sent, feeding) = (sent.clone(), feeding.clone());
+            tokio::spawn(async move {
+                while feeding.load(Ordering::Relaxed) {
+                    let n = sent.fetch_add(1, Ordering::Relaxed);
+                    tx.send(Output::Alerts(vec![alert(format!("a{n}"))])).await.expect("the writer takes");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+
+        until("alerts in the spool", || health.spooled.load(Ordering::Relaxed) > 0).await;
+        // A few failed tries: the wait between two is longer than the time between batches.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(health.failing.load(Ordering::Relaxed), "the store failed");
+        sqlx::query(&rename("away", "alert_events")).execute(&side).await.expect("rename back");
+        until("the spool written while batches keep coming", || {
+            !health.failing.load(Ordering::Relaxed) && health.spooled.load(Ordering::Relaxed) == 0
+        })
+        .await;
+
+        feeding.store(false, Ordering::Relaxed);
+        feeder.await.expect("feeder");
+        writing.await.expect("the writer ends once the engine's side is closed");
+        let (rows,): (i64,) =
+            sqlx::query_as("SELECT COUNT(DISTINCT alert_id) FROM alert_events").fetch_one(&side).await.expect("count");
+        assert_eq!(rows as usize, sent.load(Ordering::Relaxed), "every alert handed is stored once");
+        side.close().await;
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
