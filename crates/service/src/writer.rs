@@ -76,6 +76,19 @@ impl Waiting {
     fn is_empty(&self) -> bool {
         self.engine.is_none() && self.partitions.is_empty()
     }
+
+    /// Keeps a keyed partition's checkpoint in place of the one waiting, unless that one is of a
+    /// later claim (a revoked partition's last checkpoint can be handed after the partition was
+    /// claimed here again). Returns the one of an earlier claim that is not kept: the later
+    /// claim fenced it.
+    fn keep(&mut self, save: PartitionSave) -> Option<PartitionSave> {
+        let partition = save.fence.partition;
+        let epoch = save.fence.epoch;
+        match self.partitions.get(&partition) {
+            Some(waiting) if waiting.fence.epoch > epoch => Some(save),
+            _ => self.partitions.insert(partition, save).filter(|old| old.fence.epoch < epoch),
+        }
+    }
 }
 
 /// First wait before the store is tried again; it doubles up to [`RETRY_MAX`].
@@ -120,7 +133,9 @@ pub async fn write_alerts(mut rx: mpsc::Receiver<Output>, mut w: Writer) {
                 w.drain_unless_failing(&mut checkpoint).await;
             }
             Some(Output::PartitionCheckpoint(save)) => {
-                checkpoint.partitions.insert(save.fence.partition, save);
+                if let Some(fenced) = checkpoint.keep(save) {
+                    w.settle(Settled::Fenced(fenced.fence));
+                }
                 w.drain_unless_failing(&mut checkpoint).await;
             }
             Some(Output::Alerts(alerts)) => w.take(Batch::Alerts(alerts), &mut checkpoint).await,
@@ -423,6 +438,27 @@ mod tests {
             annotations: Default::default(),
             evidence: Vec::new().into(),
         }
+    }
+
+    fn save(partition: i32, epoch: i64, next_offset: i64) -> PartitionSave {
+        let fence = Fence { group: "g".into(), partition, epoch };
+        let checkpoint = crate::store::PartitionCheckpoint { snapshot: Vec::new(), state: String::new() };
+        PartitionSave { fence, checkpoint, next_offset }
+    }
+
+    #[test]
+    fn a_waiting_checkpoint_of_a_later_claim_is_not_replaced_by_an_earlier_one() {
+        let mut waiting = Waiting::default();
+        assert!(waiting.keep(save(3, 1, 10)).is_none());
+        assert!(waiting.keep(save(3, 1, 20)).is_none(), "a newer one of the same claim replaces it");
+        let fenced = waiting.keep(save(3, 2, 5)).expect("the later claim's replaces the earlier claim's");
+        assert_eq!((fenced.fence.epoch, fenced.next_offset), (1, 20));
+        let stale = waiting.keep(save(3, 1, 30)).expect("an earlier claim's is not kept");
+        assert_eq!(stale.next_offset, 30);
+        assert!(waiting.keep(save(4, 1, 7)).is_none(), "partitions wait apart");
+        let kept: Vec<(i32, i64, i64)> =
+            waiting.partitions.values().map(|s| (s.fence.partition, s.fence.epoch, s.next_offset)).collect();
+        assert_eq!(kept, [(3, 2, 5), (4, 1, 7)]);
     }
 
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
