@@ -227,3 +227,51 @@ async fn a_postgres_outage_across_a_rebalance_delays_only_the_partitions_that_mo
     drop(members);
     o.drop_database().await;
 }
+
+/// More bad input than the dead-letter queue holds (1,024 letters), sent while the store is
+/// down under two members: the members keep their loops going (each keeps the letters it
+/// cannot queue rather than waiting for room, which would stop it polling Kafka), keep taking
+/// events, and once the store is back every letter is stored, and exactly replay's alerts.
+#[tokio::test]
+#[ignore = "needs Apache Kafka and a PostgreSQL cluster it may stop: run scripts/test.sh"]
+async fn bad_input_in_a_postgres_outage_never_stops_a_member() {
+    let _one_case_at_a_time = ONE_CASE.lock().await;
+    let o = Outage::new().await;
+    let members = [o.member(), o.member()];
+    let [_, during, after] = o.before_during_after(&members).await;
+
+    let started_again = o.stop_store();
+    let stopped = std::time::Instant::now();
+    let bad: Vec<String> = (0..6_000).map(|i| format!("not an event {i}")).collect();
+    send_chunk(&producer(&o.brokers), &o.topic, bad.clone()).await;
+    let taken_before = summed(&members, "vigil_group_taken_total").await;
+    o.produce(&during).await;
+    eventually("the members take events after the bad input", || async {
+        (summed(&members, "vigil_group_taken_total").await > taken_before).then_some(())
+    })
+    .await;
+    // Down for longer than the stall timeout (10 s): a member whose loop waited for room in the
+    // dead-letter queue would be reported stalled by now.
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed())).await;
+    pg_ctl(&o.cluster, "start");
+    drop(started_again);
+    o.produce(&after).await;
+
+    o.assert_exact("bad input in a PostgreSQL outage", &members).await;
+    let all = logs(&members);
+    assert!(!all.contains("the engine has made no progress"), "a member stood still in the outage\n{all}");
+    let pool = sqlx::PgPool::connect(&o.db_url).await.expect("database");
+    let letters = eventually("every bad message stored as a dead letter", || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM dead_letters WHERE payload LIKE 'not an event %'")
+            .fetch_one(&pool)
+            .await
+            .ok()?;
+        (n as usize >= bad.len()).then_some(n)
+    })
+    .await;
+    assert_eq!(letters as usize, bad.len(), "each bad message is one dead letter");
+    assert_eq!(summed(&members, "vigil_group_dead_letters_dropped_total").await, 0.0, "none dropped");
+    pool.close().await;
+    drop(members);
+    o.drop_database().await;
+}

@@ -135,6 +135,8 @@ pub struct GroupMetrics {
     pub fenced: IntCounter,
     /// Alert transitions the keyed partitions hold while the writer's queue is full.
     pub held_alerts: IntGauge,
+    /// Dead letters dropped because the dead-letter writer's queue stayed full.
+    pub dead_letters_dropped: IntCounter,
     /// Partitions assigned here and paused until the store takes their claim, and revoked keyed
     /// partitions whose checkpoint waits.
     pub pending_partitions: IntGauge,
@@ -216,6 +218,11 @@ impl GroupMetrics {
                 "Records of the keyed topic read and not taken, by reason (not_owned, before_checkpoint: read again \
                  after a hand-over, no_header, unreadable)",
                 &["reason"],
+            ),
+            dead_letters_dropped: plain_counter(
+                registry,
+                "vigil_group_dead_letters_dropped_total",
+                "Dead letters a member dropped because the dead-letter writer's queue stayed full (the store down)",
             ),
             fenced: plain_counter(
                 registry,
@@ -476,6 +483,24 @@ impl InternalEvent for StoreFailed<'_> {
     fn emit(self, t: &Telemetry) {
         t.store_errors.with_label_values(&[self.operation]).inc();
         tracing::warn!(operation = self.operation, error = %self.error, "a store operation failed; it is retried");
+    }
+}
+
+/// A group member dropped dead letters: the dead-letter writer's queue stayed full.
+pub struct DeadLettersDropped {
+    pub count: u64,
+    /// Whether these are the first since the queue last had room: only those are logged.
+    pub first: bool,
+}
+
+impl InternalEvent for DeadLettersDropped {
+    fn emit(self, t: &Telemetry) {
+        t.group.dead_letters_dropped.inc_by(self.count);
+        if self.first {
+            tracing::warn!(
+                "the dead-letter queue is full (is the store down?): the oldest dead letters are dropped, and counted"
+            );
+        }
     }
 }
 

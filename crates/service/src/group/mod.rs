@@ -124,6 +124,8 @@ struct Owned {
     warming: BTreeMap<i32, i64>,
     /// Counts rule reloads: partitions out warming meanwhile take the rules on their return.
     reloads: u64,
+    /// Dead letters the dead-letter writer's queue had no room for.
+    dead: read::HeldDead,
 }
 
 impl Owned {
@@ -303,6 +305,7 @@ impl Member {
                 to_warm: Vec::new(),
                 warming: BTreeMap::new(),
                 reloads: 0,
+                dead: read::HeldDead::default(),
             }),
             watermarks: Mutex::new(BTreeMap::new()),
             ends: ends.clone(),
@@ -529,6 +532,7 @@ impl Looping {
         if owned.keyed.values().any(KeyedPartition::wants_ends) {
             ctx.ends.want();
         }
+        owned.dead.hand(&self.m);
         let Owned { keyed, forwarder, .. } = &mut *owned;
         for p in keyed.values_mut() {
             for (to, summary) in p.take_outgoing() {

@@ -5,9 +5,11 @@
 use super::keyed::KeyedPartition;
 use super::{forward, Ctx, Member};
 use crate::store::DeadLetter;
+use crate::telemetry::DeadLettersDropped;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use tokio::sync::mpsc::error::TrySendError;
 use vigil_engine::event::LineDecoder;
 use vigil_formats::Format;
 use vigil_lang::schema::Stream;
@@ -78,9 +80,45 @@ pub(super) fn take(
         return;
     }
     owned.forwarder.read(topic, partition, offset, None);
-    drop(owned);
-    for l in letters {
-        let _ = m.dead.blocking_send(l);
+    owned.dead.letters.extend(letters);
+    owned.dead.hand(m);
+}
+
+/// Dead letters a member keeps while the dead-letter writer's queue is full (the store is down,
+/// say). The loop hands them on each round and never waits for room: a member that waited
+/// would stop polling Kafka. Past [`HeldDead::MAX`] the oldest are dropped and counted
+/// (`vigil_dead_letters_dropped_total`), so that a flood of bad input during an outage costs
+/// bounded memory.
+#[derive(Default)]
+pub(super) struct HeldDead {
+    letters: VecDeque<DeadLetter>,
+    /// Whether letters are being dropped: said once when it starts.
+    dropping: bool,
+}
+
+impl HeldDead {
+    /// At most this many are kept: with payloads cut to 4 KiB, about 45 MB at worst.
+    const MAX: usize = 10_000;
+
+    /// Hands the dead letters kept to the writer's queue, oldest first, as many as it takes now.
+    pub(super) fn hand(&mut self, m: &Member) {
+        while let Some(l) = self.letters.pop_front() {
+            match m.dead.try_send(l) {
+                Ok(()) => {}
+                Err(TrySendError::Full(l)) => {
+                    self.letters.push_front(l);
+                    break;
+                }
+                // The service is stopping.
+                Err(TrySendError::Closed(_)) => self.letters.clear(),
+            }
+        }
+        let over = self.letters.len().saturating_sub(Self::MAX);
+        if over > 0 {
+            self.letters.drain(..over);
+            m.telemetry.emit(DeadLettersDropped { count: over as u64, first: !self.dropping });
+        }
+        self.dropping = over > 0 || (self.dropping && !self.letters.is_empty());
     }
 }
 
