@@ -392,6 +392,7 @@ async fn join_group(
         dead: w.dead.clone(),
         intake: w.intake.clone(),
         health: w.engine_health.clone(),
+        store_health: w.health.clone(),
         owned_partitions: w.owned_partitions.clone().unwrap_or_default(),
         warm: warm_start(config, w, false).map(|warm| group::WarmGroup {
             warm,

@@ -6,7 +6,9 @@
 use crate::backoff::Backoff;
 use crate::store::Store;
 use crate::telemetry::{InternalEvent, StoreFailed, Telemetry};
-use std::sync::Mutex;
+use crate::writer::Health;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long one attempt may take (a store that does not answer, rather than refuses): long
@@ -21,8 +23,13 @@ const FIRST_WAIT: Duration = Duration::from_millis(100);
 const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// When the store may be tried again.
-#[derive(Default)]
-pub struct StoreGate(Mutex<Failing>);
+pub struct StoreGate {
+    failing: Mutex<Failing>,
+    /// The writer's view of the store: while its writes fail, an attempt begins with a ping, as
+    /// after a failure of the gate's own, so that the loop does not wait out a connection
+    /// timeout on a store the writer already finds down.
+    writer: Arc<Health>,
+}
 
 struct Failing {
     /// Since when the store fails, and when to try it next.
@@ -38,9 +45,13 @@ impl Default for Failing {
 }
 
 impl StoreGate {
+    pub fn new(writer: Arc<Health>) -> StoreGate {
+        StoreGate { failing: Mutex::default(), writer }
+    }
+
     /// Whether the store failed last time and its wait is not over.
     pub fn closed(&self) -> bool {
-        self.0.lock().expect("gate").next.is_some_and(|t| Instant::now() < t)
+        self.failing.lock().expect("gate").next.is_some_and(|t| Instant::now() < t)
     }
 
     /// One attempt of `op`, unless the gate is closed, or the store failed last time and does
@@ -56,7 +67,8 @@ impl StoreGate {
         if self.closed() {
             return None;
         }
-        if self.0.lock().expect("gate").since.is_some() {
+        let failing = self.failing.lock().expect("gate").since.is_some();
+        if failing || self.writer.failing.load(Ordering::Relaxed) {
             let probe = runtime.block_on(async { tokio::time::timeout(PROBE, store.ping()).await });
             if let Err(e) =
                 probe.map_err(|_| "no answer to a ping".to_string()).and_then(|r| r.map_err(|e| e.to_string()))
@@ -68,7 +80,7 @@ impl StoreGate {
         let outcome = runtime.block_on(async { tokio::time::timeout(ATTEMPT, op).await });
         match outcome {
             Ok(Ok(v)) => {
-                let mut failing = self.0.lock().expect("gate");
+                let mut failing = self.failing.lock().expect("gate");
                 if let Some(since) = failing.since.take() {
                     tracing::info!(
                         ms = since.elapsed().as_millis() as u64,
@@ -92,7 +104,7 @@ impl StoreGate {
     /// A try failed: the gate closes for a while, longer after each failure.
     fn failed(&self, telemetry: &Telemetry, what: &'static str, error: &str) {
         StoreFailed { operation: what, error: &error }.emit(telemetry);
-        let mut failing = self.0.lock().expect("gate");
+        let mut failing = self.failing.lock().expect("gate");
         if failing.since.is_none() {
             failing.since = Some(Instant::now());
             tracing::warn!(

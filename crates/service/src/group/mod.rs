@@ -99,6 +99,8 @@ pub struct Member {
     pub dead: mpsc::Sender<DeadLetter>,
     pub intake: Intake,
     pub health: Arc<EngineHealth>,
+    /// The writer's view of the store ([`gate::StoreGate`]).
+    pub store_health: Arc<crate::writer::Health>,
     /// The keyed partitions owned here, for the Alertmanager notifier.
     pub owned_partitions: crate::alertmanager::OwnedPartitions,
     /// The warm start of the keyed partitions claimed without a checkpoint ([`warming`]).
@@ -314,7 +316,7 @@ impl Member {
             engine: self.engine.clone(),
             keyed_partitions: self.keyed_partitions,
             store: self.store.clone(),
-            gate: StoreGate::default(),
+            gate: StoreGate::new(self.store_health.clone()),
             owned_partitions: self.owned_partitions.clone(),
             runtime: self.runtime.clone(),
             telemetry: self.telemetry.clone(),
