@@ -206,10 +206,11 @@ impl Spool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn alert(id: &str) -> Alert {
+    /// A firing alert with id `id`, for tests.
+    pub(crate) fn alert(id: &str) -> Alert {
         Alert {
             id: id.into(),
             rule: "r".into(),

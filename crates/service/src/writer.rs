@@ -420,25 +420,8 @@ pub async fn write_dead_letters(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::tests::alert;
     use std::sync::atomic::AtomicUsize;
-
-    fn alert(id: String) -> Alert {
-        Alert {
-            id,
-            rule: "r".into(),
-            severity: "high".into(),
-            status: Status::Firing,
-            time: 1_000,
-            starts_at: 1_000,
-            ends_at: None,
-            detected_at: 2_000,
-            key: Default::default(),
-            values: Default::default(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            evidence: Vec::new().into(),
-        }
-    }
 
     fn save(partition: i32, epoch: i64, next_offset: i64) -> PartitionSave {
         let fence = Fence { group: "g".into(), partition, epoch };
@@ -507,7 +490,7 @@ mod tests {
             tokio::spawn(async move {
                 while feeding.load(Ordering::Relaxed) {
                     let n = sent.fetch_add(1, Ordering::Relaxed);
-                    tx.send(Output::Alerts(vec![alert(format!("a{n}"))])).await.expect("the writer takes");
+                    tx.send(Output::Alerts(vec![alert(&format!("a{n}"))])).await.expect("the writer takes");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })
