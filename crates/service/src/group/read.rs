@@ -87,7 +87,7 @@ pub(super) fn take(
 /// Dead letters a member keeps while the dead-letter writer's queue is full (the store is down,
 /// say). The loop hands them on each round and never waits for room: a member that waited
 /// would stop polling Kafka. Past [`HeldDead::MAX`] the oldest are dropped and counted
-/// (`vigil_dead_letters_dropped_total`), so that a flood of bad input during an outage costs
+/// (`vigil_group_dead_letters_dropped_total`), so that a flood of bad input during an outage costs
 /// bounded memory.
 #[derive(Default)]
 pub(super) struct HeldDead {
