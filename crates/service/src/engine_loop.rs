@@ -230,6 +230,10 @@ struct Running {
     newest: Option<Millis>,
     idle: Idle,
     sources: SourceClocks,
+    /// Some of an ingest request's events are taken and its `Ack` is still to come. The
+    /// request's other events are not heard yet: their sources, idle or new, could not hold
+    /// time back, so ticks leave time where it is until the `Ack`.
+    mid_request: bool,
     last_checkpoint: Instant,
     /// How long the last checkpoint's snapshot took.
     last_snapshot: Duration,
@@ -279,6 +283,7 @@ impl EngineLoop {
                         self.engine.watermark().is_some() || !self.restored.is_empty(),
                         Instant::now(),
                     ),
+                    mid_request: false,
                     last_checkpoint: Instant::now(),
                     last_snapshot: Duration::ZERO,
                     last_gauges: Instant::now(),
@@ -366,6 +371,7 @@ impl EngineLoop {
                 }
                 Input::Ingested(event, offset) => {
                     r.sources.heard(Origin::Pushed, &event, now);
+                    r.mid_request = true;
                     r.ingested = Some(offset);
                     ingested.push(events.len());
                     events.push(event);
@@ -393,10 +399,11 @@ impl EngineLoop {
     }
 
     fn control(&mut self, input: Input, r: &mut Running) {
-        if matches!(input, Input::Tick) {
+        if matches!(input, Input::Tick) && !r.mid_request {
             self.follow_sources(r);
         }
         match input {
+            Input::Tick if r.mid_request => {}
             // The watermark trails the newest event, so the newest events wait for a newer
             // one. When none comes for a second the stream is idle: release them.
             Input::Tick if r.last_event.elapsed() >= IDLE => {
@@ -409,6 +416,7 @@ impl EngineLoop {
             }
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
             Input::Ack(reply) => {
+                r.mid_request = false;
                 let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
             }
             Input::Reload(plans, reply) => {
@@ -568,5 +576,55 @@ mod tests {
         health.inputs.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert_eq!(health.stalled(limit), None, "progress again");
+    }
+
+    /// Two series of metric samples, a minute each from `from` (old data, so that time does
+    /// not move by the wall clock), as one ingest request with a tick after the first
+    /// series; how many of them were late.
+    fn request(tx: &mpsc::Sender<Input>, from: Millis) -> oneshot::Receiver<u64> {
+        for (i, host) in ["a", "b"].into_iter().enumerate() {
+            for s in 0..6 {
+                let ts = from + s * 10_000;
+                let line = format!(r#"{{"stream":"metric","ts":{ts},"host":"{host}","name":"node_load1","value":1}}"#);
+                let event = vigil_engine::event::decode(&line, None).expect("a sample");
+                tx.blocking_send(Input::Ingested(event, (i * 6 + s as usize) as u64)).expect("engine");
+            }
+            if i == 0 {
+                tx.blocking_send(Input::Tick).expect("engine");
+            }
+        }
+        let (late, reply) = oneshot::channel();
+        tx.blocking_send(Input::Ack(late)).expect("engine");
+        reply
+    }
+
+    #[test]
+    fn a_tick_inside_a_request_after_every_source_went_idle_makes_none_of_it_late() {
+        let rules = crate::rules::load(&crate::testing::repo_file("rules/metrics")).expect("rules");
+        let rules = rules.checked().expect("valid");
+        let (tx, rx, alerts_tx, mut alerts_rx) = channels();
+        let idle_after = Duration::from_millis(200);
+        let engine = EngineLoop {
+            engine: Runtime::new(rules.plans(), Default::default(), 1, 1),
+            telemetry: Arc::new(Telemetry::new()),
+            health: Arc::new(EngineHealth::default()),
+            checkpoint_every: Duration::from_secs(3600),
+            warm: None,
+            restored: Vec::new(),
+            max_state_bytes: usize::MAX,
+            input_stopped_after: Duration::from_secs(300),
+            source_idle_after: idle_after,
+        }
+        .spawn(rx, alerts_tx);
+        let drain = std::thread::spawn(move || while alerts_rx.blocking_recv().is_some() {});
+        let from = now_ms() - 86_400_000;
+        assert_eq!(request(&tx, from).blocking_recv(), Ok(0));
+        // Every source idle: the next request's series are new sources again, and the tick
+        // between them must not let the first one's newest sample move time past the second's.
+        std::thread::sleep(idle_after * 2);
+        assert_eq!(request(&tx, from + 60_000).blocking_recv(), Ok(0), "none of the second request late");
+        tx.blocking_send(Input::Stop).expect("engine");
+        engine.join().expect("the engine thread");
+        drain.join().expect("the drain");
     }
 }

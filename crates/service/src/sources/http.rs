@@ -152,6 +152,12 @@ impl HttpSource {
             }
         }
         if n > 0 {
+            // The end of what was read back, as an `Ack` ends a request's events: until it
+            // comes, the engine holds time ([`crate::engine_loop`]).
+            let (done, _) = oneshot::channel();
+            if self.engine.blocking_send(Input::Ack(done)).is_err() {
+                return false;
+            }
             tracing::info!(
                 events = n,
                 from = self.replay_from,
