@@ -379,6 +379,7 @@ async fn join_group(
         formats: config.topic_formats.clone(),
         collectors: config.host_mapping(),
         keyed_partitions: config.kafka_keyed_partitions,
+        max_held_alerts: config.kafka_max_held_alerts,
         workers: config.engine.workers,
         checkpoint_every: config.checkpoint_interval,
         max_state_bytes: config.max_state_bytes(),

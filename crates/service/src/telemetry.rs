@@ -135,6 +135,8 @@ pub struct GroupMetrics {
     pub fenced: IntCounter,
     /// Alert transitions the keyed partitions hold while the writer's queue is full.
     pub held_alerts: IntGauge,
+    /// Keyed partitions paused because they hold `--kafka-max-held-alerts`.
+    pub held_back_partitions: IntGauge,
     /// Dead letters dropped because the dead-letter writer's queue stayed full.
     pub dead_letters_dropped: IntCounter,
     /// Partitions assigned here and paused until the store takes their claim, and revoked keyed
@@ -233,6 +235,11 @@ impl GroupMetrics {
                 registry,
                 "vigil_group_held_alerts",
                 "Alert transitions the keyed partitions hold while the writer's queue is full",
+            ),
+            held_back_partitions: gauge(
+                registry,
+                "vigil_group_held_back_partitions",
+                "Keyed partitions whose input is paused because they hold --kafka-max-held-alerts alerts the writer has no room for",
             ),
             pending_partitions: gauge(
                 registry,

@@ -82,6 +82,8 @@ pub struct Member {
     pub formats: BTreeMap<String, vigil_formats::Format>,
     pub collectors: vigil_formats::HostMapping,
     pub keyed_partitions: u32,
+    /// Alerts held for one keyed partition past which its input pauses ([`out::Paused`]).
+    pub max_held_alerts: usize,
     /// Threads that run the owned keyed partitions (`--workers`).
     pub workers: usize,
     pub checkpoint_every: Duration,
@@ -361,6 +363,7 @@ struct Looping {
     receive_errors: crate::kafka::ReceiveErrors,
     /// The warm start under way, and the rules' reload count when it began.
     warm_job: Option<(warming::Job, u64)>,
+    held_back: out::HeldBack,
 }
 
 impl Looping {
@@ -383,6 +386,7 @@ impl Looping {
             state: state::StateGauges::default(),
             receive_errors: crate::kafka::ReceiveErrors::default(),
             warm_job: None,
+            held_back: out::HeldBack::default(),
         }
     }
 
@@ -544,6 +548,7 @@ impl Looping {
             count(&self.m.telemetry, p.tally());
             self.hand_alerts(p);
         }
+        out::hold_back(&mut self.held_back, &self.keyed, &owned.keyed, self.m.max_held_alerts, &self.m.telemetry);
         let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
         self.m.telemetry.group.held_alerts.set(held as i64);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();

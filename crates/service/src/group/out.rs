@@ -11,9 +11,93 @@
 use super::keyed::KeyedPartition;
 use super::{count, Ctx, Looping};
 use crate::engine_loop::{Output, PartitionSave};
+use crate::store::Fence;
 use crate::writer::Settled;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+
+/// The keyed partitions whose input is paused in Kafka because they hold too many alerts the
+/// writer had no room for (`--kafka-max-held-alerts`): the store is down and the spool full.
+/// A single instance's engine waits on the writer then, and its sources with it; a member keeps
+/// polling (its claims, its other partitions, the group's heartbeats) and pauses the
+/// partitions that fill up instead, until they have handed every alert on. Kafka keeps what
+/// they have not read.
+#[derive(Default)]
+pub(super) struct HeldBack {
+    /// By partition, the claim it was paused under: a partition claimed again since is
+    /// resumed by its claim, not here.
+    paused: BTreeMap<i32, Fence>,
+}
+
+/// What [`HeldBack::follow`] found to do.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Turns {
+    pub pause: Vec<i32>,
+    pub resume: Vec<i32>,
+}
+
+impl HeldBack {
+    /// Pauses the partitions that hold `most` alerts or more, and resumes the paused ones
+    /// that hold none now.
+    pub(super) fn follow(&mut self, keyed: &BTreeMap<i32, KeyedPartition>, most: usize) -> Turns {
+        let mut turns = Turns::default();
+        self.paused.retain(|n, fence| match keyed.get(n) {
+            Some(p) if p.fence == *fence => {
+                let empty = p.out.is_empty();
+                if empty {
+                    turns.resume.push(*n);
+                }
+                !empty
+            }
+            // Revoked, or claimed again: the claim resumed it.
+            _ => false,
+        });
+        for (n, p) in keyed {
+            if p.out.len() >= most && !self.paused.contains_key(n) {
+                self.paused.insert(*n, p.fence.clone());
+                turns.pause.push(*n);
+            }
+        }
+        turns
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.paused.len()
+    }
+}
+
+/// Pauses and resumes the keyed topic's partitions in `consumer` as `held` finds.
+pub(super) fn hold_back(
+    held: &mut HeldBack,
+    consumer: &BaseConsumer<Ctx>,
+    keyed: &BTreeMap<i32, KeyedPartition>,
+    most: usize,
+    telemetry: &crate::telemetry::Telemetry,
+) {
+    let turns = held.follow(keyed, most);
+    let topic = &consumer.context().keyed_topic;
+    for (partitions, pause) in [(&turns.pause, true), (&turns.resume, false)] {
+        if partitions.is_empty() {
+            continue;
+        }
+        let mut list = TopicPartitionList::new();
+        for p in partitions {
+            list.add_partition(topic, *p);
+        }
+        let done = if pause { consumer.pause(&list) } else { consumer.resume(&list) };
+        match done {
+            Err(e) => tracing::error!(?partitions, pause, error = %e, "cannot pause or resume keyed partitions"),
+            Ok(()) if pause => tracing::warn!(
+                ?partitions,
+                most,
+                "keyed partitions paused: each holds the most alerts the writer has no room for (the store is down and the spool full)"
+            ),
+            Ok(()) => tracing::info!(?partitions, "keyed partitions resumed: the writer took their alerts"),
+        }
+    }
+    telemetry.group.held_back_partitions.set(held.len() as i64);
+}
 
 /// Whether a keyed partition's checkpoint went to the writer.
 #[derive(Debug, PartialEq, Eq)]

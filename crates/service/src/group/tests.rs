@@ -298,3 +298,35 @@ fn a_member_keeps_its_keyed_partitions_under_the_state_budget_and_says_so() {
     let told = keyed.values().flat_map(|p| &p.out).filter(|a| &*a.rule == vigil_engine::engine::STATE_EVICTED_RULE);
     assert!(told.count() > 0, "the partitions say which rules went partly blind");
 }
+
+#[test]
+fn a_partition_holding_the_most_alerts_pauses_until_it_holds_none() {
+    use super::out::{HeldBack, Turns};
+    let mut keyed = partitions(2);
+    work(&mut keyed, &["t/0".to_string()], &Default::default(), 1);
+    let alerts: Vec<_> = keyed.values_mut().flat_map(|p| std::mem::take(&mut p.out)).collect();
+    assert!(alerts.len() >= 3, "{}", alerts.len());
+    let mut held = HeldBack::default();
+    fn p1(keyed: &mut BTreeMap<i32, KeyedPartition>) -> &mut KeyedPartition {
+        keyed.get_mut(&1).expect("partition 1")
+    }
+    p1(&mut keyed).out = alerts[..2].to_vec();
+    assert_eq!(held.follow(&keyed, 3), Turns::default(), "fewer than the most");
+    p1(&mut keyed).out = alerts[..3].to_vec();
+    assert_eq!(held.follow(&keyed, 3), Turns { pause: vec![1], resume: vec![] });
+    assert_eq!(held.follow(&keyed, 3), Turns::default(), "paused once");
+    p1(&mut keyed).out.truncate(1);
+    assert_eq!(held.follow(&keyed, 3), Turns::default(), "paused until every alert is handed on");
+    p1(&mut keyed).out.clear();
+    assert_eq!(held.follow(&keyed, 3), Turns { pause: vec![], resume: vec![1] });
+    assert_eq!(held.len(), 0);
+    // Claimed again while paused (a new epoch): the claim resumed it, not this.
+    let p0 = keyed.get_mut(&0).expect("partition 0");
+    p0.out = alerts[..3].to_vec();
+    assert_eq!(held.follow(&keyed, 3).pause, vec![0]);
+    let p0 = keyed.get_mut(&0).expect("partition 0");
+    p0.fence.epoch = 2;
+    p0.out.clear();
+    assert_eq!(held.follow(&keyed, 3), Turns::default());
+    assert_eq!(held.len(), 0);
+}
