@@ -8,8 +8,8 @@
 //!
 //! A push that fails part way is refused (503, to be sent again) with some of its events
 //! already forwarded: those are read twice (at least once), as a producer's retry of a Kafka
-//! topic would be. (A group reads its topics as Vigil's JSON lines only, so every topic takes
-//! the forwarded lines.)
+//! topic would be. Each forwarded message carries the `vigil-jsonl` header, so a topic of a
+//! collector's format (`--kafka-topic-format`) takes Vigil's lines too.
 
 use crate::sources::http::{Batch, Logged};
 use futures_util::future::join_all;
