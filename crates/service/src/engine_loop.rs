@@ -230,10 +230,11 @@ struct Running {
     newest: Option<Millis>,
     idle: Idle,
     sources: SourceClocks,
-    /// Some of an ingest request's events are taken and its `Ack` is still to come. The
-    /// request's other events are not heard yet: their sources, idle or new, could not hold
-    /// time back, so ticks leave time where it is until the `Ack`.
+    /// Some of an ingest request's events are taken and its `Ack` is still to come
+    /// ([`EngineLoop::follow_sources`]).
     mid_request: bool,
+    /// What the sources last let time move to ([`Slowest`]: `None` when free).
+    slowest: Option<Millis>,
     last_checkpoint: Instant,
     /// How long the last checkpoint's snapshot took.
     last_snapshot: Duration,
@@ -284,6 +285,7 @@ impl EngineLoop {
                         Instant::now(),
                     ),
                     mid_request: false,
+                    slowest: None,
                     last_checkpoint: Instant::now(),
                     last_snapshot: Duration::ZERO,
                     last_gauges: Instant::now(),
@@ -385,24 +387,35 @@ impl EngineLoop {
         self.push(events, ingested, r, events_in);
     }
 
-    /// The slowest live source's time to the engines ([`super::event_time`]).
+    /// The slowest live source's time to the engines ([`super::event_time`]). While an ingest
+    /// request is half taken, the sources of its events still to come are not heard yet, and
+    /// cannot hold time back: time may then be held further back (a new source's older events),
+    /// never moved on, until the request's `Ack`.
     fn follow_sources(&mut self, r: &mut Running) {
         if r.sources.enabled() {
-            let slowest = match r.sources.slowest(Instant::now()) {
+            let mut slowest = match r.sources.slowest(Instant::now()) {
                 Slowest::Held => Some(self.engine.watermark().unwrap_or(Millis::MIN)),
                 Slowest::At(t) => Some(t),
                 Slowest::Free => None,
             };
+            if r.mid_request {
+                slowest = match (slowest, r.slowest) {
+                    (Some(now), Some(before)) => Some(now.min(before)),
+                    (now, before) => now.or(before),
+                };
+            }
+            r.slowest = slowest;
             self.engine.set_slowest(slowest, &mut r.out);
             self.telemetry.live_sources.set(r.sources.live() as i64);
         }
     }
 
     fn control(&mut self, input: Input, r: &mut Running) {
-        if matches!(input, Input::Tick) && !r.mid_request {
+        if matches!(input, Input::Tick) {
             self.follow_sources(r);
         }
         match input {
+            // A request half taken is input on its way, not a quiet one.
             Input::Tick if r.mid_request => {}
             // The watermark trails the newest event, so the newest events wait for a newer
             // one. When none comes for a second the stream is idle: release them.
@@ -416,7 +429,10 @@ impl EngineLoop {
             }
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
             Input::Ack(reply) => {
+                // Every source of the request is heard: time may move on, now rather than at
+                // the next tick, which under steady ingest most often falls inside a request.
                 r.mid_request = false;
+                self.follow_sources(r);
                 let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
             }
             Input::Reload(plans, reply) => {
@@ -604,10 +620,11 @@ mod tests {
         let rules = rules.checked().expect("valid");
         let (tx, rx, alerts_tx, mut alerts_rx) = channels();
         let idle_after = Duration::from_millis(200);
+        let health = Arc::new(EngineHealth::default());
         let engine = EngineLoop {
             engine: Runtime::new(rules.plans(), Default::default(), 1, 1),
             telemetry: Arc::new(Telemetry::new()),
-            health: Arc::new(EngineHealth::default()),
+            health: health.clone(),
             checkpoint_every: Duration::from_secs(3600),
             warm: None,
             restored: Vec::new(),
@@ -623,6 +640,14 @@ mod tests {
         // between them must not let the first one's newest sample move time past the second's.
         std::thread::sleep(idle_after * 2);
         assert_eq!(request(&tx, from + 60_000).blocking_recv(), Ok(0), "none of the second request late");
+        // Taken whole, the request lets time move on to its newest sample, with the next look
+        // at the sources' clocks (they are spaced: a tick takes the next).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while health.watermark().is_none_or(|w| w < from + 110_000 - 1) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            tx.blocking_send(Input::Tick).expect("engine");
+        }
+        assert_eq!(health.watermark(), Some(from + 110_000 - 1), "time at the request's newest sample");
         tx.blocking_send(Input::Stop).expect("engine");
         engine.join().expect("the engine thread");
         drain.join().expect("the drain");

@@ -272,7 +272,7 @@ settings! {
     kafka_keyed_partitions: u32 ["12"] = parse_positive::<u32>, env "VIGIL_KAFKA_KEYED_PARTITIONS", in kafka,
         "Partitions of the topic that carries events by key between instances that share a group (--kafka-join-group); set when the topic is created";
     kafka_max_held_alerts: usize ["10000"] = parse_positive::<usize>, env "VIGIL_KAFKA_MAX_HELD_ALERTS", in kafka,
-        "Most alerts a group member (--kafka-join-group) holds for one keyed partition while its writer takes none (the store down and the spool full); past it the partition's input pauses in Kafka until they are handed on";
+        "Most alerts a group member (--kafka-join-group) holds for one keyed partition while its writer takes none (the store down and the spool full); once it holds that many, the partition's input pauses in Kafka until they are handed on";
     kafka_instance_id: String [] = parse_nonempty, env "VIGIL_KAFKA_INSTANCE_ID", in kafka,
         "This instance's static membership in its group (--kafka-join-group; Kafka's group.instance.id): restarted within the session timeout, it gets its partitions back without a rebalance. Unique per instance and kept across restarts (a pod's name)";
     webhook_url: String [] = parse_http_url, env "VIGIL_WEBHOOK_URL", in webhook,

@@ -82,7 +82,7 @@ pub struct Member {
     pub formats: BTreeMap<String, vigil_formats::Format>,
     pub collectors: vigil_formats::HostMapping,
     pub keyed_partitions: u32,
-    /// Alerts held for one keyed partition past which its input pauses ([`out::Paused`]).
+    /// Alerts held for one keyed partition past which its input pauses ([`out::HeldBack`]).
     pub max_held_alerts: usize,
     /// Threads that run the owned keyed partitions (`--workers`).
     pub workers: usize,
@@ -548,7 +548,10 @@ impl Looping {
             count(&self.m.telemetry, p.tally());
             self.hand_alerts(p);
         }
-        out::hold_back(&mut self.held_back, &self.keyed, &owned.keyed, self.m.max_held_alerts, &self.m.telemetry);
+        let starting: Vec<i32> =
+            owned.starting.iter().filter(|s| s.topic == ctx.keyed_topic).map(|s| s.partition).collect();
+        let most = self.m.max_held_alerts;
+        out::hold_back(&mut self.held_back, &self.keyed, &owned.keyed, &starting, most, &self.m.telemetry);
         let held: usize = owned.keyed.values().map(|p| p.out.len()).sum();
         self.m.telemetry.group.held_alerts.set(held as i64);
         let watermark = owned.keyed.values().filter_map(KeyedPartition::watermark).min();

@@ -22,11 +22,12 @@ use std::collections::BTreeMap;
 /// A single instance's engine waits on the writer then, and its sources with it; a member keeps
 /// polling (its claims, its other partitions, the group's heartbeats) and pauses the
 /// partitions that fill up instead, until they have handed every alert on. Kafka keeps what
-/// they have not read.
+/// they have not read. The bound is soft: a paused partition still takes the records it had
+/// read, and time moving on may close its windows.
 #[derive(Default)]
 pub(super) struct HeldBack {
-    /// By partition, the claim it was paused under: a partition claimed again since is
-    /// resumed by its claim, not here.
+    /// By partition, the claim it was paused under. A partition no longer owned under it (let
+    /// go, or claimed again: the claim pauses and resumes it) is forgotten here.
     paused: BTreeMap<i32, Fence>,
 }
 
@@ -39,8 +40,9 @@ pub(super) struct Turns {
 
 impl HeldBack {
     /// Pauses the partitions that hold `most` alerts or more, and resumes the paused ones
-    /// that hold none now.
-    pub(super) fn follow(&mut self, keyed: &BTreeMap<i32, KeyedPartition>, most: usize) -> Turns {
+    /// that hold none now. Those `starting` are left alone: their claim holds them paused until
+    /// they are sought, and then resumes them.
+    pub(super) fn follow(&mut self, keyed: &BTreeMap<i32, KeyedPartition>, starting: &[i32], most: usize) -> Turns {
         let mut turns = Turns::default();
         self.paused.retain(|n, fence| match keyed.get(n) {
             Some(p) if p.fence == *fence => {
@@ -50,16 +52,24 @@ impl HeldBack {
                 }
                 !empty
             }
-            // Revoked, or claimed again: the claim resumed it.
             _ => false,
         });
         for (n, p) in keyed {
-            if p.out.len() >= most && !self.paused.contains_key(n) {
+            if p.out.len() >= most && !self.paused.contains_key(n) && !starting.contains(n) {
                 self.paused.insert(*n, p.fence.clone());
                 turns.pause.push(*n);
             }
         }
         turns
+    }
+
+    /// Keeps `partitions` paused, to be resumed again next time: their resume failed.
+    fn resume_failed(&mut self, partitions: &[i32], keyed: &BTreeMap<i32, KeyedPartition>) {
+        for n in partitions {
+            if let Some(p) = keyed.get(n) {
+                self.paused.insert(*n, p.fence.clone());
+            }
+        }
     }
 
     pub(super) fn len(&self) -> usize {
@@ -72,10 +82,11 @@ pub(super) fn hold_back(
     held: &mut HeldBack,
     consumer: &BaseConsumer<Ctx>,
     keyed: &BTreeMap<i32, KeyedPartition>,
+    starting: &[i32],
     most: usize,
     telemetry: &crate::telemetry::Telemetry,
 ) {
-    let turns = held.follow(keyed, most);
+    let turns = held.follow(keyed, starting, most);
     let topic = &consumer.context().keyed_topic;
     for (partitions, pause) in [(&turns.pause, true), (&turns.resume, false)] {
         if partitions.is_empty() {
@@ -87,7 +98,11 @@ pub(super) fn hold_back(
         }
         let done = if pause { consumer.pause(&list) } else { consumer.resume(&list) };
         match done {
-            Err(e) => tracing::error!(?partitions, pause, error = %e, "cannot pause or resume keyed partitions"),
+            Err(e) if pause => tracing::error!(?partitions, error = %e, "cannot pause keyed partitions"),
+            Err(e) => {
+                tracing::error!(?partitions, error = %e, "cannot resume keyed partitions; trying again");
+                held.resume_failed(partitions, keyed);
+            }
             Ok(()) if pause => tracing::warn!(
                 ?partitions,
                 most,

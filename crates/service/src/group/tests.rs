@@ -311,22 +311,25 @@ fn a_partition_holding_the_most_alerts_pauses_until_it_holds_none() {
         keyed.get_mut(&1).expect("partition 1")
     }
     p1(&mut keyed).out = alerts[..2].to_vec();
-    assert_eq!(held.follow(&keyed, 3), Turns::default(), "fewer than the most");
+    assert_eq!(held.follow(&keyed, &[], 3), Turns::default(), "fewer than the most");
     p1(&mut keyed).out = alerts[..3].to_vec();
-    assert_eq!(held.follow(&keyed, 3), Turns { pause: vec![1], resume: vec![] });
-    assert_eq!(held.follow(&keyed, 3), Turns::default(), "paused once");
+    assert_eq!(held.follow(&keyed, &[], 3), Turns { pause: vec![1], resume: vec![] });
+    assert_eq!(held.follow(&keyed, &[], 3), Turns::default(), "paused once");
     p1(&mut keyed).out.truncate(1);
-    assert_eq!(held.follow(&keyed, 3), Turns::default(), "paused until every alert is handed on");
+    assert_eq!(held.follow(&keyed, &[], 3), Turns::default(), "paused until every alert is handed on");
     p1(&mut keyed).out.clear();
-    assert_eq!(held.follow(&keyed, 3), Turns { pause: vec![], resume: vec![1] });
+    assert_eq!(held.follow(&keyed, &[], 3), Turns { pause: vec![], resume: vec![1] });
     assert_eq!(held.len(), 0);
     // Claimed again while paused (a new epoch): the claim resumed it, not this.
     let p0 = keyed.get_mut(&0).expect("partition 0");
     p0.out = alerts[..3].to_vec();
-    assert_eq!(held.follow(&keyed, 3).pause, vec![0]);
+    assert_eq!(held.follow(&keyed, &[], 3).pause, vec![0]);
     let p0 = keyed.get_mut(&0).expect("partition 0");
     p0.fence.epoch = 2;
     p0.out.clear();
-    assert_eq!(held.follow(&keyed, 3), Turns::default());
+    assert_eq!(held.follow(&keyed, &[], 3), Turns::default());
     assert_eq!(held.len(), 0);
+    // Still starting: its claim holds it paused until it is sought.
+    keyed.get_mut(&0).expect("partition 0").out = alerts[..3].to_vec();
+    assert_eq!(held.follow(&keyed, &[0], 3), Turns::default());
 }
