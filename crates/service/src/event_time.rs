@@ -11,7 +11,9 @@
 //! events pushed over HTTP, together. A file (`--replay`) is not one: it is read as fast as the
 //! engine takes it and then ends, and would only hold the live sources back. A source that has
 //! sent nothing for `--source-idle-after` (wall clock) stops holding time back, as a split that
-//! Flink marks idle: a series that ended, or a sender that stopped. After a restart from a
+//! Flink marks idle: a series that ended, or a sender that stopped. A request's series not yet
+//! heard cannot hold time back, so while one is half taken the engine thread lets the sources
+//! hold time further back but not move it on ([`crate::engine_loop`]). After a restart from a
 //! checkpoint, time stays where it was for that long from the start, so that every sender
 //! resending its backlog (Prometheus retries within 5 s) is heard from before any of them moves
 //! time.
