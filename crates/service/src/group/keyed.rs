@@ -24,7 +24,7 @@ use std::time::Instant;
 use vigil_engine::alert::Alert;
 use vigil_engine::engine::snapshot::Snapshot;
 use vigil_engine::engine::stage_two::{self, StageTwo, Summary, TookSummary};
-use vigil_engine::engine::{Engine, EngineConfig};
+use vigil_engine::engine::{Engine, EngineConfig, EngineError};
 use vigil_engine::event::{Event, LineDecoder, Millis};
 use vigil_lang::plan::RulePlan;
 use vigil_lang::schema::Stream;
@@ -154,6 +154,16 @@ pub struct Tally {
     pub late: Vec<(String, u64)>,
 }
 
+/// Why a keyed partition's checkpoint cannot be written or read: its engines' state, or the
+/// partition's own record of where it stands. Neither is retried: the same state fails again.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionStateError {
+    #[error("the partition's positions: {0}")]
+    Kept(#[from] serde_json::Error),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
 pub struct KeyedPartition {
     pub fence: Fence,
     engine: Engine,
@@ -218,28 +228,28 @@ impl KeyedPartition {
         p
     }
 
-    fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), String> {
-        self.kept = serde_json::from_str(&c.state).map_err(|e| e.to_string())?;
+    fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), PartitionStateError> {
+        self.kept = serde_json::from_str(&c.state)?;
         let at = self.kept.stage_two_at.unwrap_or(c.snapshot.len()).min(c.snapshot.len());
-        let snapshot = Snapshot::from_bytes(&c.snapshot[..at]).map_err(|e| e.to_string())?;
-        self.engine.restore(snapshot).map_err(|e| e.to_string())?;
+        let snapshot = Snapshot::from_bytes(&c.snapshot[..at]).map_err(EngineError::from)?;
+        self.engine.restore(snapshot)?;
         if self.kept.stage_two_at.is_some() {
-            self.stage_two.restore(&c.snapshot[at..]).map_err(|e| e.to_string())?;
+            self.stage_two.restore(&c.snapshot[at..]).map_err(EngineError::from)?;
         }
         Ok(())
     }
 
     /// The partition's checkpoint, with every record read so far taken: the next offset it
     /// keeps is past them.
-    pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, String> {
+    pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, PartitionStateError> {
         self.take_queued();
-        let mut snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(|e| e.to_string())?;
+        let mut snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(EngineError::from)?;
         self.kept.stage_two_at = None;
         if !self.stage_two.is_empty() {
             self.kept.stage_two_at = Some(snapshot.len());
-            snapshot.extend(self.stage_two.snapshot().map_err(|e| e.to_string())?);
+            snapshot.extend(self.stage_two.snapshot().map_err(EngineError::from)?);
         }
-        let state = serde_json::to_string(&self.kept).map_err(|e| e.to_string())?;
+        let state = serde_json::to_string(&self.kept)?;
         Ok(PartitionCheckpoint { snapshot, state })
     }
 
