@@ -23,6 +23,8 @@ pub enum RuleSetError {
     NotOneRule(String),
     #[error("`{0}` is not a rule name (letters, digits and _)")]
     BadName(String),
+    #[error("`{0}` is not the name of a rule file (`.saql`) inside the rules folder")]
+    BadFileName(String),
     /// E0405: the change takes a stream from rules it leaves as they were.
     #[error("the change is refused:\n{0}")]
     StreamsInUse(String),

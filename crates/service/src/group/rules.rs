@@ -24,7 +24,7 @@ use std::path::{Component, Path};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use vigil_lang::ruleset::RuleSet;
+use vigil_lang::ruleset::{RuleSet, RuleSetError};
 
 /// A rule set's files: each name, relative to the rules folder, and its text.
 pub type RuleFiles = BTreeMap<String, String>;
@@ -33,11 +33,12 @@ pub type RuleFiles = BTreeMap<String, String>;
 const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// The rule files under `dir`.
-pub fn read_folder(dir: &Path) -> Result<RuleFiles, String> {
-    let files = vigil_lang::ruleset::files_under(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+pub fn read_folder(dir: &Path) -> Result<RuleFiles, RuleSetError> {
+    let read = |path: &Path, source| RuleSetError::Read { path: path.to_path_buf(), source };
+    let files = vigil_lang::ruleset::files_under(dir).map_err(|e| read(dir, e))?;
     let mut out = RuleFiles::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| read(&path, e))?;
         out.insert(relative_name(dir, &path), text);
     }
     Ok(out)
@@ -61,34 +62,37 @@ pub fn digest(files: &RuleFiles) -> String {
 }
 
 /// Whether `files` check as a rule set on this instance.
-fn check(files: &RuleFiles) -> Result<(), String> {
+fn check(files: &RuleFiles) -> Result<(), RuleSetError> {
     let inputs: Vec<(String, Vec<u8>)> = files.iter().map(|(n, t)| (n.clone(), t.as_bytes().to_vec())).collect();
-    RuleSet::from_sources(&inputs).checked().map(|_| ()).map_err(|e| e.to_string())
+    RuleSet::from_sources(&inputs).checked().map(|_| ())
 }
 
 /// Makes the rule files under `dir` be `files`: the others removed, each written whole.
-fn write_folder(dir: &Path, files: &RuleFiles) -> Result<(), String> {
+fn write_folder(dir: &Path, files: &RuleFiles) -> Result<(), RuleSetError> {
     for name in files.keys() {
         let path = Path::new(name);
         let inside = path.components().all(|c| matches!(c, Component::Normal(_)));
         if !inside || path.extension().is_none_or(|e| e != "saql") {
-            return Err(format!("`{name}` is not a rule file's name inside the rules folder"));
+            return Err(RuleSetError::BadFileName(name.clone()));
         }
     }
-    for old in vigil_lang::ruleset::files_under(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+    let files_here = vigil_lang::ruleset::files_under(dir)
+        .map_err(|source| RuleSetError::Read { path: dir.to_path_buf(), source })?;
+    for old in files_here {
         if !files.contains_key(&relative_name(dir, &old)) {
-            vigil_lang::ruleset::write_atomically(&old, None).map_err(|e| e.to_string())?;
+            vigil_lang::ruleset::write_atomically(&old, None)?;
         }
     }
     for (name, text) in files {
         let path = dir.join(name);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|source| RuleSetError::Write { path: parent.to_path_buf(), source })?;
         }
         if std::fs::read_to_string(&path).is_ok_and(|t| t == *text) {
             continue;
         }
-        vigil_lang::ruleset::write_atomically(&path, Some(text.as_bytes())).map_err(|e| e.to_string())?;
+        vigil_lang::ruleset::write_atomically(&path, Some(text.as_bytes()))?;
     }
     Ok(())
 }
@@ -116,7 +120,7 @@ impl RuleSync {
         let local = match read_folder(&self.dir) {
             Ok(f) => f,
             Err(e) => {
-                self.hold(Some(e));
+                self.hold(Some(e.to_string()));
                 return Ok(());
             }
         };
@@ -171,7 +175,7 @@ impl RuleSync {
             return why(format!("they do not check here: {e}"));
         }
         if let Err(e) = write_folder(&self.dir, &files) {
-            return why(e);
+            return why(e.to_string());
         }
         match live.map(|l| l.reload()) {
             Some(reload) => match reload.await {
