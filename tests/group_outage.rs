@@ -291,6 +291,19 @@ const FAILURES: usize = 30_000;
 /// Alerts a keyed partition may hold in the flood case.
 const MOST_HELD: usize = 20;
 
+/// The flood: [`FAILURES`] task failures, 100 ms apart, each of its own task.
+fn failures() -> Vec<String> {
+    (0..FAILURES)
+        .map(|i| {
+            let ts = 1_767_225_600_000 + i as i64 * 100;
+            format!(
+                r#"{{"stream":"task_event","ts":{ts},"job_id":"j{i}","task_index":0,"machine_id":"m{}","type":"FAIL","cluster":"c1"}}"#,
+                i % 50
+            )
+        })
+        .collect()
+}
+
 /// One member, its store down and its spool (1 MiB) soon full, and far more alerts than its
 /// writer's queue holds (1,024 batches): each keyed partition that holds 20 alerts is paused in
 /// Kafka rather than hold them without bound, the loop goes on, and once the store is back the
@@ -308,15 +321,7 @@ async fn a_member_whose_writer_takes_nothing_pauses_its_full_partitions_and_lose
     let (db_name, db_url) = create_database_at(&admin).await;
     let rules = temp_dir("group_held_rules");
     std::fs::write(rules.join("task_failed.saql"), EVERY_FAILURE).expect("rule");
-    let lines: Vec<String> = (0..FAILURES)
-        .map(|i| {
-            let ts = 1_767_225_600_000 + i as i64 * 100;
-            format!(
-                r#"{{"stream":"task_event","ts":{ts},"job_id":"j{i}","task_index":0,"machine_id":"m{}","type":"FAIL","cluster":"c1"}}"#,
-                i % 50
-            )
-        })
-        .collect();
+    let lines = failures();
     let expected: BTreeSet<String> = replayed(&lines, &rules).0.iter().map(|(id, s)| format!("{id}:{s}")).collect();
     assert_eq!(expected.len(), 2 * FAILURES, "each failure fires and resolves");
     let mut args = member_args(&rules.display().to_string(), &db_url, &brokers, &unique("group"));
@@ -352,9 +357,9 @@ async fn a_member_whose_writer_takes_nothing_pauses_its_full_partitions_and_lose
         (paused > 0.0).then_some(paused)
     })
     .await;
-    // Each partition holds its 20 and what it had read before it paused (2,740 in all in the
-    // runs measured); without the pause, every alert of the input the queue had no room for
-    // (30,108).
+    // Each partition holds its 20 and the alerts of what it had taken before it paused, which
+    // time moving on still releases (2,740 to 3,330 in all in the runs measured); without the
+    // pause, every alert of the input the queue had no room for (30,108).
     let mut held = Vec::new();
     for _ in 0..20 {
         held.push(summed(&member, "vigil_group_held_alerts").await);
@@ -362,7 +367,7 @@ async fn a_member_whose_writer_takes_nothing_pauses_its_full_partitions_and_lose
     }
     let most_held = held.iter().copied().fold(0.0, f64::max);
     println!("flood in an outage: {paused} keyed partitions paused; alerts held {held:?}");
-    assert!(most_held <= (48 * 6 * MOST_HELD) as f64, "alerts held: {held:?}\n{}", logs(&member));
+    assert!(most_held <= (48 * 10 * MOST_HELD) as f64, "alerts held: {held:?}\n{}", logs(&member));
     pg_ctl(&cluster, "start");
     drop(started_again);
 

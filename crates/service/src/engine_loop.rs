@@ -261,35 +261,7 @@ impl EngineLoop {
                     }
                     None => Vec::new(),
                 };
-                let mut r = Running {
-                    out: handed_over,
-                    ingested: self
-                        .restored
-                        .iter()
-                        .find(|p| p.topic == HTTP_SOURCE)
-                        .and_then(|p| u64::try_from(p.offset - 1).ok()),
-                    positions: self
-                        .restored
-                        .iter()
-                        .filter(|p| p.topic != HTTP_SOURCE)
-                        .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
-                        .collect(),
-                    late_seen: BTreeMap::new(),
-                    evicted_seen: BTreeMap::new(),
-                    last_event: Instant::now(),
-                    newest: None,
-                    idle: Idle::new(self.input_stopped_after),
-                    sources: SourceClocks::new(
-                        self.source_idle_after,
-                        self.engine.watermark().is_some() || !self.restored.is_empty(),
-                        Instant::now(),
-                    ),
-                    mid_request: false,
-                    slowest: None,
-                    last_checkpoint: Instant::now(),
-                    last_snapshot: Duration::ZERO,
-                    last_gauges: Instant::now(),
-                };
+                let mut r = self.running(handed_over);
                 let mut events_in = StreamCounters { family: self.telemetry.events_in.clone(), by_stream: Vec::new() };
                 while let Some(first) = rx.blocking_recv() {
                     let mut batch = vec![first];
@@ -344,6 +316,40 @@ impl EngineLoop {
                 }
             })
             .expect("the engine thread starts")
+    }
+
+    /// What the thread keeps between inputs, as it starts: the restored positions carried
+    /// over, and the alerts a warm start left firing to hand on first.
+    fn running(&self, handed_over: Vec<Alert>) -> Running {
+        Running {
+            out: handed_over,
+            ingested: self
+                .restored
+                .iter()
+                .find(|p| p.topic == HTTP_SOURCE)
+                .and_then(|p| u64::try_from(p.offset - 1).ok()),
+            positions: self
+                .restored
+                .iter()
+                .filter(|p| p.topic != HTTP_SOURCE)
+                .map(|p| ((p.topic.clone(), p.partition), p.offset - 1))
+                .collect(),
+            late_seen: BTreeMap::new(),
+            evicted_seen: BTreeMap::new(),
+            last_event: Instant::now(),
+            newest: None,
+            idle: Idle::new(self.input_stopped_after),
+            sources: SourceClocks::new(
+                self.source_idle_after,
+                self.engine.watermark().is_some() || !self.restored.is_empty(),
+                Instant::now(),
+            ),
+            mid_request: false,
+            slowest: None,
+            last_checkpoint: Instant::now(),
+            last_snapshot: Duration::ZERO,
+            last_gauges: Instant::now(),
+        }
     }
 
     /// Inputs in order: runs of events go to the engines together.
