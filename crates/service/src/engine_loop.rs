@@ -435,8 +435,9 @@ impl EngineLoop {
             }
             Input::Tick if r.last_event.elapsed() >= SETTLE => self.engine.settle(&mut r.out),
             Input::Ack(reply) => {
-                // Every source of the request is heard: time may move on, now rather than at
-                // the next tick, which under steady ingest most often falls inside a request.
+                // Every source of the request is heard: time may move on, as far as the last
+                // look at the sources' clocks allows, without waiting for a tick outside a
+                // request, which under steady ingest seldom comes.
                 r.mid_request = false;
                 self.follow_sources(r);
                 let _ = reply.send(self.engine.take_late_ingested(&mut r.out));
