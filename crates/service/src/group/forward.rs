@@ -43,6 +43,12 @@ const IDLE: Duration = Duration::from_secs(1);
 /// instance sent after it lost the partition (paused, and not told yet) is set right by the
 /// owner's next one.
 const REPORT_ALL: Duration = Duration::from_secs(1);
+/// How long the loop waits for the records it sent to be delivered before it commits input
+/// offsets or stores a checkpoint. Delivered within milliseconds as a rule; while a broker is
+/// away its partitions' records wait until their leaders move (about its session timeout, 9 s
+/// and more), and a loop that waited with them would stand still, reading and reporting
+/// nothing. Every caller tries again on a later round.
+const DELIVERY_WAIT: Duration = Duration::from_millis(200);
 
 /// Counts the records the broker did not take.
 #[derive(Default)]
@@ -229,12 +235,12 @@ impl Forwarder {
         }
     }
 
-    /// Waits until the broker has every record sent so far; false when that takes too long or a
-    /// record was lost. A keyed partition's checkpoint is stored only after the summaries sent
-    /// before it are delivered: they are not sent again once it is.
+    /// Waits until the broker has every record sent so far; false when that takes longer than
+    /// [`DELIVERY_WAIT`] or a record was lost. A keyed partition's checkpoint is stored only
+    /// after the summaries sent before it are delivered: they are not sent again once it is.
     pub fn delivered(&self) -> bool {
-        if let Err(e) = self.producer.flush(Duration::from_secs(30)) {
-            tracing::warn!(error = %e, "records sent are still on their way");
+        if let Err(e) = self.producer.flush(DELIVERY_WAIT) {
+            tracing::debug!(error = %e, "records sent are still on their way");
             return false;
         }
         self.producer.context().failed.load(Ordering::Relaxed) == 0
@@ -296,12 +302,13 @@ impl Forwarder {
         }
     }
 
-    /// Waits until the broker has every record sent so far, then commits the offsets read of
-    /// the owned input partitions (of `only` one); nothing is committed after a record was
-    /// lost, so that the next owner reads it again.
+    /// Waits until the broker has every record sent so far (up to [`DELIVERY_WAIT`]), then
+    /// commits the offsets read of the owned input partitions (of `only` one); nothing is
+    /// committed while records are on their way, nor after a record was lost, so that the next
+    /// owner reads them again.
     pub fn commit<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>, only: Option<(&str, i32)>, mode: CommitMode) {
-        if let Err(e) = self.producer.flush(Duration::from_secs(30)) {
-            tracing::warn!(error = %e, "forwarded records are still on their way; offsets not committed yet");
+        if let Err(e) = self.producer.flush(DELIVERY_WAIT) {
+            tracing::debug!(error = %e, "forwarded records are still on their way; offsets not committed yet");
             return;
         }
         if self.producer.context().failed.load(Ordering::Relaxed) > 0 {

@@ -600,7 +600,7 @@ impl Looping {
         let ctx = self.keyed.context();
         let mut owned = ctx.owned.lock().expect("owned");
         if !owned.forwarder.delivered() {
-            tracing::warn!("checkpoints wait until the summaries sent are delivered");
+            tracing::debug!("checkpoints wait until the summaries sent are delivered");
             return;
         }
         for p in owned.keyed.values_mut().filter(|p| p.dirty) {
