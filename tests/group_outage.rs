@@ -7,8 +7,8 @@ use crate::support::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// What both cases share: a PostgreSQL cluster they may stop, a database on it, an input topic
-/// of 12 partitions, and the members' arguments.
+/// What the cases share: a PostgreSQL cluster they may stop, a database on it, an input topic,
+/// and the members' arguments.
 struct Outage {
     cluster: Vec<String>,
     admin: String,
@@ -16,31 +16,42 @@ struct Outage {
     db_url: String,
     topic: String,
     brokers: String,
+    /// The task workload ([`Outage::before_during_after`]); empty for a case that sends its own.
     timed: Vec<(i64, String)>,
     expected: BTreeSet<String>,
     args: Vec<String>,
 }
 
 impl Outage {
+    /// The task workload on an input topic of 12 partitions, through the shipped rules, on two
+    /// threads.
     async fn new() -> Outage {
-        let (cluster, admin) = fault_cluster();
         let (timed, expected) = workload_expected();
-        let rules = std::path::PathBuf::from(rules_dir());
+        let rules = copy_rules(&std::path::PathBuf::from(rules_dir()));
+        let mut o = Outage::with("group_outage", 12, &rules, expected).await;
+        o.timed = timed;
+        o.args.extend(["--workers", "2"].map(String::from));
+        o
+    }
+
+    /// A case over the rules in `rules` whose clean replay raises `expected`, on an input topic
+    /// of `partitions` named after `prefix`.
+    async fn with(prefix: &str, partitions: i32, rules: &std::path::Path, expected: BTreeSet<String>) -> Outage {
+        let (cluster, admin) = fault_cluster();
         let brokers = kafka_brokers();
-        let topic = unique("group_outage");
-        vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 12, &Default::default())
+        let topic = unique(prefix);
+        vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), partitions, &Default::default())
             .await
             .expect("input topic");
         let (db_name, db_url) = create_database_at(&admin).await;
-        let rules_copy = copy_rules(&rules);
-        let mut args = member_args(&rules_copy.display().to_string(), &db_url, &brokers, &unique("group"));
-        args.extend(["--checkpoint-interval", "1s", "--workers", "2"].map(String::from));
+        let mut args = member_args(&rules.display().to_string(), &db_url, &brokers, &unique("group"));
+        args.extend(["--checkpoint-interval", "1s"].map(String::from));
         // Every stream on the test's own topic: a default topic (`metric`) that another test
         // creates during the outage would be new input partitions to claim.
         for stream in ["task_event", "task_usage", "machine_event", "metric"] {
             args.extend(["--topic".to_string(), format!("{stream}={topic}")]);
         }
-        Outage { cluster, admin, db_name, db_url, topic, brokers, timed, expected, args }
+        Outage { cluster, admin, db_name, db_url, topic, brokers, timed: Vec::new(), expected, args }
     }
 
     fn member(&self) -> Service {
@@ -90,8 +101,13 @@ impl Outage {
     /// Waits for every transition of the clean replay (a minute at most), then checks that the
     /// store has exactly those, each once.
     async fn assert_exact(&self, label: &str, members: &[Service]) {
+        self.assert_exact_within(label, members, Duration::from_secs(60)).await
+    }
+
+    /// [`Outage::assert_exact`], waiting up to `wait`.
+    async fn assert_exact_within(&self, label: &str, members: &[Service], wait: Duration) {
         let pool = sqlx::PgPool::connect(&self.db_url).await.expect("database back");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + wait;
         let (got, lost, extra) = loop {
             let (got, lost, extra) = stored(&pool, &self.expected).await;
             if lost.is_empty() || std::time::Instant::now() > deadline {
@@ -312,44 +328,26 @@ fn failures() -> Vec<String> {
 #[ignore = "needs Apache Kafka and a PostgreSQL cluster it may stop: run scripts/test.sh"]
 async fn a_member_whose_writer_takes_nothing_pauses_its_full_partitions_and_loses_nothing() {
     let _one_case_at_a_time = ONE_CASE.lock().await;
-    let (cluster, admin) = fault_cluster();
-    let brokers = kafka_brokers();
-    let topic = unique("group_held");
-    vigil::service::kafka::ensure_topics(&brokers, std::slice::from_ref(&topic), 4, &Default::default())
-        .await
-        .expect("input topic");
-    let (db_name, db_url) = create_database_at(&admin).await;
     let rules = temp_dir("group_held_rules");
     std::fs::write(rules.join("task_failed.saql"), EVERY_FAILURE).expect("rule");
     let lines = failures();
     let expected: BTreeSet<String> = replayed(&lines, &rules).0.iter().map(|(id, s)| format!("{id}:{s}")).collect();
     assert_eq!(expected.len(), 2 * FAILURES, "each failure fires and resolves");
-    let mut args = member_args(&rules.display().to_string(), &db_url, &brokers, &unique("group"));
+    let mut o = Outage::with("group_held", 4, &rules, expected).await;
     let most = MOST_HELD.to_string();
-    args.extend(
-        ["--checkpoint-interval", "1s", "--spool-max-mb", "1", "--kafka-keyed-partitions", "48"].map(String::from),
+    o.args.extend(
+        ["--spool-max-mb", "1", "--kafka-keyed-partitions", "48", "--kafka-max-held-alerts", &most].map(String::from),
     );
-    args.extend(["--kafka-max-held-alerts", &most].map(String::from));
-    for stream in ["task_event", "task_usage", "machine_event", "metric"] {
-        args.extend(["--topic".to_string(), format!("{stream}={topic}")]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let member = [Service::start(&args)];
-    let producer = producer(&brokers);
-    send_chunk(&producer, &topic, lines[..100].to_vec()).await;
-    let pool = sqlx::PgPool::connect(&db_url).await.expect("database");
-    eventually("alerts stored before the outage", || async {
-        (!stored(&pool, &BTreeSet::new()).await.0.is_empty()).then_some(())
-    })
-    .await;
-    pool.close().await;
+    let member = [o.member()];
+    let producer = producer(&o.brokers);
+    send_chunk(&producer, &o.topic, lines[..100].to_vec()).await;
+    o.first_alert().await;
 
-    pg_ctl(&cluster, "stop");
-    let started_again = StartOnDrop(cluster.clone());
+    let started_again = o.stop_store();
     // A chunk every 100 ms: the alerts come over many rounds, each round a batch per partition
     // to the writer, whose queue fills after 1,024.
     for chunk in lines[100..].chunks(300) {
-        send_chunk(&producer, &topic, chunk.to_vec()).await;
+        send_chunk(&producer, &o.topic, chunk.to_vec()).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let paused = eventually("keyed partitions paused, full", || async {
@@ -368,25 +366,14 @@ async fn a_member_whose_writer_takes_nothing_pauses_its_full_partitions_and_lose
     let most_held = held.iter().copied().fold(0.0, f64::max);
     println!("flood in an outage: {paused} keyed partitions paused; alerts held {held:?}");
     assert!(most_held <= (48 * 10 * MOST_HELD) as f64, "alerts held: {held:?}\n{}", logs(&member));
-    pg_ctl(&cluster, "start");
+    pg_ctl(&o.cluster, "start");
     drop(started_again);
 
-    let pool = sqlx::PgPool::connect(&db_url).await.expect("database back");
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let (got, lost, extra) = loop {
-        let (got, lost, extra) = stored(&pool, &expected).await;
-        if lost.is_empty() || std::time::Instant::now() > deadline {
-            break (got, lost, extra);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    pool.close().await;
+    o.assert_exact_within("flood in an outage", &member, Duration::from_secs(120)).await;
     let all = logs(&member);
-    assert!(lost.is_empty() && extra.is_empty(), "{} lost, {} extra\n{all}", lost.len(), extra.len());
-    assert_eq!(got.len(), expected.len(), "no transition stored twice");
     assert_eq!(summed(&member, "vigil_group_held_back_partitions").await, 0.0, "every partition resumed");
     assert!(all.contains("keyed partitions resumed"), "{all}");
     assert!(!all.contains("the engine has made no progress"), "the member stood still\n{all}");
     drop(member);
-    drop_database_at(&admin, &db_name).await;
+    o.drop_database().await;
 }
