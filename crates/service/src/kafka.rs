@@ -147,7 +147,11 @@ pub fn forwarding_producer<C: rdkafka::producer::ProducerContext>(
     client(brokers, &defaults, options).create_with_context(context)
 }
 
-/// The producer of a group member's HTTP ingest ([`super::group::push`]): idempotent, so a
+/// Header of an input topic's message that holds Vigil's JSON lines whatever the topic's
+/// format: events a member's HTTP ingest forwarded ([`crate::sources::forward`]).
+pub const VIGIL_LINES: &str = "vigil-jsonl";
+
+/// The producer of a group member's HTTP ingest ([`crate::sources::forward`]): idempotent, so a
 /// retry inside it writes no event twice.
 pub fn push_producer(
     brokers: &str,

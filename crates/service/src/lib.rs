@@ -85,7 +85,7 @@ pub enum ServiceError {
     #[error("cannot build the webhook client")]
     Webhook(#[source] reqwest::Error),
     #[error("cannot serve TLS: {0}")]
-    Tls(String),
+    Tls(tls::TlsError),
 }
 
 impl ServiceError {
@@ -317,13 +317,13 @@ async fn start_engine(
     }
 }
 
-/// A group member's first round of [`group::rules::RuleSync`], before its rules are loaded: the
+/// A group member's first round of [`rules::shared::RuleSync`], before its rules are loaded: the
 /// group's rule set is published or written into the folder. None when not in a group.
 async fn sync_group_rules(
     config: &ServeConfig,
     store: &store::Store,
     health: &Arc<EngineHealth>,
-) -> Result<Option<group::rules::RuleSync>, ServiceError> {
+) -> Result<Option<rules::shared::RuleSync>, ServiceError> {
     if !config.kafka_join_group {
         return Ok(None);
     }
@@ -332,7 +332,7 @@ async fn sync_group_rules(
         Some(url) => url.clone(),
         None => format!("{host} pid {} ({})", std::process::id(), config.http_addr),
     };
-    let mut sync = group::rules::RuleSync::new(
+    let mut sync = rules::shared::RuleSync::new(
         store.clone(),
         config.kafka_group.clone(),
         config.rules.clone(),
@@ -411,12 +411,12 @@ fn stream_topics(config: &ServeConfig) -> sources::kafka::StreamTopics {
     sources::kafka::StreamTopics { start: config.topics.clone(), declared: config.declared_topics.clone() }
 }
 
-/// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`group::push`]).
+/// HTTP ingest of a group member: forwarded to the group's Kafka topics ([`sources::forward`]).
 fn forward_ingest(config: &ServeConfig) -> Result<mpsc::Sender<sources::http::Batch>, ServiceError> {
     let brokers = config.kafka_brokers.as_deref().unwrap_or_default();
     let producer =
         kafka::push_producer(brokers, &config.kafka_options).map_err(|e| ServiceError::KafkaConsumer(e.into()))?;
-    let forward = group::push::Forward { producer, topics: config.topics.clone() };
+    let forward = sources::forward::Forward { producer, topics: config.topics.clone() };
     Ok(forward.spawn())
 }
 

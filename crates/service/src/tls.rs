@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
@@ -28,31 +28,47 @@ fn stamp(paths: &[&Path]) -> Stamp {
     paths.iter().map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len())))).collect()
 }
 
+/// Why a certificate and key do not make a TLS configuration: which file, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("{}: not a PEM certificate chain: {error}", path.display())]
+    Chain { path: PathBuf, error: pem::Error },
+    #[error("{}: no certificate in it", .0.display())]
+    NoCertificate(PathBuf),
+    #[error("{}: not a PEM private key (PKCS#8, PKCS#1 or SEC1): {error}", path.display())]
+    Key { path: PathBuf, error: pem::Error },
+    #[error("{} and {} do not make a certificate and its key: {error}", cert.display(), key.display())]
+    Pair { cert: PathBuf, key: PathBuf, error: tokio_rustls::rustls::Error },
+}
+
 /// A rustls server configuration of the PEM certificate chain at `cert` and key at `key`.
-fn config(cert: &Path, key: &Path) -> Result<ServerConfig, String> {
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+fn config(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
+    let read = |p: &Path| std::fs::read(p).map_err(|error| TlsError::Read { path: p.into(), error });
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate chain: {e}", cert.display()))?;
+        .map_err(|error| TlsError::Chain { path: cert.into(), error })?;
     if chain.is_empty() {
-        return Err(format!("{}: no certificate in it", cert.display()));
+        return Err(TlsError::NoCertificate(cert.into()));
     }
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
-        .map_err(|e| format!("{}: not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}", key.display()))?;
+    let key_der =
+        PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|error| TlsError::Key { path: key.into(), error })?;
+    let pair = |error| TlsError::Pair { cert: cert.into(), key: key.into(), error };
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(pair)?
         .with_no_client_auth()
         .with_single_cert(chain, key_der)
-        .map_err(|e| format!("{} and {} do not make a certificate and its key: {e}", cert.display(), key.display()))?;
+        .map_err(pair)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 
 impl Tls {
     /// The TLS of `vigil serve` when both files are given, watched for changes from now on.
-    pub fn serve(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<Arc<Tls>>, String> {
+    pub fn serve(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<Arc<Tls>>, TlsError> {
         let (Some(cert), Some(key)) = (cert, key) else { return Ok(None) };
         let tls = Tls::load(cert, key)?;
         tokio::spawn(tls.clone().watch());
@@ -60,7 +76,7 @@ impl Tls {
     }
 
     /// Reads the pair; an error says which file and why.
-    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Tls>, String> {
+    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Tls>, TlsError> {
         let acceptor = TlsAcceptor::from(Arc::new(config(cert, key)?));
         let stamp = stamp(&[cert, key]);
         Ok(Arc::new(Tls { cert: cert.into(), key: key.into(), current: RwLock::new((acceptor, stamp)) }))

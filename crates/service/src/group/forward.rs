@@ -34,9 +34,6 @@ pub const STAGE: &str = "vigil-stage";
 /// each ([`Event::to_json`]): the events of one input message in a collector's format that go
 /// to one keyed partition, taken together.
 pub const LINES: &str = "vigil-lines";
-/// Header of an input topic's message that holds Vigil's JSON lines whatever the topic's
-/// format: events a member's HTTP ingest forwarded ([`super::push`]).
-pub const VIGIL_LINES: &str = "vigil-jsonl";
 /// An input partition with no new message for this long, read to its end, is idle.
 const IDLE: Duration = Duration::from_secs(1);
 /// How often every owned input partition is reported, changed or not: a report that an

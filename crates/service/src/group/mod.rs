@@ -21,9 +21,7 @@ mod forward;
 mod gate;
 pub mod keyed;
 mod out;
-pub mod push;
 mod read;
-pub mod rules;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -123,9 +123,9 @@ impl HeldDead {
 }
 
 /// Whether a message says it holds Vigil's JSON lines whatever its topic's format: the events
-/// a member's HTTP ingest forwards to a stream's topic ([`super::push`]).
+/// a member's HTTP ingest forwards to a stream's topic ([`crate::sources::forward`]).
 fn vigil_lines(message: &BorrowedMessage<'_>) -> bool {
-    message.headers().is_some_and(|h| h.iter().any(|h| h.key == forward::VIGIL_LINES))
+    message.headers().is_some_and(|h| h.iter().any(|h| h.key == crate::kafka::VIGIL_LINES))
 }
 
 /// Queues a keyed partition's record for its engine, unless the partition took it already.

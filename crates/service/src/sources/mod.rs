@@ -4,6 +4,7 @@
 //! engine under the overload policy.
 
 pub mod file;
+pub mod forward;
 pub mod http;
 pub mod kafka;
 

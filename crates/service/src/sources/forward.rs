@@ -13,6 +13,7 @@
 
 use crate::sources::http::{Batch, Logged};
 use futures_util::future::join_all;
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
@@ -44,10 +45,10 @@ impl Forward {
         self.topics.get(&stream).map_or(stream.name(), String::as_str)
     }
 
-    async fn forward(&self, batch: &Batch) -> Result<(), String> {
+    async fn forward(&self, batch: &Batch) -> Result<(), KafkaError> {
         let keys: Vec<String> = batch.events.iter().map(|(_, e)| key_of(e)).collect();
         let sends = batch.events.iter().zip(&keys).map(|((range, event), key)| {
-            let headers = OwnedHeaders::new().insert(Header { key: super::forward::VIGIL_LINES, value: Some(&[][..]) });
+            let headers = OwnedHeaders::new().insert(Header { key: crate::kafka::VIGIL_LINES, value: Some(&[][..]) });
             let record = FutureRecord::to(self.topic(event.stream))
                 .payload(&batch.body[range.clone()])
                 .key(key)
@@ -55,8 +56,7 @@ impl Forward {
             self.producer.send(record, Duration::from_secs(30))
         });
         for result in join_all(sends).await {
-            result
-                .map_err(|(e, _)| format!("the group's Kafka topic did not take the events: {e}; send them again"))?;
+            result.map_err(|(e, _)| e)?;
         }
         Ok(())
     }
@@ -73,7 +73,9 @@ impl Forward {
                         let _ = late.send(0);
                         Logged::Taken(counted)
                     }
-                    Err(reason) => Logged::Failed(reason),
+                    Err(e) => {
+                        Logged::Failed(format!("the group's Kafka topic did not take the events: {e}; send them again"))
+                    }
                 };
                 let _ = batch.reply.send(answer);
             }

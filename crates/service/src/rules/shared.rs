@@ -16,8 +16,8 @@
 //! The store is read every second: a change on one instance reaches the others within about
 //! two seconds.
 
+use super::live::{LiveRules, RuleChangeError};
 use crate::engine_loop::EngineHealth;
-use crate::rules::{LiveRules, RuleChangeError};
 use crate::store::{GroupRules, Store};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};

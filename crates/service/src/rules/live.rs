@@ -1,15 +1,8 @@
-//! The rules of a running service: the folder, loaded as a [`RuleSet`], reloaded when it
-//! changes (checked every second) or on SIGHUP, and changed through the API.
-//!
-//! Every change compiles the whole folder as it would be: if any file has a problem the running
-//! rules stay as they are (the problems are answered, or logged and counted). A rule changed
-//! through the API is written in the file it lives in (any file of the folder, its other rules
-//! kept), a new one in `<folder>/<name>.saql`; names are identifiers, so no path can escape the
-//! folder. The engine keeps the state of every rule whose state is the same computation.
+//! The folder's rules, loaded, watched and changed through the API ([`LiveRules`]).
 
-use super::engine_loop::Input;
-use super::sources::SharedCatalog;
-use super::telemetry::{RulesChanged, Telemetry};
+use crate::engine_loop::Input;
+use crate::sources::SharedCatalog;
+use crate::telemetry::{RulesChanged, Telemetry};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
