@@ -365,15 +365,20 @@ pub enum Encoding {
     Json,
 }
 
+/// Why a request's body is not an OTLP metrics export.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    #[error("not an ExportMetricsServiceRequest: {0}")]
+    Protobuf(prost::DecodeError),
+    #[error("not an ExportMetricsServiceRequest in OTLP's JSON (line {line}, column {column}): {error}", line = .0.line(), column = .0.column(), error = .0)]
+    Json(serde_json::Error),
+}
+
 /// Decodes a request's (decompressed) body.
-pub fn decode(body: &[u8], encoding: Encoding) -> Result<ExportMetricsServiceRequest, String> {
+pub fn decode(body: &[u8], encoding: Encoding) -> Result<ExportMetricsServiceRequest, OtlpError> {
     match encoding {
-        Encoding::Protobuf => {
-            prost::Message::decode(body).map_err(|e| format!("not an ExportMetricsServiceRequest: {e}"))
-        }
-        Encoding::Json => serde_json::from_slice(body).map_err(|e| {
-            format!("not an ExportMetricsServiceRequest in OTLP's JSON (line {}, column {}): {e}", e.line(), e.column())
-        }),
+        Encoding::Protobuf => prost::Message::decode(body).map_err(OtlpError::Protobuf),
+        Encoding::Json => serde_json::from_slice(body).map_err(OtlpError::Json),
     }
 }
 
@@ -747,8 +752,8 @@ mod tests {
     #[test]
     fn bodies_that_are_not_requests_say_where_and_why() {
         let e = decode(b"{\"resourceMetrics\": [{\"scopeMetrics\": 5}]}", Encoding::Json).expect_err("bad JSON");
-        assert!(e.contains("line 1, column"), "{e}");
+        assert!(e.to_string().contains("line 1, column"), "{e}");
         let e = decode(&[0x0a, 0xff, 0xff], Encoding::Protobuf).expect_err("bad protobuf");
-        assert!(e.contains("not an ExportMetricsServiceRequest"), "{e}");
+        assert!(e.to_string().contains("not an ExportMetricsServiceRequest"), "{e}");
     }
 }

@@ -18,7 +18,7 @@ pub(super) fn records(reader: Box<dyn BufRead>, format: Format, options: &InputO
             let host = options.hosts.otlp_attribute.clone();
             Box::new(sample_lines(reader, move |text, now| {
                 match crate::otlp::decode(text.as_bytes(), crate::otlp::Encoding::Json) {
-                    Err(reason) => vec![Err(DecodeError { field: None, reason })],
+                    Err(e) => vec![Err(DecodeError { field: None, reason: e.to_string() })],
                     Ok(request) => {
                         let s = crate::otlp::samples(&request, &host, now);
                         let refused = s.refused.into_iter().map(|(_, _, e)| Err(e));

@@ -66,7 +66,7 @@ fn answer_error(e: ApiError, encoding: Encoding) -> Response {
 async fn receive(state: &AppState, encoding: Encoding, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_body(state, body, MAX_BODY).await?;
     let body = super::gunzipped(headers, body)?;
-    let request = decode(&body, encoding).map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, reason))?;
+    let request = decode(&body, encoding).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     let host = &state.hosts.otlp_attribute;
     let decoded = samples(&request, host, vigil_engine::event::now_ms());
     let mut rejects = Rejects::counting("otlp", "refusal");

@@ -385,8 +385,11 @@ fn otlp_samples(
     let encoding = if format == Format::OtlpJson { Encoding::Json } else { Encoding::Protobuf };
     let request = match vigil_formats::otlp::decode(payload, encoding) {
         Ok(r) => r,
-        Err(reason) => {
-            return (Vec::new(), vec![(None, "malformed", reason, String::from_utf8_lossy(payload).into_owned())])
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![(None, "malformed", e.to_string(), String::from_utf8_lossy(payload).into_owned())],
+            )
         }
     };
     let decoded = vigil_formats::otlp::samples(&request, host_attribute, now_ms());
