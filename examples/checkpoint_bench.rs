@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example checkpoint_bench -- [SERIES ...] [--rounds 4400]
 //!     [--partitions 16] [--threads 2] [--dir /tmp]
+//!     [--postgres URL --writes 30 --every-s 10]
 //! ```
 //!
 //! For each count of series (ten per host, each moving: a daily cycle with noise, the largest
@@ -17,6 +18,12 @@
 //!   one, the size a delta format could reach at best;
 //! - the input of those intervals: the bytes the ingest log keeps of it (record header and JSON
 //!   line) and the time the runtime takes to replay it, measured over the last rounds.
+//!
+//! With `--postgres`, the whole checkpoint is then written `--writes` times to that database,
+//! `--every-s` apart, as `vigil serve` replaces its one row, and the checkpoint table's size
+//! (TOAST included) is printed after each write: whether autovacuum keeps the store at a few
+//! checkpoints or it grows with every write. The database's `checkpoints` table is emptied
+//! first; use a database of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,10 +45,22 @@ struct Args {
     partitions: usize,
     threads: usize,
     dir: PathBuf,
+    postgres: Option<String>,
+    writes: u32,
+    every_s: u64,
 }
 
 fn args() -> Args {
-    let mut a = Args { series: Vec::new(), rounds: 4_400, partitions: 16, threads: 2, dir: std::env::temp_dir() };
+    let mut a = Args {
+        series: Vec::new(),
+        rounds: 4_400,
+        partitions: 16,
+        threads: 2,
+        dir: std::env::temp_dir(),
+        postgres: None,
+        writes: 30,
+        every_s: 10,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| panic!("{name} needs a value"));
@@ -50,6 +69,9 @@ fn args() -> Args {
             "--partitions" => a.partitions = value("--partitions").parse().expect("--partitions: a count"),
             "--threads" => a.threads = value("--threads").parse().expect("--threads: a count"),
             "--dir" => a.dir = value("--dir").into(),
+            "--postgres" => a.postgres = Some(value("--postgres")),
+            "--writes" => a.writes = value("--writes").parse().expect("--writes: a count"),
+            "--every-s" => a.every_s = value("--every-s").parse().expect("--every-s: seconds"),
             n => a.series.push(n.replace('_', "").parse().expect("SERIES: a count")),
         }
     }
@@ -161,6 +183,7 @@ async fn measure(a: &Args, series: u64) {
     let restore_s = t.elapsed().as_secs_f64();
     drop((restored, loaded, store));
     let _ = std::fs::remove_file(&db);
+
     println!(
         "  whole: {:.1} MB ({:.0} B per series), snapshot {:.2} s, SQLite write {:.2} s, read and restore {:.2} s; \
          after four writes the database is {:.1} MB and its WAL {:.1} MB",
@@ -172,6 +195,9 @@ async fn measure(a: &Args, series: u64) {
         mb(db_bytes),
         mb(wal_bytes)
     );
+    if let Some(url) = &a.postgres {
+        postgres_growth(a, url, &whole).await;
+    }
 
     let last = START + (a.rounds as i64 - 1) * FIVE_MINUTES;
     let (mut log_bytes, mut events_in) = (0, 0);
@@ -196,6 +222,50 @@ async fn measure(a: &Args, series: u64) {
             per_event * events_in as f64
         );
     }
+}
+
+/// Writes `whole` again and again to PostgreSQL as `vigil serve` does, and prints the checkpoint
+/// table's size (heap, TOAST and indexes) after each write, and the dead tuples autovacuum has
+/// yet to take.
+async fn postgres_growth(a: &Args, url: &str, whole: &[u8]) {
+    let store = Store::connect(url).await.expect("PostgreSQL store");
+    let pool = sqlx::PgPool::connect(url).await.expect("PostgreSQL");
+    sqlx::query("DELETE FROM checkpoints").execute(&pool).await.expect("empty the checkpoints");
+    sqlx::query("VACUUM FULL checkpoints").execute(&pool).await.expect("vacuum");
+    let started = Instant::now();
+    let mut largest = 0i64;
+    for n in 1..=a.writes {
+        let t = Instant::now();
+        store.save_checkpoint(whole, "{}", 0).await.expect("save");
+        let write_s = t.elapsed().as_secs_f64();
+        let (size,): (i64,) =
+            sqlx::query_as("SELECT pg_total_relation_size('checkpoints')").fetch_one(&pool).await.expect("size");
+        let (toast_dead, vacuums): (i64, i64) = sqlx::query_as(
+            "WITH t AS (SELECT n_dead_tup, autovacuum_count FROM pg_stat_all_tables \
+             WHERE relid = (SELECT reltoastrelid FROM pg_class WHERE relname = 'checkpoints')) \
+             SELECT coalesce((SELECT n_dead_tup FROM t), 0), coalesce((SELECT autovacuum_count FROM t), 0)",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("toast stats");
+        largest = largest.max(size);
+        println!(
+            "  PostgreSQL write {n} at {:.0} s: {:.2} s; table {:.1} MB ({:.1} checkpoints), TOAST dead tuples {toast_dead}, \
+             its autovacuums {vacuums}",
+            started.elapsed().as_secs_f64(),
+            write_s,
+            mb(size as usize),
+            size as f64 / whole.len() as f64
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(a.every_s)).await;
+    }
+    println!(
+        "  PostgreSQL, {} writes {} s apart: the table at most {:.1} MB, {:.1} checkpoints",
+        a.writes,
+        a.every_s,
+        mb(largest as usize),
+        largest as f64 / whole.len() as f64
+    );
 }
 
 #[tokio::main(flavor = "current_thread")]
