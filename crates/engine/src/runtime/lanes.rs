@@ -1,10 +1,11 @@
 //! The runtime's threads: each runs the keyed partitions placed on it, one job at a time in
 //! the order jobs were sent, and hands back the job's alerts and reply. A thread holds its
-//! engines by partition number (`None` for the partitions placed elsewhere), so that a
-//! partition can move between threads ([`Lanes::place`]).
+//! partitions by number (`None` for the partitions placed elsewhere), so that a partition can
+//! move between threads ([`Lanes::place`]).
 
+use super::partition::Partition;
 use crate::alert::Alert;
-use crate::engine::{Engine, EngineConfig, Shard};
+use crate::engine::{EngineConfig, Shard};
 use std::any::Any;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
@@ -14,9 +15,9 @@ use vigil_lang::plan::RulePlan;
 pub(crate) const DEPTH: usize = 16;
 
 type Reply = Box<dyn Any + Send>;
-type Job = Box<dyn FnOnce(&mut [Option<Engine>], &mut Vec<Alert>) -> Reply + Send>;
+type Job = Box<dyn FnOnce(&mut [Option<Partition>], &mut Vec<Alert>) -> Reply + Send>;
 
-/// The threads, each with the engines of the partitions placed on it.
+/// The threads, each with the partitions placed on it.
 pub(crate) struct Lanes {
     work: Vec<SyncSender<Job>>,
     done: Vec<Receiver<(Vec<Alert>, Reply)>>,
@@ -26,18 +27,19 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    /// `threads` threads (at least one, at most `partitions`) running `partitions` engines,
+    /// `threads` threads (at least one, at most `partitions`) running `partitions` partitions,
     /// partition `p` on thread `p % threads` to begin with.
     pub(crate) fn start(plans: &[RulePlan], config: &EngineConfig, partitions: usize, threads: usize) -> Lanes {
         let threads = threads.clamp(1, partitions.max(1));
         let placed: Vec<usize> = (0..partitions).map(|p| p % threads).collect();
         let mut lanes = Lanes { work: Vec::new(), done: Vec::new(), threads: Vec::new(), placed: placed.clone() };
         for t in 0..threads {
-            let engines: Vec<Option<Engine>> = (0..partitions)
+            // The router's thread judges the fleet-wide rules ([`super::Runtime`]).
+            let engines: Vec<Option<Partition>> = (0..partitions)
                 .map(|index| {
                     let config =
                         EngineConfig { shard: Shard { index, count: partitions }, clock: None, ..config.clone() };
-                    (placed[index] == t).then(|| Engine::new(plans.to_vec(), config))
+                    (placed[index] == t).then(|| Partition::new(plans.to_vec(), config, false))
                 })
                 .collect();
             let (work_tx, work_rx) = sync_channel::<Job>(DEPTH + 1);
@@ -62,8 +64,8 @@ impl Lanes {
         self.placed[p]
     }
 
-    /// Moves partitions to the threads `to` gives, by partition: their engines leave their
-    /// threads in one round of jobs and join the new ones in the next. The caller has
+    /// Moves partitions to the threads `to` gives, by partition: they leave their threads in
+    /// one round of jobs and join the new ones in the next. The caller has
     /// collected every job in flight.
     pub(crate) fn place(&mut self, to: &[usize]) {
         let moving: Vec<(usize, usize)> =
@@ -77,8 +79,8 @@ impl Lanes {
                 leaving.into_iter().map(|p| (p, engines[p].take().expect("placed here"))).collect::<Vec<_>>()
             });
         }
-        let left: Vec<Vec<(usize, Engine)>> = self.recv(&mut Vec::new());
-        let mut joining: Vec<Vec<(usize, Engine)>> = (0..self.count()).map(|_| Vec::new()).collect();
+        let left: Vec<Vec<(usize, Partition)>> = self.recv(&mut Vec::new());
+        let mut joining: Vec<Vec<(usize, Partition)>> = (0..self.count()).map(|_| Vec::new()).collect();
         for (p, engine) in left.into_iter().flatten() {
             joining[to[p]].push((p, engine));
         }
@@ -93,15 +95,16 @@ impl Lanes {
         self.placed = to.to_vec();
     }
 
-    /// Runs `job(its engines by partition, alerts)` on thread `t`, after the jobs sent to it
+    /// Runs `job(its partitions by number, alerts)` on thread `t`, after the jobs sent to it
     /// before.
     pub(crate) fn send_to<R: Send + 'static>(
         &mut self,
         t: usize,
-        job: impl FnOnce(&mut [Option<Engine>], &mut Vec<Alert>) -> R + Send + 'static,
+        job: impl FnOnce(&mut [Option<Partition>], &mut Vec<Alert>) -> R + Send + 'static,
     ) {
-        let job: Job =
-            Box::new(move |engines: &mut [Option<Engine>], out: &mut Vec<Alert>| Box::new(job(engines, out)) as Reply);
+        let job: Job = Box::new(move |engines: &mut [Option<Partition>], out: &mut Vec<Alert>| {
+            Box::new(job(engines, out)) as Reply
+        });
         if self.work[t].send(job).is_err() {
             self.join_failed();
         }
@@ -157,7 +160,7 @@ pub(crate) fn busiest(load: &[u64], placed: impl Fn(usize) -> usize, threads: us
     total.into_iter().max().unwrap_or(0)
 }
 
-fn run(mut engines: Vec<Option<Engine>>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
+fn run(mut engines: Vec<Option<Partition>>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
     let mut out = Vec::new();
     for job in work {
         let reply = job(&mut engines, &mut out);

@@ -9,13 +9,15 @@
 //!        -> each partition's alerts, merged in detection order
 //! ```
 //!
-//! A keyed partition is the unit of work and of state: an engine that keeps the key groups whose
-//! number modulo the partition count is its index ([`Shard`](crate::engine::Shard)), the same
-//! split a group's keyed topic makes. An event goes only to the partitions that keep a key it
-//! reaches (a series' key and its host's may be two). A fleet-wide rule runs in two stages: its
-//! groups' windows in the partitions of their keys, their summaries judged by a stage two on the
-//! calling thread ([`StageTwo::advance_marks`]). Another rule whose state cannot be split by key
-//! runs whole in the partition of its state's key group.
+//! A keyed partition ([`Partition`]) is the unit of work and of state: an engine that keeps the
+//! key groups whose number modulo the partition count is its index
+//! ([`Shard`](crate::engine::Shard)), the same split a group's keyed topic makes, and the type a
+//! group member runs for each keyed partition it owns. An event goes only to the partitions that
+//! keep a key it reaches (a series' key and its host's may be two). A fleet-wide rule runs in
+//! two stages: its groups' windows in the partitions of their keys, their summaries judged by a
+//! stage two on the calling thread ([`StageTwo::advance_marks`]); in a group, by the stage twos
+//! of the keyed partitions, each judging its peer groups. Another rule whose state cannot be
+//! split by key runs whole in the partition of its state's key group.
 //!
 //! Time is the router's, moved by every event as one engine's would be: no partition judges
 //! lateness on its own, and each moves through the points of time at which the router fired
@@ -29,9 +31,10 @@
 
 use crate::alert::Alert;
 use crate::engine::stage_two::{StageTwo, Summary};
-use crate::engine::{Engine, EngineConfig, EngineError, EngineStats, Snapshot};
+use crate::engine::{Engine, EngineConfig, EngineError, EngineStats};
 use crate::event::{Decoded, Event, Millis};
 use lanes::{balanced, busiest, Lanes, DEPTH};
+pub use partition::Partition;
 use record::{Record, RECORD_VERSION};
 use serde_bytes::ByteBuf;
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +42,7 @@ use std::sync::Arc;
 use vigil_lang::plan::RulePlan;
 
 mod lanes;
+pub mod partition;
 pub mod record;
 
 /// Events routed before a batch goes to the threads, when the caller hands them one by one.
@@ -109,7 +113,8 @@ pub struct Runtime {
 }
 
 enum Inner {
-    One(Box<Engine>),
+    /// One partition, with every key group and the fleet-wide rules whole.
+    One(Box<Partition>),
     Routed(Box<Routed>),
 }
 
@@ -160,10 +165,11 @@ impl Routed {
             let marks = marks.clone();
             self.lanes.send_to(t, move |engines, out| {
                 for (p, event) in items {
-                    engines[p as usize].as_mut().expect("placed here").accept(event);
+                    engines[p as usize].as_mut().expect("placed here").engine_mut().accept(event);
                 }
                 let mut summaries: Vec<(usize, Vec<Summary>)> = Vec::new();
-                for (p, engine) in engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?))) {
+                for (p, partition) in engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?))) {
+                    let engine = partition.engine_mut();
                     engine.release_marks(&marks, out);
                     let closed = engine.take_summaries();
                     if !closed.is_empty() {
@@ -236,12 +242,12 @@ impl Routed {
         out[from..].sort_by_key(|a| a.detected_at);
     }
 
-    /// `job` on every partition's engine (with its partition number), after everything sent
-    /// before, waited for; the replies by partition.
+    /// `job` on every partition (with its number), after everything sent before, waited for;
+    /// the replies by partition.
     fn each<R: Send + 'static>(
         &mut self,
         out: &mut Vec<Alert>,
-        job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
+        job: impl Fn(usize, &mut Partition, &mut Vec<Alert>) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         self.catch_up(out);
         let job = Arc::new(job);
@@ -279,7 +285,7 @@ impl Runtime {
         let partitions = partitions.max(1);
         let two_stage = two_stage && partitions > 1;
         let inner = if partitions == 1 {
-            Inner::One(Box::new(Engine::new(plans.clone(), config.clone())))
+            Inner::One(Box::new(Partition::new(plans.clone(), config.clone(), false)))
         } else {
             let staged = EngineConfig { two_stage, ..config.clone() };
             let lanes = Lanes::start(&plans, &staged, partitions, threads);
@@ -350,7 +356,7 @@ impl Runtime {
     /// What the rules need to see of an event before it is built ([`Engine::gate`]).
     pub fn gate(&self) -> crate::engine::Gate {
         match &self.inner {
-            Inner::One(engine) => engine.gate(),
+            Inner::One(one) => one.engine().gate(),
             Inner::Routed(r) => r.router.gate(),
         }
     }
@@ -366,10 +372,10 @@ impl Runtime {
     fn each<R: Send + 'static>(
         &mut self,
         out: &mut Vec<Alert>,
-        job: impl Fn(usize, &mut Engine, &mut Vec<Alert>) -> R + Send + Sync + 'static,
+        job: impl Fn(usize, &mut Partition, &mut Vec<Alert>) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         match &mut self.inner {
-            Inner::One(engine) => vec![job(0, engine, out)],
+            Inner::One(one) => vec![job(0, one, out)],
             Inner::Routed(r) => r.each(out, job),
         }
     }
@@ -377,7 +383,7 @@ impl Runtime {
     /// Moves time on the router, then tells every partition.
     fn on_router(&mut self, out: &mut Vec<Alert>, step: impl FnOnce(&mut Engine, &mut Vec<Alert>)) {
         match &mut self.inner {
-            Inner::One(engine) => step(engine, out),
+            Inner::One(one) => step(one.engine_mut(), out),
             Inner::Routed(r) => {
                 step(&mut r.router, out);
                 r.send(out);
@@ -391,7 +397,7 @@ impl Runtime {
         let mut late = 0;
         for (i, e) in events.into_iter().enumerate() {
             let taken = match &mut self.inner {
-                Inner::One(engine) => engine.push(e, out),
+                Inner::One(one) => one.engine_mut().push(e, out),
                 Inner::Routed(r) => r.route(Arc::new(e), out),
             };
             if !taken {
@@ -442,12 +448,12 @@ impl Runtime {
             r.stage_two.reload(&plans, &EngineConfig { two_stage: self.two_stage, ..self.config.clone() });
         }
         let plans = Arc::new(plans);
-        self.each(out, move |_, engine, _| engine.reload(plans.to_vec())).swap_remove(0)
+        self.each(out, move |_, partition, _| partition.reload(plans.to_vec())).swap_remove(0)
     }
 
     /// The counters: late and refused events as the router judged them, alerts by partition.
     pub fn stats(&mut self, out: &mut Vec<Alert>) -> EngineStats {
-        let all = self.each(out, |_, engine, _| engine.stats().clone());
+        let all = self.each(out, |_, partition, _| partition.engine().stats().clone());
         match &self.inner {
             Inner::One(_) => all.into_iter().next().unwrap_or_default(),
             Inner::Routed(r) => {
@@ -466,7 +472,7 @@ impl Runtime {
     /// How far time has got: every event up to it is released, or sent to be.
     pub fn watermark(&self) -> Option<Millis> {
         match &self.inner {
-            Inner::One(engine) => engine.watermark(),
+            Inner::One(one) => one.engine().watermark(),
             Inner::Routed(r) => r.router.watermark(),
         }
     }
@@ -476,7 +482,7 @@ impl Runtime {
     pub fn enforce_budget(&mut self, max_bytes: usize, out: &mut Vec<Alert>) -> usize {
         let staged = matches!(&self.inner, Inner::Routed(r) if !r.stage_two.is_empty());
         let share = max_bytes / (self.partitions() + usize::from(staged));
-        let kept: usize = self.each(out, move |_, engine, out| engine.enforce_budget(share, out)).into_iter().sum();
+        let kept: usize = self.each(out, move |_, p, out| p.enforce_budget(share, out)).into_iter().sum();
         match &mut self.inner {
             Inner::Routed(r) if staged => {
                 let from = out.len();
@@ -490,7 +496,7 @@ impl Runtime {
 
     /// Groups, partial matches and active alerts by rule ([`StageTwo::count_live_keys`]).
     pub fn live_keys(&mut self, out: &mut Vec<Alert>) -> BTreeMap<String, usize> {
-        let mut keys = sum(self.each(out, |_, engine, _| Engine::live_keys(engine)));
+        let mut keys = sum(self.each(out, |_, partition, _| partition.live_keys()));
         if let Inner::Routed(r) = &self.inner {
             r.stage_two.count_live_keys(&mut keys);
         }
@@ -498,7 +504,7 @@ impl Runtime {
     }
 
     pub fn evicted(&mut self, out: &mut Vec<Alert>) -> BTreeMap<(String, &'static str), u64> {
-        let mut evicted = sum(self.each(out, |_, engine, _| engine.evicted()));
+        let mut evicted = sum(self.each(out, |_, partition, _| partition.evicted()));
         if let Inner::Routed(r) = &self.inner {
             r.stage_two.count_evicted(&mut evicted);
         }
@@ -516,7 +522,7 @@ impl Runtime {
     /// How far time has got: the newest event's time and the watermark.
     fn time(&self) -> (Option<Millis>, Option<Millis>) {
         match &self.inner {
-            Inner::One(engine) => engine.time(),
+            Inner::One(one) => one.engine().time(),
             Inner::Routed(r) => r.router.time(),
         }
     }
@@ -527,14 +533,14 @@ impl Runtime {
     pub fn checkpoint(&mut self, out: &mut Vec<Alert>) -> Result<Vec<u8>, postcard::Error> {
         if self.previous && !self.two_stage {
             let time = self.time();
-            let parts = self.each(out, move |_, engine, _| {
-                let mut snapshot = engine.snapshot()?;
+            let parts = self.each(out, move |_, partition, _| {
+                let mut snapshot = partition.engine().snapshot()?;
                 snapshot.set_time(time);
                 snapshot.to_bytes().map(ByteBuf::from)
             });
             return Record::previous_layout(parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?);
         }
-        let parts = self.each(out, |_, engine, _| engine.snapshot().and_then(|s| s.to_bytes()).map(ByteBuf::from));
+        let parts = self.each(out, |_, partition, _| partition.snapshot().map(|(bytes, _)| ByteBuf::from(bytes)));
         let parts = parts.into_iter().collect::<Result<Vec<ByteBuf>, _>>()?;
         let (max_ts, watermark) = self.time();
         let stage_two = match &self.inner {
@@ -575,9 +581,7 @@ impl Runtime {
             }
         }
         let parts = Arc::new(record.parts);
-        let restored = self.each(&mut Vec::new(), move |p, engine, _| {
-            Snapshot::from_bytes(&parts[p]).map_err(EngineError::from).and_then(|s| engine.restore(s))
-        });
+        let restored = self.each(&mut Vec::new(), move |p, partition, _| partition.restore(&parts[p], None));
         let mut restored = restored.into_iter().collect::<Result<Vec<_>, _>>()?;
         Ok(restored.swap_remove(0))
     }
@@ -590,8 +594,8 @@ impl Driven for Runtime {
 
     fn take(&mut self, decoded: Decoded, out: &mut Vec<Alert>) {
         match &mut self.inner {
-            Inner::One(engine) => {
-                engine.take(decoded, out);
+            Inner::One(one) => {
+                one.engine_mut().take(decoded, out);
             }
             Inner::Routed(r) => {
                 match decoded {
@@ -610,8 +614,8 @@ impl Driven for Runtime {
     }
 
     fn recycle_into(&mut self, pool: &mut crate::event::EventPool) {
-        if let Inner::One(engine) = &mut self.inner {
-            engine.recycle_into(pool);
+        if let Inner::One(one) = &mut self.inner {
+            one.engine_mut().recycle_into(pool);
         }
     }
 
@@ -622,7 +626,7 @@ impl Driven for Runtime {
 
     fn stats(&self) -> EngineStats {
         match &self.inner {
-            Inner::One(engine) => engine.stats().clone(),
+            Inner::One(one) => one.engine().stats().clone(),
             Inner::Routed(_) => self.flushed.clone(),
         }
     }

@@ -1,6 +1,7 @@
-//! One partition of a group's keyed topic, as the instance that owns it runs it: an engine that
-//! keeps the key groups of the partition, fed the events forwarded to it, with time moved on by
-//! the progress of every upstream partition.
+//! One partition of a group's keyed topic, as the instance that owns it runs it: the runtime's
+//! [`Partition`] (an engine that keeps the partition's key groups, and the stage two of its
+//! peer groups), fed the events forwarded to it, with time moved on by the progress of every
+//! upstream partition. What is here is the Kafka exchange's side of it.
 //!
 //! Events reach a keyed partition from every input partition, interleaved as the forwarders
 //! happen to send them, and again after a forwarder's partition moves to another instance (which
@@ -13,19 +14,19 @@
 //!   it to ([`super::ends`]); when every one is idle, time moves to the newest of them.
 //!
 //! A keyed partition is also a stage one and a stage two of the fleet-wide rules
-//! ([`vigil_engine::engine::stage_two`]): its engine summarises their windows, which go to the stage
-//! two of their peer group in another keyed partition (or this one), and it reports how far its
-//! engine has got to every partition, after the summaries.
+//! ([`vigil_engine::engine::stage_two`]): its engine summarises their windows, which go through
+//! the topic to the stage two of their peer group in another keyed partition (or this one), and
+//! it reports how far its engine has got to every partition, after the summaries.
 
 use crate::store::{Fence, PartitionCheckpoint};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use vigil_engine::alert::Alert;
-use vigil_engine::engine::snapshot::Snapshot;
-use vigil_engine::engine::stage_two::{self, StageTwo, Summary, TookSummary};
-use vigil_engine::engine::{Engine, EngineConfig, EngineError};
+use vigil_engine::engine::stage_two::{Summary, TookSummary};
+use vigil_engine::engine::{EngineConfig, EngineError};
 use vigil_engine::event::{Event, LineDecoder, Millis};
+use vigil_engine::runtime::Partition;
 use vigil_lang::plan::RulePlan;
 use vigil_lang::schema::Stream;
 
@@ -166,8 +167,8 @@ pub enum PartitionStateError {
 
 pub struct KeyedPartition {
     pub fence: Fence,
-    engine: Engine,
-    stage_two: StageTwo,
+    /// The partition's engine and the stage two of its peer groups.
+    partition: Partition,
     /// Summaries for stage two to send, by keyed partition: the member sends them.
     outgoing: Vec<(i32, Vec<u8>)>,
     /// The engine's watermark as last reported to the stage twos.
@@ -206,10 +207,9 @@ impl KeyedPartition {
         let config = EngineConfig { lateness_ms: HELD, clock: None, ..config.clone() };
         let mut p = KeyedPartition {
             fence,
-            stage_two: StageTwo::new(&plans, &config, config.shard.count as u32),
+            partition: Partition::new(plans, config, true),
             outgoing: Vec::new(),
             reported: None,
-            engine: Engine::new(plans, config),
             kept: Kept::default(),
             late_seen: BTreeMap::new(),
             queued: Vec::new(),
@@ -230,12 +230,7 @@ impl KeyedPartition {
 
     fn restore(&mut self, c: &PartitionCheckpoint) -> Result<(), PartitionStateError> {
         self.kept = serde_json::from_str(&c.state)?;
-        let at = self.kept.stage_two_at.unwrap_or(c.snapshot.len()).min(c.snapshot.len());
-        let snapshot = Snapshot::from_bytes(&c.snapshot[..at]).map_err(EngineError::from)?;
-        self.engine.restore(snapshot)?;
-        if self.kept.stage_two_at.is_some() {
-            self.stage_two.restore(&c.snapshot[at..]).map_err(EngineError::from)?;
-        }
+        self.partition.restore(&c.snapshot, self.kept.stage_two_at)?;
         Ok(())
     }
 
@@ -243,12 +238,8 @@ impl KeyedPartition {
     /// keeps is past them.
     pub fn checkpoint(&mut self) -> Result<PartitionCheckpoint, PartitionStateError> {
         self.take_queued();
-        let mut snapshot = self.engine.snapshot().and_then(|s| s.to_bytes()).map_err(EngineError::from)?;
-        self.kept.stage_two_at = None;
-        if !self.stage_two.is_empty() {
-            self.kept.stage_two_at = Some(snapshot.len());
-            snapshot.extend(self.stage_two.snapshot().map_err(EngineError::from)?);
-        }
+        let (snapshot, stage_two_at) = self.partition.snapshot().map_err(EngineError::from)?;
+        self.kept.stage_two_at = stage_two_at;
         let state = serde_json::to_string(&self.kept)?;
         Ok(PartitionCheckpoint { snapshot, state })
     }
@@ -257,14 +248,15 @@ impl KeyedPartition {
     /// moves its time to `to`: what it raises goes to `out`. The fleet-wide rules' summaries of
     /// it are dropped: history does not reach the stage twos, which judge live windows.
     pub fn take_history(&mut self, events: Vec<Event>, to: Option<Millis>, max_bytes: usize, out: &mut Vec<Alert>) {
+        let engine = self.partition.engine_mut();
         for event in events {
-            self.engine.push(event, out);
+            engine.push(event, out);
         }
-        if let Some(to) = to.filter(|t| self.engine.watermark().is_none_or(|w| *t > w)) {
-            self.engine.release_to(to, out);
+        if let Some(to) = to.filter(|t| engine.watermark().is_none_or(|w| *t > w)) {
+            engine.release_to(to, out);
         }
-        drop(self.engine.take_summaries());
-        self.engine.enforce_budget(max_bytes, out);
+        drop(engine.take_summaries());
+        engine.enforce_budget(max_bytes, out);
         self.dirty = true;
     }
 
@@ -319,25 +311,17 @@ impl KeyedPartition {
         self.take_queued();
         self.advance(inputs, ends);
         self.summarise();
-        self.stage_two.advance(&mut self.out);
+        self.partition.judge(&mut self.out);
     }
 
     /// The engine's summaries as records, by the keyed partition of their operator and peer
     /// group.
     fn summarise(&mut self) {
-        let partitions = self.engine.config().shard.count.max(1) as u32;
-        for summary in self.engine.take_summaries() {
-            let mut by_partition: BTreeMap<i32, Vec<_>> = BTreeMap::new();
-            for g in summary.groups {
-                by_partition.entry(stage_two::partition_of(&summary.op, &g.peers, partitions)).or_default().push(g);
-            }
-            for (partition, groups) in by_partition {
-                let summary = Summary { op: summary.op.clone(), end: summary.end, groups };
-                let record = SummaryRecord { source: self.fence.partition, summary };
-                match postcard::to_stdvec(&record) {
-                    Ok(bytes) => self.outgoing.push((partition, bytes)),
-                    Err(e) => tracing::error!(error = %e, "a summary cannot be encoded"),
-                }
+        for (partition, summary) in self.partition.summaries_by_partition() {
+            let record = SummaryRecord { source: self.fence.partition, summary };
+            match postcard::to_stdvec(&record) {
+                Ok(bytes) => self.outgoing.push((partition, bytes)),
+                Err(e) => tracing::error!(error = %e, "a summary cannot be encoded"),
             }
         }
     }
@@ -350,7 +334,7 @@ impl KeyedPartition {
     /// A report for every stage two of how far this partition's stage one has got, when it
     /// got further since the last one (none when the rules have no stage two).
     pub fn stage_report(&mut self) -> Option<Vec<u8>> {
-        let watermark = self.engine.watermark().filter(|_| !self.stage_two.is_empty())?;
+        let watermark = self.partition.engine().watermark().filter(|_| self.partition.judges())?;
         if self.reported.is_some_and(|r| r >= watermark) {
             return None;
         }
@@ -370,7 +354,7 @@ impl KeyedPartition {
                     }
                 },
                 Queued::Summary(bytes) => match postcard::from_bytes::<SummaryRecord>(&bytes) {
-                    Ok(r) => match self.stage_two.take(r.source, r.summary) {
+                    Ok(r) => match self.partition.take_summary(r.source, r.summary) {
                         TookSummary::Taken => self.tally.summaries += 1,
                         TookSummary::Duplicate => self.tally.duplicates += 1,
                         TookSummary::Unknown => tracing::debug!(source = r.source, "a summary of a rule not run here"),
@@ -381,7 +365,7 @@ impl KeyedPartition {
                     }
                 },
                 Queued::Stage(bytes) => match postcard::from_bytes::<StageReport>(&bytes) {
-                    Ok(r) => self.stage_two.report(r.source, r.watermark),
+                    Ok(r) => self.partition.report(r.source, r.watermark),
                     Err(e) => {
                         self.tally.unreadable += 1;
                         tracing::warn!(error = %e, "a stage report that cannot be read");
@@ -447,7 +431,7 @@ impl KeyedPartition {
         let mut took = Vec::with_capacity(events.len());
         for event in events {
             let ts = event.ts;
-            if self.engine.push(event, &mut self.out) {
+            if self.partition.engine_mut().push(event, &mut self.out) {
                 took.push(Took::Taken);
                 continue;
             }
@@ -455,7 +439,7 @@ impl KeyedPartition {
                 partition = self.fence.partition,
                 offset,
                 ts,
-                watermark = ?self.engine.watermark(),
+                watermark = ?self.partition.engine().watermark(),
                 upstream = ?self.kept.upstream,
                 "a forwarded event is late"
             );
@@ -467,7 +451,7 @@ impl KeyedPartition {
     /// The late events of each rule since the last call.
     fn late_since(&mut self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        for (rule, n) in &self.engine.stats().late_by_rule {
+        for (rule, n) in &self.partition.engine().stats().late_by_rule {
             let before = self.late_seen.insert(rule.clone(), *n).unwrap_or(0);
             if *n > before {
                 out.push((rule.clone(), n - before));
@@ -548,15 +532,15 @@ impl KeyedPartition {
                 self.claim = None;
             }
         }
-        let now = self.engine.watermark().max(target);
+        let now = self.watermark().max(target);
         if self.claim.is_none() {
             if let Some((to, idle)) = self.idle_target(inputs).filter(|(to, _)| now.is_none_or(|w| *to > w)) {
                 self.claim = Some(Claim { to, idle, since: Instant::now() });
             }
         }
         if let Some(target) = target {
-            if self.engine.watermark().is_none_or(|w| target > w) {
-                self.engine.release_to(target, &mut self.out);
+            if self.watermark().is_none_or(|w| target > w) {
+                self.partition.engine_mut().release_to(target, &mut self.out);
                 self.dirty = true;
             }
         }
@@ -568,45 +552,33 @@ impl KeyedPartition {
     }
 
     pub fn watermark(&self) -> Option<Millis> {
-        self.engine.watermark()
+        self.partition.engine().watermark()
     }
 
     pub fn reload(&mut self, plans: Vec<RulePlan>) -> Vec<String> {
         self.dirty = true;
-        self.stage_two.reload(&plans, self.engine.config());
-        self.engine.reload(plans)
+        self.partition.reload(plans)
     }
 
     pub fn state_bytes(&self) -> usize {
-        self.engine.state_bytes() + self.stage_two.state_bytes()
+        self.partition.state_bytes()
     }
 
-    /// Keeps the partition's state under `max_bytes`; the self-alerts that say what was dropped
-    /// go with the partition's alerts. Its stage two (when fleet-wide rules run in two stages)
-    /// gets the part a single instance gives its own: of `K` keyed partitions, `1 / (K + 1)`,
-    /// so that the stage twos together keep as much as one partition
-    /// ([`vigil_engine::runtime::Runtime::enforce_budget`]). Returns the estimate after.
+    /// Keeps the partition's state under `max_bytes` ([`Partition::enforce_budget`]); the
+    /// self-alerts that say what was dropped go with the partition's alerts. Returns the
+    /// estimate after.
     pub fn enforce_budget(&mut self, max_bytes: usize) -> usize {
-        if self.stage_two.is_empty() {
-            return self.engine.enforce_budget(max_bytes, &mut self.out);
-        }
-        let judging = max_bytes / (self.engine.config().shard.count.max(1) + 1);
-        self.engine.enforce_budget(max_bytes - judging, &mut self.out)
-            + self.stage_two.enforce_budget(judging, &mut self.out)
+        self.partition.enforce_budget(max_bytes, &mut self.out)
     }
 
-    /// Groups, partial matches and active alerts by rule ([`StageTwo::count_live_keys`]).
+    /// Groups, partial matches and active alerts by rule.
     pub fn live_keys(&self) -> BTreeMap<String, usize> {
-        let mut keys = self.engine.live_keys();
-        self.stage_two.count_live_keys(&mut keys);
-        keys
+        self.partition.live_keys()
     }
 
     /// Keys dropped so far by the state limits, by rule and reason.
     pub fn evicted(&self) -> BTreeMap<(String, &'static str), u64> {
-        let mut evicted = self.engine.evicted();
-        self.stage_two.count_evicted(&mut evicted);
-        evicted
+        self.partition.evicted()
     }
 }
 
