@@ -35,7 +35,7 @@ impl Lanes {
         let mut lanes = Lanes { work: Vec::new(), done: Vec::new(), threads: Vec::new(), placed: placed.clone() };
         for t in 0..threads {
             // The router's thread judges the fleet-wide rules ([`super::Runtime`]).
-            let engines: Vec<Option<Partition>> = (0..partitions)
+            let held: Vec<Option<Partition>> = (0..partitions)
                 .map(|index| {
                     let config =
                         EngineConfig { shard: Shard { index, count: partitions }, clock: None, ..config.clone() };
@@ -46,7 +46,7 @@ impl Lanes {
             let (done_tx, done_rx) = sync_channel(DEPTH + 1);
             let thread = std::thread::Builder::new()
                 .name(format!("vigil-worker-{t}"))
-                .spawn(move || run(engines, work_rx, done_tx))
+                .spawn(move || run(held, work_rx, done_tx))
                 .expect("a worker thread starts");
             lanes.work.push(work_tx);
             lanes.done.push(done_rx);
@@ -75,19 +75,19 @@ impl Lanes {
         }
         for t in 0..self.count() {
             let leaving: Vec<usize> = moving.iter().filter(|m| m.1 == t).map(|m| m.0).collect();
-            self.send_to(t, move |engines, _| {
-                leaving.into_iter().map(|p| (p, engines[p].take().expect("placed here"))).collect::<Vec<_>>()
+            self.send_to(t, move |held, _| {
+                leaving.into_iter().map(|p| (p, held[p].take().expect("placed here"))).collect::<Vec<_>>()
             });
         }
         let left: Vec<Vec<(usize, Partition)>> = self.recv(&mut Vec::new());
         let mut joining: Vec<Vec<(usize, Partition)>> = (0..self.count()).map(|_| Vec::new()).collect();
-        for (p, engine) in left.into_iter().flatten() {
-            joining[to[p]].push((p, engine));
+        for (p, partition) in left.into_iter().flatten() {
+            joining[to[p]].push((p, partition));
         }
         for (t, arriving) in joining.into_iter().enumerate() {
-            self.send_to(t, move |engines, _| {
-                for (p, engine) in arriving {
-                    engines[p] = Some(engine);
+            self.send_to(t, move |held, _| {
+                for (p, partition) in arriving {
+                    held[p] = Some(partition);
                 }
             });
         }
@@ -102,9 +102,8 @@ impl Lanes {
         t: usize,
         job: impl FnOnce(&mut [Option<Partition>], &mut Vec<Alert>) -> R + Send + 'static,
     ) {
-        let job: Job = Box::new(move |engines: &mut [Option<Partition>], out: &mut Vec<Alert>| {
-            Box::new(job(engines, out)) as Reply
-        });
+        let job: Job =
+            Box::new(move |held: &mut [Option<Partition>], out: &mut Vec<Alert>| Box::new(job(held, out)) as Reply);
         if self.work[t].send(job).is_err() {
             self.join_failed();
         }
@@ -160,10 +159,10 @@ pub(crate) fn busiest(load: &[u64], placed: impl Fn(usize) -> usize, threads: us
     total.into_iter().max().unwrap_or(0)
 }
 
-fn run(mut engines: Vec<Option<Partition>>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
+fn run(mut held: Vec<Option<Partition>>, work: Receiver<Job>, done: SyncSender<(Vec<Alert>, Reply)>) {
     let mut out = Vec::new();
     for job in work {
-        let reply = job(&mut engines, &mut out);
+        let reply = job(&mut held, &mut out);
         if done.send((std::mem::take(&mut out), reply)).is_err() {
             return;
         }

@@ -163,12 +163,12 @@ impl Routed {
         for t in 0..self.lanes.count() {
             let items = std::mem::take(&mut self.pending[t]);
             let marks = marks.clone();
-            self.lanes.send_to(t, move |engines, out| {
+            self.lanes.send_to(t, move |held, out| {
                 for (p, event) in items {
-                    engines[p as usize].as_mut().expect("placed here").engine_mut().accept(event);
+                    held[p as usize].as_mut().expect("placed here").engine_mut().accept(event);
                 }
                 let mut summaries: Vec<(usize, Vec<Summary>)> = Vec::new();
-                for (p, partition) in engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?))) {
+                for (p, partition) in held.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?))) {
                     let engine = partition.engine_mut();
                     engine.release_marks(&marks, out);
                     let closed = engine.take_summaries();
@@ -253,9 +253,9 @@ impl Routed {
         let job = Arc::new(job);
         for t in 0..self.lanes.count() {
             let job = job.clone();
-            self.lanes.send_to(t, move |engines, out| {
-                let placed = engines.iter_mut().enumerate().filter_map(|(p, e)| Some((p, e.as_mut()?)));
-                placed.map(|(p, e)| (p, job(p, e, out))).collect::<Vec<(usize, R)>>()
+            self.lanes.send_to(t, move |held, out| {
+                let placed = held.iter_mut().enumerate().filter_map(|(p, h)| Some((p, h.as_mut()?)));
+                placed.map(|(p, partition)| (p, job(p, partition, out))).collect::<Vec<(usize, R)>>()
             });
         }
         let by_thread: Vec<Vec<(usize, R)>> = self.lanes.recv(out);
