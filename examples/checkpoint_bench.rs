@@ -242,7 +242,7 @@ async fn postgres_growth(a: &Args, url: &str, whole: &[u8]) {
             sqlx::query_as("SELECT pg_total_relation_size('checkpoints')").fetch_one(&pool).await.expect("size");
         let (toast_dead, vacuums): (i64, i64) = sqlx::query_as(
             "WITH t AS (SELECT n_dead_tup, autovacuum_count FROM pg_stat_all_tables \
-             WHERE relid = (SELECT reltoastrelid FROM pg_class WHERE relname = 'checkpoints')) \
+             WHERE relid = (SELECT reltoastrelid FROM pg_class WHERE oid = 'checkpoints'::regclass)) \
              SELECT coalesce((SELECT n_dead_tup FROM t), 0), coalesce((SELECT autovacuum_count FROM t), 0)",
         )
         .fetch_one(&pool)
@@ -257,7 +257,9 @@ async fn postgres_growth(a: &Args, url: &str, whole: &[u8]) {
             mb(size as usize),
             size as f64 / whole.len() as f64
         );
-        tokio::time::sleep(std::time::Duration::from_secs(a.every_s)).await;
+        if n < a.writes {
+            tokio::time::sleep(std::time::Duration::from_secs(a.every_s)).await;
+        }
     }
     println!(
         "  PostgreSQL, {} writes {} s apart: the table at most {:.1} MB, {:.1} checkpoints",

@@ -211,8 +211,8 @@ fn the_previous_layout_is_what_the_build_before_reads() {
 /// Records restore on any number of threads and go on like the uninterrupted run.
 /// `tests/data/checkpoint/records` holds one written by d7638cb: four keyed partitions and the
 /// fleet-wide rules' stage two beside them (record version 1), after the first 3,000 lines of
-/// the sample pushed in batches of 500, over a copy of the rules shipped then.
-/// `VIGIL_WRITE_RECORD=1` wrote it.
+/// the sample pushed in batches of 500 to `Runtime::new(plans, 4 partitions, 2 threads)`, over
+/// a copy of the rules shipped then. It is never written again: a later build must read it.
 #[test]
 fn records_of_an_earlier_build_restore_and_go_on() {
     const RECORD: &str = "tests/data/checkpoint/records/record-v1-4.bin";
@@ -220,11 +220,6 @@ fn records_of_an_earlier_build_restore_and_go_on() {
     assert!(set.is_ok(), "{}", set.render(false));
     let events = events();
     let config = EngineConfig::default();
-    if std::env::var_os("VIGIL_WRITE_RECORD").is_some() {
-        let mut four = Runtime::new(set.plans(), config.clone(), 4, 2);
-        through(&mut four, &events[..CUT], &mut Vec::new());
-        std::fs::write(RECORD, four.checkpoint(&mut Vec::new()).expect("a checkpoint")).expect("write the record");
-    }
     let (_, mut whole) = uninterrupted(&set, &events);
     let judged = whole.iter().filter(|a| ["straggler_task", "machine_load_outlier"].contains(&&*a.rule)).count();
     assert!(judged > 0, "fleet-wide rules, judged in a stage two, fire after the checkpoint");

@@ -41,6 +41,9 @@ pub enum TlsError {
     Key { path: PathBuf, error: pem::Error },
     #[error("{} and {} do not make a certificate and its key: {error}", cert.display(), key.display())]
     Pair { cert: PathBuf, key: PathBuf, error: tokio_rustls::rustls::Error },
+    /// The TLS library refused its own protocol versions: no fault of the files.
+    #[error("TLS cannot be set up: {0}")]
+    Provider(tokio_rustls::rustls::Error),
 }
 
 /// A rustls server configuration of the PEM certificate chain at `cert` and key at `key`.
@@ -58,7 +61,7 @@ fn config(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(pair)?
+        .map_err(TlsError::Provider)?
         .with_no_client_auth()
         .with_single_cert(chain, key_der)
         .map_err(pair)?;

@@ -4,9 +4,9 @@
 //! peer groups that fall to it ([`stage_two::partition_of`]).
 //!
 //! The exchange around it differs by mode, the partition does not:
-//! - in one process ([`super::Runtime`]) partitions run on the runtime's threads; their
-//!   windows' summaries go to the one stage two on the router's thread, and time comes as the
-//!   router's marks;
+//! - in one process ([`super::Runtime`]) partitions run on the runtime's threads (a lone one on
+//!   the caller's); their windows' summaries go to the one stage two on the router's thread,
+//!   and time comes as the router's marks;
 //! - in a group (`--kafka-join-group`) each keyed partition of the group's topic is one, run
 //!   by the member that owns it; summaries go through the topic to the partition of their peer
 //!   group, and time comes from every upstream partition's progress.

@@ -1,5 +1,6 @@
-//! The rules of a running service: the folder, loaded as a [`RuleSet`], reloaded when it
-//! changes (checked every second) or on SIGHUP, and changed through the API.
+//! The rules of a running service: the folder, loaded as a
+//! [`RuleSet`](vigil_lang::ruleset::RuleSet), reloaded when it changes (checked every second)
+//! or on SIGHUP, and changed through the API.
 //!
 //! Every change compiles the whole folder as it would be: if any file has a problem the running
 //! rules stay as they are (the problems are answered, or logged and counted). A rule changed
