@@ -57,14 +57,13 @@ fn config(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
     }
     let key_der =
         PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|error| TlsError::Key { path: key.into(), error })?;
-    let pair = |error| TlsError::Pair { cert: cert.into(), key: key.into(), error };
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Provider)?
         .with_no_client_auth()
         .with_single_cert(chain, key_der)
-        .map_err(pair)?;
+        .map_err(|error| TlsError::Pair { cert: cert.into(), key: key.into(), error })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }

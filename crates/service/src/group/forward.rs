@@ -240,7 +240,12 @@ impl Forwarder {
             tracing::debug!(error = %e, "records sent are still on their way");
             return false;
         }
-        self.producer.context().failed.load(Ordering::Relaxed) == 0
+        !self.lost()
+    }
+
+    /// Whether the broker refused a record sent.
+    fn lost(&self) -> bool {
+        self.producer.context().failed.load(Ordering::Relaxed) > 0
     }
 
     fn send(&self, partition: i32, payload: &[u8], headers: OwnedHeaders) {
@@ -304,12 +309,10 @@ impl Forwarder {
     /// committed while records are on their way, nor after a record was lost, so that the next
     /// owner reads them again.
     pub fn commit<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>, only: Option<(&str, i32)>, mode: CommitMode) {
-        if let Err(e) = self.producer.flush(DELIVERY_WAIT) {
-            tracing::debug!(error = %e, "forwarded records are still on their way; offsets not committed yet");
-            return;
-        }
-        if self.producer.context().failed.load(Ordering::Relaxed) > 0 {
-            tracing::error!("a forwarded record was lost: offsets are no longer committed, so that the input is read again after a restart");
+        if !self.delivered() {
+            if self.lost() {
+                tracing::error!("a forwarded record was lost: offsets are no longer committed, so that the input is read again after a restart");
+            }
             return;
         }
         let mut list = TopicPartitionList::new();
