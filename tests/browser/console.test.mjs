@@ -97,12 +97,16 @@ test('the page lists the alerts of the replayed sample', async () => {
 
 test('an event posted to the API that fires a rule shows within 2 s, without reload', async () => {
   const before = new Set(await page.locator('#alerts tbody tr[data-rule="evicted_then_failed"]').evaluateAll((r) => r.map((x) => x.dataset.id)));
-  // An eviction and a failure on another machine (evicted_then_failed), then a sample that
-  // moves event time past the allowed lateness (5 s), so that the engine takes both now.
+  // An eviction and a failure on another machine (evicted_then_failed), then events that move
+  // event time past the allowed lateness (5 s), so that the engine takes both at once. Time
+  // follows the slowest source, and the task events pushed over HTTP are one source, a metric
+  // series another: each must move on. With only the sample, the task events' source would
+  // hold time, and the pair would wait for the engine's idle release (1 s).
   const now = Date.now();
   const lines = [
     { stream: 'task_event', ts: now - 10000, type: 'EVICT', job_id: 'console', task_index: 0, machine_id: 'mA' },
     { stream: 'task_event', ts: now - 9000, type: 'FAIL', job_id: 'console', task_index: 0, machine_id: 'mB' },
+    { stream: 'task_event', ts: now, type: 'FINISH', job_id: 'console', task_index: 1, machine_id: 'mA' },
     { stream: 'metric', ts: now, host: 'console', name: 'cpu', value: 1 },
   ].map((e) => JSON.stringify(e)).join('\n');
   const navigations = [];
