@@ -7,12 +7,13 @@
 //!                       '--> metrics every second (live keys, evictions, state size)
 //! ```
 //!
-//! Every `checkpoint_every` (and when the inputs close) the engine's state goes to the writer
-//! behind the alerts it produced, with the next position of every source it covers, so the
-//! store never holds a checkpoint ahead of its alerts.
+//! Every `checkpoint_every` or further apart ([`crate::pacing`]), and when the inputs close,
+//! the engine's state goes to the writer behind the alerts it produced, with the next position
+//! of every source it covers, so the store never holds a checkpoint ahead of its alerts.
 
 use super::event_time::{Origin, Slowest, SourceClocks};
 use super::idle::Idle;
+use super::pacing::CheckpointPacing;
 use super::position::{Position, HTTP_SOURCE};
 use super::telemetry::Telemetry;
 use std::collections::BTreeMap;
@@ -25,14 +26,6 @@ use vigil_engine::event::now_ms;
 use vigil_engine::event::{Event, Millis};
 use vigil_engine::runtime::Runtime;
 use vigil_lang::plan::RulePlan;
-
-/// How many times its cost the next checkpoint waits at least: the snapshot on this thread and
-/// the writer's store of it, so that checkpoints take at most a tenth of either thread. A
-/// checkpoint is the whole state (2.5 s for 25,000 series at full history, about 25 for
-/// 250,000); what comes between two is kept by its source (Kafka, the ingest log, the file) and
-/// read again after a crash, so the input since the last checkpoint is its delta, already
-/// written once (BENCHMARKS.md, "Checkpoints at full history").
-const CHECKPOINT_SPACING: u32 = 10;
 
 /// Events waiting for the engine; sources block when it is full.
 pub const INPUT_CAPACITY: usize = 16_384;
@@ -102,8 +95,9 @@ pub struct EngineHealth {
     stalled_ms: AtomicU64,
     /// The estimated state size, in bytes.
     pub state_bytes: AtomicU64,
-    /// How long (ms) the writer took to store the last checkpoint: the next is spaced by it.
-    pub checkpoint_stored_ms: AtomicU64,
+    /// How long (ms) the writer has taken to store checkpoints, in total: the next ones are
+    /// spaced by it ([`crate::pacing`]).
+    pub checkpoint_store_ms: AtomicU64,
     /// Why this instance does not process, when it does not (a group member whose rules
     /// differ from its group's).
     held: std::sync::RwLock<Option<String>>,
@@ -116,7 +110,7 @@ impl Default for EngineHealth {
             watermark: AtomicI64::new(i64::MIN),
             stalled_ms: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
-            checkpoint_stored_ms: AtomicU64::new(0),
+            checkpoint_store_ms: AtomicU64::new(0),
             held: Default::default(),
         }
     }
@@ -235,9 +229,7 @@ struct Running {
     mid_request: bool,
     /// What the sources last let time move to ([`Slowest`]: `None` when free).
     slowest: Option<Millis>,
-    last_checkpoint: Instant,
-    /// How long the last checkpoint's snapshot took.
-    last_snapshot: Duration,
+    pacing: CheckpointPacing,
     last_gauges: Instant,
 }
 
@@ -278,7 +270,7 @@ impl EngineLoop {
                         break;
                     }
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
-                    let checkpoint_due = r.last_checkpoint.elapsed() >= self.checkpoint_spacing(&r);
+                    let checkpoint_due = r.pacing.due(&self.health);
                     if rx.is_empty() || checkpoint_due {
                         // Nothing queued behind: the batches in flight are waited for, so that
                         // the alerts of a quiet stream are not held back.
@@ -295,7 +287,7 @@ impl EngineLoop {
                         return;
                     }
                     if checkpoint_due {
-                        r.last_checkpoint = Instant::now();
+                        r.pacing.begin(&self.health);
                         if let Some(c) = self.checkpoint(&mut r) {
                             // Alerts raised while the snapshot was taken go to the writer first:
                             // a stored checkpoint must never be ahead of its alerts.
@@ -346,8 +338,7 @@ impl EngineLoop {
             ),
             mid_request: false,
             slowest: None,
-            last_checkpoint: Instant::now(),
-            last_snapshot: Duration::ZERO,
+            pacing: CheckpointPacing::new(self.checkpoint_every, Instant::now()),
             last_gauges: Instant::now(),
         }
     }
@@ -497,23 +488,13 @@ impl EngineLoop {
         }
     }
 
-    /// The least time between two checkpoints: `--checkpoint-interval`, or longer when the last
-    /// one cost more than a tenth of that.
-    fn checkpoint_spacing(&self, r: &Running) -> Duration {
-        let stored = Duration::from_millis(self.health.checkpoint_stored_ms.load(Ordering::Relaxed));
-        self.checkpoint_every.max((r.last_snapshot + stored) * CHECKPOINT_SPACING)
-    }
-
     fn checkpoint(&mut self, r: &mut Running) -> Option<Output> {
         let started = Instant::now();
         match self.engine.checkpoint(&mut r.out) {
             Ok(bytes) => {
-                r.last_snapshot = started.elapsed();
-                self.telemetry
-                    .checkpoint
-                    .seconds
-                    .with_label_values(&["snapshot"])
-                    .observe(r.last_snapshot.as_secs_f64());
+                let took = started.elapsed();
+                r.pacing.snapshot_took(took);
+                self.telemetry.checkpoint.seconds.with_label_values(&["snapshot"]).observe(took.as_secs_f64());
                 self.telemetry.checkpoint.bytes.set(bytes.len() as i64);
                 let mut next: Vec<Position> = r
                     .positions

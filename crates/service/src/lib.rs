@@ -20,6 +20,7 @@ pub mod history;
 pub mod idle;
 pub mod ingest_log;
 pub mod kafka;
+pub mod pacing;
 pub mod position;
 pub mod redact;
 pub mod resent;

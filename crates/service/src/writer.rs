@@ -317,7 +317,9 @@ impl Writer {
         let started = std::time::Instant::now();
         let saved = self.store.save_partition_checkpoint(&save.fence, &save.checkpoint, vigil_engine::event::now_ms());
         let saved = saved.await;
-        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
+        self.engine_health.checkpoint_store_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
         match saved {
             Ok(true) => {
                 self.stored_again();
@@ -351,7 +353,7 @@ impl Writer {
         let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
         let took = started.elapsed();
         self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
-        self.engine_health.checkpoint_stored_ms.store(took.as_millis() as u64, Ordering::Relaxed);
+        self.engine_health.checkpoint_store_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
         if let Err(e) = saved {
             self.failed_now();
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
