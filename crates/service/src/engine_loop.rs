@@ -95,9 +95,9 @@ pub struct EngineHealth {
     stalled_ms: AtomicU64,
     /// The estimated state size, in bytes.
     pub state_bytes: AtomicU64,
-    /// How long (ms) the writer has taken to store checkpoints, in total: the next ones are
+    /// How long (µs) the writer has taken to store checkpoints, in total: the next ones are
     /// spaced by it ([`crate::pacing`]).
-    pub checkpoint_store_ms: AtomicU64,
+    pub checkpoint_store_us: AtomicU64,
     /// Why this instance does not process, when it does not (a group member whose rules
     /// differ from its group's).
     held: std::sync::RwLock<Option<String>>,
@@ -110,13 +110,23 @@ impl Default for EngineHealth {
             watermark: AtomicI64::new(i64::MIN),
             stalled_ms: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
-            checkpoint_store_ms: AtomicU64::new(0),
+            checkpoint_store_us: AtomicU64::new(0),
             held: Default::default(),
         }
     }
 }
 
 impl EngineHealth {
+    /// The writer's time in the checkpoints it stored, in total, in microseconds.
+    pub fn checkpoint_stored(&self) -> u64 {
+        self.checkpoint_store_us.load(Ordering::Relaxed)
+    }
+
+    /// The writer stored a checkpoint (or a keyed partition's) in `took`.
+    pub fn checkpoint_stored_in(&self, took: Duration) {
+        self.checkpoint_store_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// Why this instance does not process, if it does not.
     pub fn held(&self) -> Option<String> {
         self.held.read().ok().and_then(|h| h.clone())
@@ -270,7 +280,7 @@ impl EngineLoop {
                         break;
                     }
                     self.health.inputs.fetch_add(n, Ordering::Relaxed);
-                    let checkpoint_due = r.pacing.due(&self.health);
+                    let checkpoint_due = r.pacing.due(Instant::now(), self.health.checkpoint_stored());
                     if rx.is_empty() || checkpoint_due {
                         // Nothing queued behind: the batches in flight are waited for, so that
                         // the alerts of a quiet stream are not held back.
@@ -287,7 +297,7 @@ impl EngineLoop {
                         return;
                     }
                     if checkpoint_due {
-                        r.pacing.begin(&self.health);
+                        r.pacing.begin(Instant::now(), self.health.checkpoint_stored());
                         if let Some(c) = self.checkpoint(&mut r) {
                             // Alerts raised while the snapshot was taken go to the writer first:
                             // a stored checkpoint must never be ahead of its alerts.
@@ -338,7 +348,7 @@ impl EngineLoop {
             ),
             mid_request: false,
             slowest: None,
-            pacing: CheckpointPacing::new(self.checkpoint_every, Instant::now()),
+            pacing: CheckpointPacing::new(self.checkpoint_every, Instant::now(), self.health.checkpoint_stored()),
             last_gauges: Instant::now(),
         }
     }

@@ -4,11 +4,15 @@
 //! 250,000); what comes between two is kept by its source (Kafka, the ingest log, the file) and
 //! read again after a crash, so the input since the last checkpoint is its delta, already
 //! written once (BENCHMARKS.md, "Checkpoints at full history"). Checkpoints are therefore
-//! spaced by their cost: `--checkpoint-interval` apart, or further when the last one's
-//! snapshots and the writer's store of them took more than a tenth of that.
+//! spaced by their cost: `--checkpoint-interval` apart, or further when a checkpoint's
+//! snapshots and the writer's stores took more than a tenth of that.
+//!
+//! The writer adds the time of every store that succeeded to one total
+//! ([`crate::engine_loop::EngineHealth::checkpoint_stored`]); a checkpoint's store time is what
+//! the total grew by from its start to the next one's. A group member's stores of partitions
+//! it hands over on a rebalance count with the checkpoint under way: the writer's time all the
+//! same.
 
-use crate::engine_loop::EngineHealth;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How many times its cost the next checkpoint waits at least: the snapshots on the engine's
@@ -19,38 +23,52 @@ const SPACING: u32 = 10;
 #[derive(Debug)]
 pub struct CheckpointPacing {
     every: Duration,
-    /// When the last checkpoint began.
+    /// When the checkpoint under way (or the last one) began.
     began: Instant,
-    /// What its snapshots took on the engine's thread.
+    /// What its snapshots have taken on the engine's thread.
     snapshots: Duration,
-    /// The writer's store time in total ([`EngineHealth::checkpoint_store_ms`]) when it began:
-    /// what the writer has spent since is its store.
+    /// The writer's store time in total (µs) when it began.
     stored_before: u64,
+    /// What the checkpoint before it cost in all: it stands while this one's store is still
+    /// under way and counts as nothing yet.
+    before: Duration,
 }
 
 impl CheckpointPacing {
-    /// Paces checkpoints `every` apart at least, the first one `every` after `now`.
-    pub fn new(every: Duration, now: Instant) -> CheckpointPacing {
-        CheckpointPacing { every, began: now, snapshots: Duration::ZERO, stored_before: 0 }
+    /// Paces checkpoints `every` apart at least, the first one `every` after `now`;
+    /// `stored_us`: the writer's store time in total so far.
+    pub fn new(every: Duration, now: Instant, stored_us: u64) -> CheckpointPacing {
+        CheckpointPacing {
+            every,
+            began: now,
+            snapshots: Duration::ZERO,
+            stored_before: stored_us,
+            before: Duration::ZERO,
+        }
+    }
+
+    /// What the checkpoint under way has cost so far.
+    fn cost(&self, stored_us: u64) -> Duration {
+        self.snapshots + Duration::from_micros(stored_us.saturating_sub(self.stored_before))
     }
 
     /// The least time between two checkpoints: `every`, or [`SPACING`] times what the last one
-    /// cost when that is longer.
-    pub fn spacing(&self, health: &EngineHealth) -> Duration {
-        let stored = health.checkpoint_store_ms.load(Ordering::Relaxed).saturating_sub(self.stored_before);
-        self.every.max((self.snapshots + Duration::from_millis(stored)) * SPACING)
+    /// cost (the one before while its store is under way) when that is longer.
+    pub fn spacing(&self, stored_us: u64) -> Duration {
+        self.every.max(self.cost(stored_us).max(self.before) * SPACING)
     }
 
-    /// Whether the next checkpoint is due.
-    pub fn due(&self, health: &EngineHealth) -> bool {
-        self.began.elapsed() >= self.spacing(health)
+    /// Whether the next checkpoint is due at `now`.
+    pub fn due(&self, now: Instant, stored_us: u64) -> bool {
+        now.saturating_duration_since(self.began) >= self.spacing(stored_us)
     }
 
-    /// A checkpoint begins now.
-    pub fn begin(&mut self, health: &EngineHealth) {
-        self.began = Instant::now();
+    /// A checkpoint begins at `now`.
+    pub fn begin(&mut self, now: Instant, stored_us: u64) {
+        self.before = self.cost(stored_us);
+        self.began = now;
         self.snapshots = Duration::ZERO;
-        self.stored_before = health.checkpoint_store_ms.load(Ordering::Relaxed);
+        self.stored_before = stored_us;
     }
 
     /// One of its snapshots took `took` (a group member takes one per keyed partition).
@@ -63,23 +81,35 @@ impl CheckpointPacing {
 mod tests {
     use super::*;
 
+    const S: u64 = 1_000_000;
+
     #[test]
     fn checkpoints_are_spaced_by_ten_times_their_snapshots_and_store() {
-        let health = EngineHealth::default();
         let every = Duration::from_secs(60);
-        let mut pacing = CheckpointPacing::new(every, Instant::now());
-        assert_eq!(pacing.spacing(&health), every, "a cheap checkpoint keeps the interval");
-        health.checkpoint_store_ms.fetch_add(5_000, Ordering::Relaxed);
-        pacing.begin(&health);
+        let start = Instant::now();
+        let mut pacing = CheckpointPacing::new(every, start, 2 * S);
+        assert_eq!(pacing.spacing(2 * S), every, "a cheap checkpoint keeps the interval");
+        assert!(!pacing.due(start + Duration::from_secs(59), 2 * S));
+        assert!(pacing.due(start + every, 2 * S));
+
+        pacing.begin(start, 5 * S);
         pacing.snapshot_took(Duration::from_secs(1));
         pacing.snapshot_took(Duration::from_secs(2));
-        assert_eq!(pacing.spacing(&health), Duration::from_secs(60), "3 s of snapshots, the store before not counted");
-        health.checkpoint_store_ms.fetch_add(4_000, Ordering::Relaxed);
-        assert_eq!(pacing.spacing(&health), Duration::from_secs(70), "3 s of snapshots and 4 s of store");
-        assert!(!pacing.due(&health));
-        pacing.begin(&health);
-        assert_eq!(pacing.spacing(&health), every, "the next checkpoint's cost is its own");
-        let began = Instant::now() - Duration::from_secs(2);
-        assert!(CheckpointPacing::new(Duration::from_secs(1), began).due(&EngineHealth::default()));
+        assert_eq!(pacing.spacing(5 * S), every, "3 s of snapshots; the stores before it do not count");
+        assert_eq!(pacing.spacing(9 * S), Duration::from_secs(70), "3 s of snapshots and 4 s of store");
+        assert!(!pacing.due(start + every, 9 * S));
+        assert!(pacing.due(start + Duration::from_secs(70), 9 * S));
+
+        pacing.begin(start + Duration::from_secs(70), 9 * S);
+        assert_eq!(
+            pacing.spacing(9 * S),
+            Duration::from_secs(70),
+            "while the next one's store is under way, the last one's cost stands"
+        );
+        pacing.snapshot_took(Duration::from_millis(100));
+        assert_eq!(pacing.spacing(9 * S + S / 2), Duration::from_secs(70));
+        pacing.begin(start + Duration::from_secs(140), 9 * S + S / 2);
+        pacing.begin(start + Duration::from_secs(200), 9 * S + S / 2);
+        assert_eq!(pacing.spacing(9 * S + S / 2), every, "cheap again: the interval again");
     }
 }

@@ -319,7 +319,9 @@ impl Writer {
         let saved = saved.await;
         let took = started.elapsed();
         self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
-        self.engine_health.checkpoint_store_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+        if saved.is_ok() {
+            self.engine_health.checkpoint_stored_in(took);
+        }
         match saved {
             Ok(true) => {
                 self.stored_again();
@@ -353,12 +355,12 @@ impl Writer {
         let saved = self.store.save_checkpoint(bytes, &text, vigil_engine::event::now_ms()).await;
         let took = started.elapsed();
         self.telemetry.checkpoint.seconds.with_label_values(&["store"]).observe(took.as_secs_f64());
-        self.engine_health.checkpoint_store_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
         if let Err(e) = saved {
             self.failed_now();
             self.telemetry.emit(StoreFailed { operation: "save_checkpoint", error: &e });
             return false;
         }
+        self.engine_health.checkpoint_stored_in(took);
         self.stored_again();
         // Kafka topic names cannot hold a `:`; files and the ingest log are named with one.
         let kafka: Vec<&Position> = positions.iter().filter(|p| !p.topic.contains(':')).collect();

@@ -42,7 +42,7 @@ use out::Handed;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,6 +62,9 @@ const SURVEY_EVERY: Duration = Duration::from_secs(5);
 /// A progress report this much later than the last one means the instance stood still
 /// (paused, starved): see [`forward::Forwarder::thawed`].
 const STOOD_STILL: Duration = Duration::from_secs(1);
+/// How long a checkpoint waits for the summaries sent before it, when they were not all
+/// delivered: as long as the forwarder's commits, which wait for them too.
+const UNDELIVERED_WAIT: Duration = COMMIT_EVERY;
 
 /// The keyed topic of a group: events by key group, between the instances.
 pub fn keyed_topic(group: &str) -> String {
@@ -352,7 +355,9 @@ struct Looping {
     last_commit: Instant,
     pacing: CheckpointPacing,
     /// The keyed partitions still to checkpoint in this pass, in turn.
-    to_checkpoint: Vec<i32>,
+    to_checkpoint: VecDeque<i32>,
+    /// When the summaries sent were last found undelivered: the pass goes on a little later.
+    undelivered_until: Option<Instant>,
     last_survey: Option<Instant>,
     /// Whether the consumers are subscribed: not while the instance is held
     /// ([`EngineHealth::held`]: its rules differ from the group's).
@@ -371,7 +376,7 @@ impl Looping {
     fn new(mut m: Member, input: BaseConsumer<Ctx>, keyed: BaseConsumer<Ctx>) -> Self {
         let decoder = m.intake.catalog.decoder();
         let topics = crate::sources::kafka::TopicMap::new(std::mem::take(&mut m.topics), &m.intake.catalog);
-        let pacing = CheckpointPacing::new(m.checkpoint_every, Instant::now());
+        let pacing = CheckpointPacing::new(m.checkpoint_every, Instant::now(), m.health.checkpoint_stored());
         Looping {
             m,
             input,
@@ -382,7 +387,8 @@ impl Looping {
             last_report: Instant::now(),
             last_commit: Instant::now(),
             pacing,
-            to_checkpoint: Vec::new(),
+            to_checkpoint: VecDeque::new(),
+            undelivered_until: None,
             last_survey: None,
             subscribed: false,
             suspects: claims::Suspects::default(),
@@ -601,36 +607,42 @@ impl Looping {
     /// (at full history, 250,000 series are 3.2 GB: 7 s of snapshots). A pass begins when
     /// [`CheckpointPacing`] says one is due.
     fn checkpoint_in_turn(&mut self) {
+        let now = Instant::now();
         if self.to_checkpoint.is_empty() {
-            if !self.pacing.due(&self.m.health) {
+            let stored = self.m.health.checkpoint_stored();
+            if !self.pacing.due(now, stored) {
                 return;
             }
-            self.pacing.begin(&self.m.health);
+            self.pacing.begin(now, stored);
             let owned = self.keyed.context().owned.lock().expect("owned");
             self.to_checkpoint = owned.keyed.iter().filter(|(_, p)| p.dirty).map(|(n, _)| *n).collect();
         }
-        if self.to_checkpoint.is_empty() {
+        if self.undelivered_until.is_some_and(|until| now < until) {
             return;
         }
-        let partition = self.to_checkpoint.remove(0);
         let ctx = self.keyed.context();
         let mut owned = ctx.owned.lock().expect("owned");
+        // A partition let go meanwhile, or checkpointed on its way out, is done.
+        while self.to_checkpoint.front().is_some_and(|n| !owned.keyed.get(n).is_some_and(|p| p.dirty)) {
+            self.to_checkpoint.pop_front();
+        }
+        let Some(partition) = self.to_checkpoint.front().copied() else { return };
         // The summaries sent so far are delivered first: they are not sent again once the
-        // checkpoint after them is stored. Until they are, the pass waits for the next.
+        // checkpoint after them is stored. Until they are, the partition keeps its turn.
         if !owned.forwarder.delivered() {
-            tracing::debug!("checkpoints wait until the summaries sent are delivered");
-            self.to_checkpoint.clear();
+            tracing::debug!(partition, "the checkpoint waits until the summaries sent are delivered");
+            self.undelivered_until = Some(now + UNDELIVERED_WAIT);
             return;
         }
-        // A partition let go meanwhile, or checkpointed on its way out, is done; one whose
-        // checkpoint cannot go now stays changed for the next pass.
-        let started = Instant::now();
-        if let Some(p) = owned.keyed.get_mut(&partition).filter(|p| p.dirty) {
+        self.to_checkpoint.pop_front();
+        if let Some(p) = owned.keyed.get_mut(&partition) {
+            // One that cannot go now stays changed, for the next pass.
+            let started = Instant::now();
             if self.hand_checkpoint(p) == Handed::Yes {
                 p.dirty = false;
             }
+            self.pacing.snapshot_took(started.elapsed());
         }
-        self.pacing.snapshot_took(started.elapsed());
     }
 
     fn control(&mut self, input: Input) {
