@@ -38,7 +38,6 @@ use forward::Forwarder;
 pub use forward::PROGRESS;
 use gate::StoreGate;
 use keyed::{EndOffsets, KeyedPartition, UpstreamId};
-use out::Handed;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
@@ -56,15 +55,12 @@ use watermarks::{PartitionId, Watermarks};
 const REPORT_EVERY: Duration = Duration::from_millis(100);
 /// How often the forwarder commits what it has delivered: it waits for the broker to take
 /// every record in flight first.
-const COMMIT_EVERY: Duration = Duration::from_secs(1);
+pub(super) const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How often the input topics' partitions, the lag and the gauges are read again.
 const SURVEY_EVERY: Duration = Duration::from_secs(5);
 /// A progress report this much later than the last one means the instance stood still
 /// (paused, starved): see [`forward::Forwarder::thawed`].
 const STOOD_STILL: Duration = Duration::from_secs(1);
-/// How long a checkpoint waits for the summaries sent before it, when they were not all
-/// delivered: as long as the forwarder's commits, which wait for them too.
-const UNDELIVERED_WAIT: Duration = COMMIT_EVERY;
 
 /// The keyed topic of a group: events by key group, between the instances.
 pub fn keyed_topic(group: &str) -> String {
@@ -599,49 +595,6 @@ impl Looping {
         if self.last_commit.elapsed() >= COMMIT_EVERY {
             self.last_commit = Instant::now();
             owned.forwarder.commit(consumer, None, CommitMode::Async);
-        }
-    }
-
-    /// Checkpoints the keyed partitions changed since their last checkpoint, one a round, so
-    /// that the loop stops for one partition's snapshot at a time rather than for all it owns
-    /// (at full history, 250,000 series are 3.2 GB: 7 s of snapshots). A pass begins when
-    /// [`CheckpointPacing`] says one is due.
-    fn checkpoint_in_turn(&mut self) {
-        let now = Instant::now();
-        if self.to_checkpoint.is_empty() {
-            let stored = self.m.health.checkpoint_stored();
-            if !self.pacing.due(now, stored) {
-                return;
-            }
-            self.pacing.begin(now, stored);
-            let owned = self.keyed.context().owned.lock().expect("owned");
-            self.to_checkpoint = owned.keyed.iter().filter(|(_, p)| p.dirty).map(|(n, _)| *n).collect();
-        }
-        if self.undelivered_until.is_some_and(|until| now < until) {
-            return;
-        }
-        let ctx = self.keyed.context();
-        let mut owned = ctx.owned.lock().expect("owned");
-        // A partition let go meanwhile, or checkpointed on its way out, is done.
-        while self.to_checkpoint.front().is_some_and(|n| !owned.keyed.get(n).is_some_and(|p| p.dirty)) {
-            self.to_checkpoint.pop_front();
-        }
-        let Some(partition) = self.to_checkpoint.front().copied() else { return };
-        // The summaries sent so far are delivered first: they are not sent again once the
-        // checkpoint after them is stored. Until they are, the partition keeps its turn.
-        if !owned.forwarder.delivered() {
-            tracing::debug!(partition, "the checkpoint waits until the summaries sent are delivered");
-            self.undelivered_until = Some(now + UNDELIVERED_WAIT);
-            return;
-        }
-        self.to_checkpoint.pop_front();
-        if let Some(p) = owned.keyed.get_mut(&partition) {
-            // One that cannot go now stays changed, for the next pass.
-            let started = Instant::now();
-            if self.hand_checkpoint(p) == Handed::Yes {
-                p.dirty = false;
-            }
-            self.pacing.snapshot_took(started.elapsed());
         }
     }
 

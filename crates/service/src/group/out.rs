@@ -9,13 +9,21 @@
 //! topic.
 
 use super::keyed::KeyedPartition;
-use super::{count, Ctx, Looping};
+use super::{count, Ctx, Looping, COMMIT_EVERY};
 use crate::engine_loop::{Output, PartitionSave};
 use crate::store::Fence;
 use crate::writer::Settled;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long a checkpoint waits for the summaries sent before it, when they were not all
+/// delivered: as long as the forwarder's commits, which wait for them too.
+const UNDELIVERED_WAIT: Duration = COMMIT_EVERY;
+/// How long a round of the loop checkpoints keyed partitions, at least one: each turn begins
+/// with a wait for the summaries sent to be delivered, so small partitions go together.
+const CHECKPOINT_TURN: Duration = Duration::from_millis(50);
 
 /// The keyed partitions whose input is paused in Kafka because they hold too many alerts the
 /// writer had no room for (`--kafka-max-held-alerts`): the store is down and the spool full.
@@ -124,6 +132,55 @@ pub(super) enum Handed {
 }
 
 impl Looping {
+    /// Checkpoints the keyed partitions changed since their last checkpoint, in turns of
+    /// [`CHECKPOINT_TURN`] a round, so that the loop stops for one large partition's snapshot at
+    /// a time rather than for all it owns (at full history, 250,000 series are 3.2 GB: 7 s of
+    /// snapshots). A pass begins when [`crate::pacing::CheckpointPacing`] says one is due.
+    pub(super) fn checkpoint_in_turn(&mut self) {
+        let now = Instant::now();
+        if self.to_checkpoint.is_empty() {
+            let stored = self.m.health.checkpoint_stored();
+            if !self.pacing.due(now, stored) {
+                return;
+            }
+            self.pacing.begin(now, stored);
+            let owned = self.keyed.context().owned.lock().expect("owned");
+            self.to_checkpoint = owned.keyed.iter().filter(|(_, p)| p.dirty).map(|(n, _)| *n).collect();
+        }
+        if self.undelivered_until.is_some_and(|until| now < until) {
+            return;
+        }
+        let ctx = self.keyed.context();
+        let mut owned = ctx.owned.lock().expect("owned");
+        // A partition let go meanwhile, or checkpointed on its way out, is done.
+        while self.to_checkpoint.front().is_some_and(|n| !owned.keyed.get(n).is_some_and(|p| p.dirty)) {
+            self.to_checkpoint.pop_front();
+        }
+        let Some(partition) = self.to_checkpoint.front().copied() else { return };
+        // The summaries sent so far are delivered first: they are not sent again once the
+        // checkpoint after them is stored. Until they are, the partitions keep their turn.
+        if !owned.forwarder.delivered() {
+            tracing::debug!(partition, "the checkpoint waits until the summaries sent are delivered");
+            self.undelivered_until = Some(now + UNDELIVERED_WAIT);
+            return;
+        }
+        // After one look at the deliveries, partitions are checkpointed until their snapshots
+        // take [`CHECKPOINT_TURN`]: small ones all at once, a large one alone.
+        let started = Instant::now();
+        while let Some(partition) = self.to_checkpoint.pop_front() {
+            if let Some(p) = owned.keyed.get_mut(&partition).filter(|p| p.dirty) {
+                // One that cannot go now stays changed, for the next pass.
+                if self.hand_checkpoint(p) == Handed::Yes {
+                    p.dirty = false;
+                }
+            }
+            if started.elapsed() >= CHECKPOINT_TURN {
+                break;
+            }
+        }
+        self.pacing.snapshot_took(started.elapsed());
+    }
+
     /// Hands a partition's alerts to the writer, unless its queue is full (they stay for the
     /// next round).
     pub(super) fn hand_alerts(&self, p: &mut KeyedPartition) {
